@@ -1,0 +1,33 @@
+"""Host buffers: a numpy byte array."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hal.buffer import Buffer, BufferUsage
+from hal.errors import OutOfMemoryError
+
+if TYPE_CHECKING:
+    from backends.host.device import HostDevice
+
+
+class HostBuffer(Buffer):
+    __slots__ = ("data",)
+
+    def __init__(self, device: HostDevice, size: int, usage: BufferUsage) -> None:
+        try:
+            self.data = np.zeros(size, np.uint8)
+        except (MemoryError, ValueError) as e:
+            raise OutOfMemoryError(f"host: cannot allocate {size} bytes: {e}") from e
+        super().__init__(device, size, usage)
+
+    def _read(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.data[offset:offset + nbytes].copy()
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        self.data[offset:offset + data.nbytes] = np.frombuffer(data, np.uint8)
+
+    def _free(self) -> None:
+        self.device._free_when_idle(self)

@@ -1,0 +1,167 @@
+"""The host device: numpy memory, Python kernels, and a queue served by one worker thread.
+
+queue_execute only appends to the queue, so it never blocks the caller, also when a submission
+waits for a semaphore value nobody has signalled yet. Submissions run in submission order. A kernel
+that raises fails its submission: its signal semaphores fail (waiters get the error instead of
+hanging) and the next synchronize(), read or write raises it as a DeviceError.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from backends.host.buffer import HostBuffer
+from backends.host.command_buffer import HostCommandBuffer
+from backends.host.executable import HostExecutable
+from backends.host.semaphore import HostSemaphore
+from hal.buffer import Buffer, BufferUsage
+from hal.capabilities import Capabilities
+from hal.device import Device, DeviceInfo, Driver
+from hal.errors import DeviceError, DeviceLostError, UnsupportedError
+from hal.executable import ExecutableSource
+
+HOST_CAPABILITIES = Capabilities(
+    supported_subgroup_operations=0,
+    max_push_constants_size=256,
+    max_uniform_buffer_range=(1 << 31) - 1,
+    max_storage_buffer_range=(1 << 31) - 1,
+    max_per_stage_descriptor_storage_buffer=64,
+    supports_storage_buffer_storage_class=True,
+    supports_storage_buffer_8bit_access=True,
+    supports_storage_buffer_16bit_access=True,
+    supports_float16=True,
+    supports_float64=True,
+    supports_int8=True,
+    supports_int16=True,
+    supports_int64=True,
+    supports_push_descriptor=False,
+    max_workgroup_count=((1 << 31) - 1, 65535, 65535),
+    max_workgroup_size=(1024, 1024, 64),
+    max_workgroup_invocations=1024,
+    storage_buffer_offset_alignment=1,
+    fill_buffer_alignment=1,
+    update_buffer_alignment=1,
+    copy_buffer_alignment=1,
+)
+
+
+class HostDriver(Driver):
+    name = "host"
+
+    def devices(self) -> list[DeviceInfo]:
+        return [DeviceInfo("host", 0, "numpy (CPU)", "cpu")]
+
+    def create_device(self, index: int | None, capabilities: Mapping[str, Any] | None) -> HostDevice:
+        if index not in (None, 0):
+            raise UnsupportedError(f"the host driver has one device, 0; got {index}")
+        return HostDevice(HOST_CAPABILITIES.with_overrides(capabilities))
+
+
+class _Submission:
+    __slots__ = ("command_buffer", "table", "waits", "signals")
+
+    def __init__(self, command_buffer: HostCommandBuffer, table: tuple[Buffer, ...],
+                 waits: tuple[tuple[HostSemaphore, int], ...], signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
+        self.command_buffer, self.table, self.waits, self.signals = command_buffer, table, waits, signals
+
+
+class HostDevice(Device):
+    def __init__(self, capabilities: Capabilities) -> None:
+        super().__init__("host", "numpy (CPU)", capabilities)
+        self._cv = threading.Condition()
+        self._pending: collections.deque[_Submission] = collections.deque()
+        self._running = False
+        self._closing = False
+        self._worker: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._unfreed: list[HostBuffer] = []
+
+    def _allocate(self, nbytes: int, usage: BufferUsage) -> HostBuffer:
+        return HostBuffer(self, nbytes, usage)
+
+    def _load_executable(self, source: ExecutableSource) -> HostExecutable:
+        return HostExecutable(self, source)
+
+    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
+                               validate: bool) -> HostCommandBuffer:
+        return HostCommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate)
+
+    def _create_semaphore(self, initial: int) -> HostSemaphore:
+        return HostSemaphore(self, initial)
+
+    def _queue_execute(self, command_buffer: HostCommandBuffer, table: tuple[Buffer, ...],
+                       waits: tuple[tuple[HostSemaphore, int], ...],
+                       signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
+        with self._cv:
+            self._pending.append(_Submission(command_buffer, table, waits, signals))
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._serve, name="hal-host-queue", daemon=True)
+                self._worker.start()
+            self._cv.notify_all()
+
+    def _synchronize(self) -> None:
+        with self._cv:
+            while self._pending or self._running:
+                self._cv.wait()
+            error, self._error = self._error, None
+        if error is not None:
+            raise DeviceError(f"a submission failed: {error}") from error
+
+    def _free_when_idle(self, buffer: HostBuffer) -> None:
+        """Drop a released buffer's memory, at once if no submitted work may still use it."""
+        with self._cv:
+            if self._pending or self._running:
+                self._unfreed.append(buffer)
+            else:
+                buffer.data = None
+
+    def _close(self) -> None:
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+            worker = self._worker
+        if worker is not None:
+            worker.join()
+
+    def _serve(self) -> None:
+        """The queue worker: run submissions in order, each once its waits are reached."""
+        cv = self._cv
+        while True:
+            with cv:
+                while True:
+                    if not self._pending:
+                        for b in self._unfreed:
+                            b.data = None
+                        self._unfreed.clear()
+                        if self._closing:
+                            return
+                    else:
+                        head = self._pending[0]
+                        failed = next((s.failure for s, _ in head.waits if s.failure is not None), None)
+                        if failed is not None or all(s.value >= v for s, v in head.waits):
+                            break
+                        if self._closing:
+                            failed = DeviceLostError("the device was closed before this submission's waits were reached")
+                            break
+                    cv.wait()
+                self._running = True
+            error = failed
+            if error is None:
+                try:
+                    head.command_buffer.execute(head.table)
+                except DeviceError as e:
+                    error = e
+            with cv:
+                self._pending.popleft()
+                self._running = False
+                for sem, value in head.signals:
+                    if error is not None:
+                        sem.failure = sem.failure or error
+                    elif value > sem.value:
+                        sem.value = value
+                if error is not None and self._error is None:
+                    self._error = error
+                cv.notify_all()

@@ -1,0 +1,51 @@
+"""Host timeline semaphores, on the device's condition variable (the queue worker waits on it too)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from hal.errors import DeviceError, TimeoutError, ValidationError
+from hal.semaphore import Semaphore
+
+if TYPE_CHECKING:
+    from backends.host.device import HostDevice
+
+
+class HostSemaphore(Semaphore):
+    __slots__ = ("value", "failure")
+
+    def __init__(self, device: HostDevice, initial: int) -> None:
+        super().__init__(device)
+        self.value = initial
+        self.failure: BaseException | None = None
+
+    def _query(self) -> int:
+        with self.device._cv:
+            self._raise_failure()
+            return self.value
+
+    def _wait(self, value: int, timeout: float | None) -> None:
+        cv = self.device._cv
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with cv:
+            while self.value < value and self.failure is None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} "
+                                       f"after {timeout} s")
+                cv.wait(remaining)
+            self._raise_failure()
+
+    def _signal(self, value: int) -> None:
+        with self.device._cv:
+            self._raise_failure()
+            if value <= self.value:
+                raise ValidationError(f"signal: {value} is not above the current value {self.value}; "
+                                      f"timeline values only grow")
+            self.value = value
+            self.device._cv.notify_all()
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise DeviceError(f"the semaphore failed: {self.failure}") from self.failure

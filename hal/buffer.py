@@ -1,0 +1,179 @@
+"""Buffers and buffer references.
+
+A reference names a byte range of a buffer known at record time (`ref`) or of entry i of the binding
+table given at submit (`slot`). References are small immutable records built once and reused; their
+ranges are checked when a command uses them, so the error can name the command.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hal.errors import ValidationError
+
+if TYPE_CHECKING:
+    from hal.device import Device
+
+
+class BufferUsage(enum.IntFlag):
+    TRANSFER_SOURCE = 1
+    TRANSFER_TARGET = 2
+    DISPATCH_STORAGE = 4
+    TRANSFER = 3
+    DEFAULT = 7
+
+
+class Buffer:
+    """Device memory of `size` bytes. Backends subclass it and implement `_read`, `_write`, `_free`."""
+
+    __slots__ = ("device", "size", "usage", "_usage_bits", "_released", "_whole", "__weakref__")
+
+    def __init__(self, device: Device, size: int, usage: BufferUsage) -> None:
+        self.device = device
+        self.size = size
+        self.usage = BufferUsage(usage)
+        self._usage_bits = int(usage)
+        self._released = False
+        self._whole = BufferRef(self, -1, 0, size)
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def read(self, dtype: Any = np.uint8, *, offset: int = 0, count: int | None = None) -> np.ndarray:
+        """A fresh array of `count` elements of `dtype` from byte `offset`, after all submitted work."""
+        dt = _dtype(dtype)
+        self._check_live("read")
+        offset = _index("offset", offset)
+        if offset > self.size:
+            raise ValidationError(f"read: offset {offset} is beyond the buffer's {self.size} bytes")
+        if count is None:
+            count = (self.size - offset) // dt.itemsize
+        count = _index("count", count)
+        nbytes = count * dt.itemsize
+        if offset + nbytes > self.size:
+            raise ValidationError(
+                f"read: {count} x {dt} from offset {offset} needs {offset + nbytes} bytes; the buffer has {self.size}")
+        self.device._order_host_access()
+        return self._read(offset, nbytes).view(dt)
+
+    def write(self, data: Any, offset: int = 0) -> None:
+        """Copy bytes-like or ndarray `data` into the buffer at byte `offset`, after all submitted work."""
+        self._check_live("write")
+        view = _bytes_view(data, "write")
+        offset = _index("offset", offset)
+        if offset + view.nbytes > self.size:
+            raise ValidationError(
+                f"write: {view.nbytes} bytes at offset {offset} end at {offset + view.nbytes}; "
+                f"the buffer has {self.size}")
+        self.device._order_host_access()
+        if view.nbytes:
+            self._write(offset, view)
+
+    def release(self) -> None:
+        """Free the memory now; later use raises ValidationError. Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        self.device._buffer_released()
+        self._free()
+
+    def __enter__(self) -> Buffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = " released" if self._released else ""
+        return f"<{type(self).__name__} {self.size} bytes on {self.device.driver}{state}>"
+
+    def _check_live(self, what: str) -> None:
+        if self._released:
+            raise ValidationError(f"{what}: the buffer was released")
+        self.device._check_open()
+
+    # Backend hooks.
+    def _read(self, offset: int, nbytes: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        raise NotImplementedError
+
+    def _free(self) -> None:
+        raise NotImplementedError
+
+
+class BufferRef:
+    """A byte range of a buffer (slot < 0) or of binding-table entry `slot`.
+
+    `length` None means "to the end of the buffer"; for a direct reference it is resolved at creation.
+    `end` is offset + length, or None when only the bound buffer will tell.
+    """
+
+    __slots__ = ("buffer", "slot", "offset", "length", "end")
+
+    def __init__(self, buffer: Buffer | None, slot: int, offset: int, length: int | None) -> None:
+        self.buffer = buffer
+        self.slot = slot
+        self.offset = offset
+        self.length = length
+        self.end = None if length is None else offset + length
+
+    def __repr__(self) -> str:
+        where = f"slot({self.slot})" if self.buffer is None else repr(self.buffer)
+        length = "to end" if self.length is None else f"{self.length} bytes"
+        return f"<BufferRef {where} offset {self.offset}, {length}>"
+
+
+def ref(buffer: Buffer, offset: int = 0, length: int | None = None) -> BufferRef:
+    """Bytes [offset, offset + length) of `buffer`; the range is checked when a command uses it."""
+    if not isinstance(buffer, Buffer):
+        raise ValidationError(f"ref: expected a hal.Buffer, got {type(buffer).__name__}")
+    offset = _int("offset", offset)
+    if length is None:
+        length = buffer.size - offset
+    return BufferRef(buffer, -1, offset, _int("length", length))
+
+
+def slot(index: int, offset: int = 0, length: int | None = None) -> BufferRef:
+    """Bytes of binding-table entry `index`, resolved at each queue_execute."""
+    index = _int("slot index", index)
+    if index < 0:
+        raise ValidationError(f"slot: index must be >= 0, got {index}")
+    offset = _int("offset", offset)
+    return BufferRef(None, index, offset, None if length is None else _int("length", length))
+
+
+def _int(name: str, value: Any) -> int:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise ValidationError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+
+
+def _index(name: str, value: Any) -> int:
+    value = _int(name, value)
+    if value < 0:
+        raise ValidationError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError as e:
+        raise ValidationError(f"not a numpy dtype: {dtype!r}") from e
+
+
+def _bytes_view(data: Any, what: str) -> memoryview:
+    """A flat byte view of bytes-like or ndarray `data`, without copying where possible."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data)
+    try:
+        view = memoryview(data)
+    except TypeError as e:
+        raise ValidationError(f"{what}: expected bytes-like data or a numpy array, got {type(data).__name__}") from e
+    return view.cast("B") if view.ndim != 1 or view.format != "B" else view

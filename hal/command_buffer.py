@@ -1,0 +1,467 @@
+"""CommandBuffer: the recording API and record-time validation.
+
+Recording appends one slotted record per command to the current segment of a linked list of
+segments (see hal.commands). Every check that keeps bad input away from a driver happens here, when
+the command is recorded, so the error can name the command index, the argument and the limit; a
+rejected command leaves the command buffer as it was. Backends subclass this and implement the `_on_`
+hooks: `deferred` backends see the whole list at `end()`, `single_pass` ones each command as recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import numpy as np
+
+from hal.buffer import Buffer, BufferRef, BufferUsage, _bytes_view
+from hal.commands import Command, Copy, Dispatch, Fill, Segment, Update, constant_word
+from hal.dependencies import DependencyTracker, RaceDetector, access_range, to_networkx
+from hal.errors import ValidationError
+from hal.executable import Executable
+
+if TYPE_CHECKING:
+    from hal.device import Device
+
+MAX_UPDATE_BYTES = 65536
+_SOURCE = int(BufferUsage.TRANSFER_SOURCE)
+_TARGET = int(BufferUsage.TRANSFER_TARGET)
+_STORAGE = int(BufferUsage.DISPATCH_STORAGE)
+_USAGE_NAMES = {_SOURCE: "TRANSFER_SOURCE", _TARGET: "TRANSFER_TARGET", _STORAGE: "DISPATCH_STORAGE"}
+_INITIAL, _RECORDING, _ENDED = "initial", "recording", "ended"
+
+
+class CommandBuffer:
+    __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
+                 "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_races",
+                 "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed",
+                 "_direct_buffers", "_submissions", "_table", "_table_epoch", "__weakref__")
+
+    def __init__(self, device: Device, mode: str, binding_capacity: int, strategy: str, dependencies: str,
+                 validate: bool) -> None:
+        if mode not in ("one_shot", "reusable"):
+            raise ValidationError(f"mode must be 'one_shot' or 'reusable', got {mode!r}")
+        if strategy not in ("deferred", "single_pass"):
+            raise ValidationError(f"strategy must be 'deferred' or 'single_pass', got {strategy!r}")
+        if dependencies not in ("barriers", "hazards"):
+            raise ValidationError(f"dependencies must be 'barriers' or 'hazards', got {dependencies!r}")
+        if isinstance(binding_capacity, bool) or not isinstance(binding_capacity, int) or binding_capacity < 0:
+            raise ValidationError(f"binding_capacity must be an integer >= 0, got {binding_capacity!r}")
+        if not isinstance(validate, bool):
+            raise ValidationError(f"validate must be True or False, got {validate!r}")
+        self.device = device
+        self.mode = mode
+        self.binding_capacity = binding_capacity
+        self.strategy = strategy
+        self.dependencies = dependencies
+        self.validate = validate
+        self._caps = device.capabilities
+        self._single_pass = strategy == "single_pass"
+        self._clear()
+
+    def _clear(self) -> None:
+        self._state = _INITIAL
+        self._head = self._tail = Segment(0)
+        self._count = 0
+        self._barriers = 0
+        self._tracker = DependencyTracker(self.dependencies)
+        self._races = RaceDetector()
+        self._commands: list[Command] = []
+        self._slot_commands: list[Command] = []
+        self._slot_seen = -1
+        self._slots_needed = 0
+        self._direct_buffers: tuple[Buffer, ...] = ()
+        self._submissions = 0
+        self._table: tuple[Buffer, ...] | None = None
+        self._table_epoch = -1
+
+    # State.
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def commands(self) -> list[Command]:
+        """The recorded commands in recording order (complete after end())."""
+        return self._commands
+
+    def segments(self):
+        seg: Segment | None = self._head
+        while seg is not None:
+            yield seg
+            seg = seg.next
+
+    def begin(self) -> None:
+        self.device._check_open()
+        if self._state is not _INITIAL:
+            raise ValidationError(f"begin: the command buffer is {self._state}; call reset() to record it again")
+        self._state = _RECORDING
+        self._on_begin()
+
+    def end(self) -> None:
+        if self._state is not _RECORDING:
+            raise ValidationError(f"end: the command buffer is {self._state}, not recording")
+        commands = self._commands
+        tracker = self._tracker
+        for seg in self.segments():
+            if not self._single_pass:
+                tracker.barrier()
+                for c in seg.commands:
+                    tracker.add(c)
+            commands.extend(seg.commands)
+        direct: dict[Buffer, None] = {}
+        for c in commands:
+            for r, _ in c.accesses():
+                if r.buffer is not None:
+                    direct[r.buffer] = None
+        self._direct_buffers = tuple(direct)
+        self._slots_needed = max((r.slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
+        self._on_end()
+        self._state = _ENDED
+
+    def reset(self) -> None:
+        """Forget everything recorded; the command buffer can be begun again."""
+        self._on_reset()
+        self._clear()
+
+    def __enter__(self) -> CommandBuffer:
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.end()
+
+    def dependency_graph(self) -> nx.DiGraph:
+        """The rediscovered DAG: nodes are command indices (`kind`, `segment`), edge u -> v: v waits for u."""
+        if self._state is not _ENDED:
+            raise ValidationError(f"dependency_graph: the command buffer is {self._state}; call end() first")
+        return to_networkx(self._commands, self._tracker)
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.mode} {self.strategy}/{self.dependencies} "
+                f"{self._count} commands, {self._state}>")
+
+    # Recording.
+    def fill_buffer(self, target: Buffer | BufferRef, pattern: Any) -> None:
+        """Repeat `pattern` (1, 2 or 4 bytes) over the target range."""
+        if self._state is not _RECORDING:
+            self._not_recording("fill_buffer")
+        index = self._count
+        t = self._ref(target, index, "fill_buffer", "target", _TARGET)
+        p = _pattern(pattern, index)
+        align = max(len(p), self._caps.fill_buffer_alignment)
+        if t.offset % align or (t.length is not None and t.length % align):
+            raise ValidationError(
+                f"command {index} (fill_buffer): target offset {t.offset} and length {t.length} must be "
+                f"multiples of {align} (the {len(p)}-byte pattern and the device's fill_buffer_alignment "
+                f"{self._caps.fill_buffer_alignment})")
+        self._record(Fill(index, self._tail.index, t, p))
+
+    def update_buffer(self, target: Buffer | BufferRef, data: Any) -> None:
+        """Write `data` (at most 64 KiB, copied now) at the target offset."""
+        if self._state is not _RECORDING:
+            self._not_recording("update_buffer")
+        index = self._count
+        t = self._ref(target, index, "update_buffer", "target", _TARGET)
+        view = _bytes_view(data, f"command {index} (update_buffer): data")
+        n = view.nbytes
+        if not 0 < n <= MAX_UPDATE_BYTES:
+            raise ValidationError(f"command {index} (update_buffer): data has {n} bytes; it must hold "
+                                  f"1 to {MAX_UPDATE_BYTES} (use a staging buffer and copy_buffer for more)")
+        if t.length is not None and n > t.length:
+            raise ValidationError(f"command {index} (update_buffer): {n} bytes of data do not fit the "
+                                  f"target range of {t.length} bytes at offset {t.offset}")
+        align = self._caps.update_buffer_alignment
+        if t.offset % align or n % align:
+            raise ValidationError(f"command {index} (update_buffer): target offset {t.offset} and data size {n} "
+                                  f"must be multiples of the device's update_buffer_alignment {align}")
+        if t.length != n:
+            t = BufferRef(t.buffer, t.slot, t.offset, n)
+        self._record(Update(index, self._tail.index, t, view.tobytes()))
+
+    def copy_buffer(self, source: Buffer | BufferRef, target: Buffer | BufferRef) -> None:
+        """Copy the source range (or, for a slot of unknown length, the target range's length)."""
+        if self._state is not _RECORDING:
+            self._not_recording("copy_buffer")
+        index = self._count
+        s = self._ref(source, index, "copy_buffer", "source", _SOURCE)
+        t = self._ref(target, index, "copy_buffer", "target", _TARGET)
+        n = s.length if s.length is not None else t.length
+        if n is None:
+            raise ValidationError(f"command {index} (copy_buffer): both ranges are slots of unknown length; "
+                                  f"give one a length: hal.slot(i, offset, length)")
+        if n == 0:
+            raise ValidationError(f"command {index} (copy_buffer): the source range is empty")
+        if t.length is not None and n > t.length:
+            raise ValidationError(f"command {index} (copy_buffer): {n} source bytes do not fit the target "
+                                  f"range of {t.length} bytes at offset {t.offset}")
+        align = self._caps.copy_buffer_alignment
+        if s.offset % align or t.offset % align or n % align:
+            raise ValidationError(f"command {index} (copy_buffer): offsets {s.offset}, {t.offset} and length {n} "
+                                  f"must be multiples of the device's copy_buffer_alignment {align}")
+        if s.buffer is t.buffer and s.slot == t.slot and s.offset < t.offset + n and t.offset < s.offset + n:
+            raise ValidationError(f"command {index} (copy_buffer): source [{s.offset}, {s.offset + n}) and target "
+                                  f"[{t.offset}, {t.offset + n}) overlap in one buffer; copy through a second buffer")
+        if s.length != n:
+            s = BufferRef(s.buffer, s.slot, s.offset, n)
+        if t.length != n:
+            t = BufferRef(t.buffer, t.slot, t.offset, n)
+        self._record(Copy(index, self._tail.index, s, t))
+
+    def execution_barrier(self) -> None:
+        """Everything recorded after waits for everything recorded before."""
+        if self._state is not _RECORDING:
+            self._not_recording("execution_barrier")
+        self._barriers += 1
+        tail = self._tail
+        if tail.commands:
+            seg = Segment(self._barriers)
+            tail.next = seg
+            self._tail = seg
+            self._races.reset()
+            if self._single_pass:
+                self._tracker.barrier()
+                self._on_barrier()
+        else:
+            tail.index = self._barriers
+
+    def dispatch(self, executable: Executable, name: str, workgroups: Any = (1, 1, 1),
+                 constants: Sequence[Any] = (), bindings: Sequence[Buffer | BufferRef] = ()) -> None:
+        """Run export `name` over `workgroups` with 32-bit `constants` and buffer `bindings`."""
+        if self._state is not _RECORDING:
+            self._not_recording("dispatch")
+        index = self._count
+        if not isinstance(executable, Executable) or executable.device is not self.device:
+            raise ValidationError(f"command {index} (dispatch): executable must be a hal.Executable loaded "
+                                  f"on this device, got {executable!r}")
+        entry = executable._by_name.get(name)
+        if entry is None:
+            raise ValidationError(f"command {index} (dispatch): no export {name!r}; the executable has "
+                                  f"{', '.join(executable._by_name)}")
+        ordinal, export = entry
+        caps = self._caps
+        if type(workgroups) is not tuple or len(workgroups) != 3:
+            workgroups = _workgroups(workgroups, index)
+        limit = caps.max_workgroup_count
+        for axis in range(3):
+            w = workgroups[axis]
+            if type(w) is not int or not 0 < w <= limit[axis]:
+                raise ValidationError(f"command {index} (dispatch {name}): workgroups[{axis}] = {w!r} must be "
+                                      f"an integer from 1 to the device's max_workgroup_count {limit[axis]}")
+        if type(constants) is not tuple:
+            constants = _sequence(constants, index, name, "constants")
+        if len(constants) != export.constants:
+            raise ValidationError(f"command {index} (dispatch {name}): {len(constants)} constants given, "
+                                  f"the export takes {export.constants}")
+        if 4 * len(constants) > caps.max_push_constants_size:
+            raise ValidationError(f"command {index} (dispatch {name}): {4 * len(constants)} bytes of constants "
+                                  f"exceed the device's max_push_constants_size {caps.max_push_constants_size}")
+        for i, c in enumerate(constants):
+            if type(c) is not int or not -2147483648 <= c <= 4294967295:
+                try:
+                    constant_word(c)
+                except (TypeError, OverflowError) as e:
+                    raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] = {c!r}: {e}") from None
+        if type(bindings) is not tuple:
+            bindings = _sequence(bindings, index, name, "bindings")
+        if len(bindings) != export.bindings:
+            raise ValidationError(f"command {index} (dispatch {name}): {len(bindings)} bindings given, "
+                                  f"the export takes {export.bindings}")
+        align = caps.storage_buffer_offset_alignment
+        resolved = []
+        for i, b in enumerate(bindings):
+            r = self._ref(b, index, "dispatch", f"bindings[{i}]", _STORAGE)
+            if r.offset % align:
+                raise ValidationError(f"command {index} (dispatch {name}): bindings[{i}] offset {r.offset} is not "
+                                      f"a multiple of the device's storage_buffer_offset_alignment {align}")
+            if r.length is not None and r.length > caps.max_storage_buffer_range:
+                raise ValidationError(f"command {index} (dispatch {name}): bindings[{i}] spans {r.length} bytes, "
+                                      f"more than the device's max_storage_buffer_range {caps.max_storage_buffer_range}")
+            resolved.append(r)
+        self._record(Dispatch(index, self._tail.index, executable, export, ordinal, workgroups, constants,
+                              tuple(resolved)))
+
+    def _ref(self, r: Any, index: int, command: str, arg: str, usage: int) -> BufferRef:
+        if type(r) is not BufferRef:
+            if not isinstance(r, Buffer):
+                raise ValidationError(f"command {index} ({command}): {arg} must be a hal.Buffer or a reference "
+                                      f"from hal.ref()/hal.slot(), got {type(r).__name__}")
+            r = r._whole
+        b = r.buffer
+        if b is None:
+            if r.slot >= self.binding_capacity:
+                raise ValidationError(f"command {index} ({command}): {arg} uses slot {r.slot}, but the command "
+                                      f"buffer's binding_capacity is {self.binding_capacity}")
+            if r.offset < 0 or (r.length is not None and r.length <= 0):
+                raise ValidationError(f"command {index} ({command}): {arg} has offset {r.offset} and length "
+                                      f"{r.length}; the offset must be >= 0 and the length > 0")
+            self._slot_seen = index
+            return r
+        if b.device is not self.device:
+            raise ValidationError(f"command {index} ({command}): {arg} is a buffer of another device ({b.device!r})")
+        if b._released:
+            raise ValidationError(f"command {index} ({command}): {arg} is a released buffer")
+        if r.offset < 0 or r.length <= 0 or r.end > b.size:
+            raise ValidationError(f"command {index} ({command}): {arg} range [{r.offset}, {r.end}) is empty or "
+                                  f"outside the buffer's {b.size} bytes")
+        if not b._usage_bits & usage:
+            raise ValidationError(f"command {index} ({command}): {arg} lacks BufferUsage.{_USAGE_NAMES[usage]} "
+                                  f"(it was allocated with {b.usage!r})")
+        return r
+
+    def _record(self, command: Command) -> None:
+        tail = self._tail
+        if self.validate:
+            self._races.check(command, tail.commands)
+        if self._single_pass:
+            self._on_command(command, self._tracker.add(command))
+        tail.commands.append(command)
+        if self._slot_seen == command.index:
+            self._slot_commands.append(command)
+        self._count += 1
+
+    def _not_recording(self, what: str) -> None:
+        hint = "call begin() first" if self._state is _INITIAL else "call reset() to record it again"
+        raise ValidationError(f"command {self._count} ({what}): the command buffer is {self._state}, "
+                              f"not recording; {hint}")
+
+    # Submission.
+    def _prepare_submit(self, binding_table: Sequence[Buffer]) -> tuple[Buffer, ...]:
+        """Check the command buffer can run against `binding_table`; returns the table as a tuple.
+
+        A table identical to the last one, with no buffer released since, is accepted in O(1).
+        """
+        if self._state is not _ENDED:
+            raise ValidationError(f"queue_execute: the command buffer is {self._state}; call end() before submitting")
+        if self.mode == "one_shot" and self._submissions:
+            raise ValidationError("queue_execute: a one_shot command buffer runs once; create it with "
+                                  "mode='reusable' to submit it again")
+        table = binding_table if type(binding_table) is tuple else _table(binding_table)
+        epoch = self.device._release_epoch
+        if table == self._table and epoch == self._table_epoch:
+            return table
+        self._check_table(table)
+        self._table = table
+        self._table_epoch = epoch
+        return table
+
+    def _check_table(self, table: tuple[Buffer, ...]) -> None:
+        if len(table) > self.binding_capacity:
+            raise ValidationError(f"queue_execute: the binding table has {len(table)} entries, more than the "
+                                  f"command buffer's binding_capacity {self.binding_capacity}")
+        if len(table) < self._slots_needed:
+            raise ValidationError(f"queue_execute: the binding table has {len(table)} entries; the command "
+                                  f"buffer uses slots up to {self._slots_needed - 1}")
+        for i, b in enumerate(table):
+            if not isinstance(b, Buffer):
+                raise ValidationError(f"queue_execute: binding_table[{i}] must be a hal.Buffer, got {type(b).__name__}")
+            if b.device is not self.device:
+                raise ValidationError(f"queue_execute: binding_table[{i}] is a buffer of another device")
+            if b._released:
+                raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
+        for b in self._direct_buffers:
+            if b._released:
+                user = next(c.index for c in self._commands for r, _ in c.accesses() if r.buffer is b)
+                raise ValidationError(f"queue_execute: command {user} uses a buffer that was released after recording")
+        segments = set()
+        for c in self._slot_commands:
+            self._check_slot_command(c, table)
+            segments.add(c.segment)
+        if self.validate and segments:
+            for seg in self.segments():
+                if seg.index in segments:
+                    races = RaceDetector()
+                    for c in seg.commands:
+                        races.check(c, seg.commands, table)
+
+    def _check_slot_command(self, c: Command, table: tuple[Buffer, ...]) -> None:
+        ranges = []
+        for r, write in c.accesses():
+            key, start, end = access_range(r, table)
+            if r.buffer is None:
+                b = table[r.slot]
+                if end > b.size or start >= end:
+                    raise ValidationError(f"queue_execute: command {c.index} ({c.kind}) uses bytes [{start}, {end}) "
+                                          f"of slot {r.slot}, but binding_table[{r.slot}] has {b.size} bytes")
+                usage = _STORAGE if c.kind == "dispatch" else (_TARGET if write else _SOURCE)
+                if not b._usage_bits & usage:
+                    raise ValidationError(f"queue_execute: binding_table[{r.slot}] lacks "
+                                          f"BufferUsage.{_USAGE_NAMES[usage]} needed by command {c.index}")
+                if c.kind == "dispatch" and end - start > self._caps.max_storage_buffer_range:
+                    raise ValidationError(f"queue_execute: command {c.index} (dispatch) binds {end - start} bytes of "
+                                          f"slot {r.slot}, more than the device's max_storage_buffer_range "
+                                          f"{self._caps.max_storage_buffer_range}")
+                if c.kind == "fill" and (end - start) % max(len(c.pattern), self._caps.fill_buffer_alignment):
+                    raise ValidationError(f"queue_execute: command {c.index} (fill_buffer) fills {end - start} bytes "
+                                          f"of slot {r.slot}, not a multiple of the pattern and fill alignment")
+            ranges.append((key, start, end))
+        if c.kind == "copy" and ranges[0][0] is ranges[1][0] and \
+                ranges[0][1] < ranges[1][2] and ranges[1][1] < ranges[0][2]:
+            raise ValidationError(f"queue_execute: command {c.index} (copy_buffer) copies between overlapping "
+                                  f"ranges of one buffer through the binding table")
+
+    def _submitted(self) -> None:
+        self._submissions += 1
+
+    # Backend hooks.
+    def _on_begin(self) -> None:
+        """Recording starts."""
+
+    def _on_command(self, command: Command, group: int) -> None:
+        """single_pass: emit `command`, which waits for the commands of `self._tracker.groups[group]`."""
+
+    def _on_barrier(self) -> None:
+        """single_pass: a barrier closed a non-empty segment."""
+
+    def _on_end(self) -> None:
+        """Recording is complete: `commands` and the tracker's groups are final."""
+
+    def _on_reset(self) -> None:
+        """Release what the backend built; the command buffer will be recorded again."""
+
+
+def _pattern(pattern: Any, index: int) -> bytes:
+    if isinstance(pattern, (bytes, bytearray, memoryview)):
+        p = bytes(pattern)
+    elif isinstance(pattern, np.generic):
+        p = pattern.tobytes()
+    else:
+        raise ValidationError(f"command {index} (fill_buffer): pattern must be bytes or a numpy scalar "
+                              f"(e.g. np.uint32(7), np.float32(1.0)), got {type(pattern).__name__}")
+    if len(p) not in (1, 2, 4):
+        raise ValidationError(f"command {index} (fill_buffer): pattern has {len(p)} bytes; it must have 1, 2 or 4")
+    return p
+
+
+def _workgroups(workgroups: Any, index: int) -> tuple[int, int, int]:
+    if isinstance(workgroups, (int, np.integer)) and not isinstance(workgroups, bool):
+        return (int(workgroups), 1, 1)
+    try:
+        items = tuple(int(w) if isinstance(w, np.integer) else w for w in workgroups)
+    except TypeError:
+        items = ()
+    if not 1 <= len(items) <= 3:
+        raise ValidationError(f"command {index} (dispatch): workgroups must be 1 to 3 integers, got {workgroups!r}")
+    return items + (1,) * (3 - len(items))
+
+
+def _sequence(items: Any, index: int, name: str, what: str) -> tuple[Any, ...]:
+    if isinstance(items, (str, bytes)):
+        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, got {type(items).__name__}")
+    try:
+        return tuple(items)
+    except TypeError:
+        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
+                              f"got {type(items).__name__}") from None
+
+
+def _table(binding_table: Any) -> tuple[Buffer, ...]:
+    if isinstance(binding_table, Buffer):
+        raise ValidationError("queue_execute: binding_table must be a sequence of buffers, got one buffer")
+    try:
+        return tuple(binding_table)
+    except TypeError:
+        raise ValidationError(f"queue_execute: binding_table must be a sequence of buffers, "
+                              f"got {type(binding_table).__name__}") from None

@@ -1,0 +1,337 @@
+"""Dependency rediscovery: which recorded commands must wait for which.
+
+`DependencyTracker` is fed commands and barriers in recording order and gives each command a
+predecessor *group*: a tuple of earlier command indices it waits for. Commands sharing a group share
+one tuple, so an m-to-n barrier step costs m + n (backends put one join node there), not m * n.
+
+- barriers mode (Vulkan semantics): a command waits for every command of the previous non-empty segment.
+- hazards mode (XLA style): a command waits for an earlier command of an earlier segment only if their
+  byte ranges overlap and one writes; the result is transitively reduced. Ranges are indexed per buffer
+  in interval maps holding, for each piece of a buffer, its last writers and the readers since, so the
+  work per command depends on what it overlaps, not on the length of the program. Slot references may
+  be bound to any buffer, so once one appears every range is tracked in one shared map (conservative).
+
+`RaceDetector` is the record-time validation twin: inside one segment nothing is ordered, so two
+overlapping accesses of which one writes are a race.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import TYPE_CHECKING
+
+import networkx as nx
+
+from hal.errors import ValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from hal.buffer import Buffer, BufferRef
+    from hal.commands import Command
+
+END = 1 << 62  # the open end of a slot range whose length only the bound buffer will tell
+_UNIVERSE = "all buffers"
+
+
+def access_range(ref: BufferRef, table: tuple[Buffer, ...] | None = None) -> tuple[object, int, int]:
+    """(key, start, end) of a reference: key is the Buffer, or the slot index for slot references
+    (the bound Buffer when a binding table is given)."""
+    b = ref.buffer
+    if b is None:
+        if table is None:
+            return ref.slot, ref.offset, END if ref.end is None else ref.end
+        b = table[ref.slot]
+        return b, ref.offset, b.size if ref.end is None else ref.end
+    return b, ref.offset, ref.end
+
+
+class DependencyTracker:
+    """Incremental dependency rediscovery; `groups[group_of[i]]` are the predecessors of command i."""
+
+    __slots__ = ("hazards", "groups", "group_of", "_open", "_prev", "_group",
+                 "_maps", "_shared", "_interned", "_segment_of", "_stamp")
+
+    def __init__(self, mode: str) -> None:
+        if mode not in ("barriers", "hazards"):
+            raise ValidationError(f"dependencies must be 'barriers' or 'hazards', got {mode!r}")
+        self.hazards = mode == "hazards"
+        self.groups: list[tuple[int, ...]] = []
+        self.group_of: list[int] = []
+        self._open: list[int] = []
+        self._prev: tuple[int, ...] = ()
+        self._group: int | None = -1
+        self._maps: dict[object, _AccessMap] = {}
+        self._shared = False
+        self._interned: dict[tuple[int, ...], int] = {}
+        self._segment_of: list[int] = []
+        self._stamp: list[int] = []
+
+    def predecessors(self, index: int) -> tuple[int, ...]:
+        g = self.group_of[index]
+        return self.groups[g] if g >= 0 else ()
+
+    def barrier(self) -> None:
+        if not self.hazards and self._open:
+            self._prev = tuple(self._open)
+            self._open = []
+            self._group = None
+
+    def add(self, command: Command) -> int:
+        """Register the next command (indices must come in order); returns its group (-1: none)."""
+        if not self.hazards:
+            g = self._group
+            if g is None:
+                self.groups.append(self._prev)
+                g = self._group = len(self.groups) - 1
+            self.group_of.append(g)
+            self._open.append(command.index)
+            return g
+        return self._add_hazards(command)
+
+    def _add_hazards(self, command: Command) -> int:
+        index, segment = command.index, command.segment
+        segment_of = self._segment_of
+        segment_of.append(segment)
+        self._stamp.append(-1)
+        accesses = command.accesses()
+        if not self._shared and any(r.buffer is None for r, _ in accesses):
+            self._share()
+        found: set[int] = set()
+        touched = []
+        maps = self._maps
+        for r, write in accesses:
+            key, start, end = access_range(r)
+            if self._shared:
+                key = _UNIVERSE
+            amap = maps.get(key)
+            if amap is None:
+                amap = maps[key] = _AccessMap()
+            amap.collect(start, end, write, segment, segment_of, found)
+            touched.append((amap, start, end, write))
+        for amap, start, end, write in touched:
+            amap.record(start, end, write, index, segment, segment_of)
+        preds = self._reduce(found, index)
+        if not preds:
+            g = -1
+        else:
+            g = self._interned.get(preds)
+            if g is None:
+                g = self._interned[preds] = len(self.groups)
+                self.groups.append(preds)
+        self.group_of.append(g)
+        return g
+
+    def _share(self) -> None:
+        """From the first slot reference on, every range may alias every other: merge the maps."""
+        merged = _AccessMap()
+        for amap in self._maps.values():
+            merged.absorb(amap)
+        self._maps = {_UNIVERSE: merged}
+        self._shared = True
+
+    def _reduce(self, found: set[int], index: int) -> tuple[int, ...]:
+        """Drop candidates reachable from another candidate (transitive reduction of the new edges).
+
+        Candidates are visited from the most recent; a backward search from each kept one marks its
+        ancestors, never going below the oldest candidate, since nothing there can reach one.
+        """
+        if len(found) < 2:
+            return tuple(found)
+        order = sorted(found, reverse=True)
+        lowest = order[-1]
+        stamp, groups, group_of = self._stamp, self.groups, self.group_of
+        keep = []
+        for d in order:
+            if stamp[d] == index:
+                continue
+            keep.append(d)
+            stack = [d]
+            while stack:
+                g = group_of[stack.pop()]
+                if g < 0:
+                    continue
+                for p in groups[g]:
+                    if p >= lowest and stamp[p] != index:
+                        stamp[p] = index
+                        stack.append(p)
+        keep.reverse()
+        return tuple(keep)
+
+
+class _AccessMap:
+    """Disjoint sorted pieces of one buffer, each with its last writers and the readers since."""
+
+    __slots__ = ("starts", "ends", "writers", "readers")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.writers: list[list[int]] = []
+        self.readers: list[list[int]] = []
+
+    def collect(self, start: int, end: int, write: bool, segment: int, segment_of: list[int],
+                found: set[int]) -> None:
+        """Add to `found` the commands of earlier segments that an access must wait for."""
+        starts, writers, readers = self.starts, self.writers, self.readers
+        i = bisect_right(self.ends, start)
+        n = len(starts)
+        while i < n and starts[i] < end:
+            for w in writers[i]:
+                if segment_of[w] < segment:
+                    found.add(w)
+            if write:
+                for r in readers[i]:
+                    if segment_of[r] < segment:
+                        found.add(r)
+            i += 1
+
+    def record(self, start: int, end: int, write: bool, index: int, segment: int,
+               segment_of: list[int]) -> None:
+        lo = self._split(start)
+        hi = self._split(end)
+        if write:
+            # Accesses of the same segment are not ordered before this one (a race when not
+            # validated): keep them, so later commands still wait for them.
+            writers = [index]
+            readers: list[int] = []
+            for j in range(lo, hi):
+                writers += [w for w in self.writers[j] if w != index and segment_of[w] == segment]
+                readers += [r for r in self.readers[j] if segment_of[r] == segment]
+            self.starts[lo:hi] = [start]
+            self.ends[lo:hi] = [end]
+            self.writers[lo:hi] = [writers]
+            self.readers[lo:hi] = [readers]
+            return
+        cursor, j = start, lo
+        while j < hi:
+            if self.starts[j] > cursor:
+                self._insert(j, cursor, self.starts[j], [], [index])
+                j += 1
+                hi += 1
+            rs = self.readers[j]
+            if not rs or rs[-1] != index:
+                rs.append(index)
+            cursor = self.ends[j]
+            j += 1
+        if cursor < end:
+            self._insert(j, cursor, end, [], [index])
+
+    def absorb(self, other: _AccessMap) -> None:
+        """Union `other` into this map: every piece keeps the writers and readers of both."""
+        for s, e, ws, rs in zip(other.starts, other.ends, other.writers, other.readers):
+            lo = self._split(s)
+            hi = self._split(e)
+            cursor, j = s, lo
+            while j < hi:
+                if self.starts[j] > cursor:
+                    self._insert(j, cursor, self.starts[j], [], [])
+                    hi += 1
+                self.writers[j] = sorted(set(self.writers[j]).union(ws))
+                self.readers[j] = sorted(set(self.readers[j]).union(rs))
+                cursor = self.ends[j]
+                j += 1
+            if cursor < e:
+                self._insert(j, cursor, e, list(ws), list(rs))
+
+    def _split(self, x: int) -> int:
+        """Make x a piece boundary; returns the index of the first piece starting at or after x."""
+        i = bisect_right(self.ends, x)
+        if i < len(self.starts) and self.starts[i] < x:
+            self._insert(i + 1, x, self.ends[i], self.writers[i][:], self.readers[i][:])
+            self.ends[i] = x
+            return i + 1
+        return i
+
+    def _insert(self, i: int, start: int, end: int, writers: list[int], readers: list[int]) -> None:
+        self.starts.insert(i, start)
+        self.ends.insert(i, end)
+        self.writers.insert(i, writers)
+        self.readers.insert(i, readers)
+
+
+class RaceDetector:
+    """Per-segment union of written and read ranges for each buffer (or slot) key."""
+
+    __slots__ = ("_ranges",)
+
+    def __init__(self) -> None:
+        self._ranges: dict[object, tuple[list[int], list[int], list[int], list[int]]] = {}
+
+    def reset(self) -> None:
+        if self._ranges:
+            self._ranges = {}
+
+    def check(self, command: Command, segment: Iterable[Command],
+              table: tuple[Buffer, ...] | None = None) -> None:
+        """Raise ValidationError if `command` races with an earlier command of `segment`; else remember
+        its ranges. With a binding table, slots are keyed by the buffers bound to them."""
+        ranges = self._ranges
+        accesses = []
+        for r, write in command.accesses():
+            key, start, end = access_range(r, table)
+            state = ranges.get(key)
+            if state is not None:
+                ws, we, rs, re = state
+                if _overlaps(ws, we, start, end) or (write and _overlaps(rs, re, start, end)):
+                    _raise_race(command, r, write, segment, table)
+            accesses.append((key, start, end, write))
+        for key, start, end, write in accesses:
+            state = ranges.get(key)
+            if state is None:
+                state = ranges[key] = ([], [], [], [])
+            if write:
+                _union(state[0], state[1], start, end)
+            else:
+                _union(state[2], state[3], start, end)
+
+
+def _overlaps(starts: list[int], ends: list[int], start: int, end: int) -> bool:
+    i = bisect_right(ends, start)
+    return i < len(starts) and starts[i] < end and start < end
+
+
+def _union(starts: list[int], ends: list[int], start: int, end: int) -> None:
+    if start >= end:
+        return
+    if not ends or start > ends[-1]:
+        starts.append(start)
+        ends.append(end)
+        return
+    i = bisect_left(ends, start)
+    j = bisect_right(starts, end)
+    if i < j:
+        start = min(start, starts[i])
+        end = max(end, ends[j - 1])
+    starts[i:j] = [start]
+    ends[i:j] = [end]
+
+
+def _raise_race(command: Command, r: BufferRef, write: bool, segment: Iterable[Command],
+                table: tuple[Buffer, ...] | None) -> None:
+    key, start, end = access_range(r, table)
+    for other in segment:
+        if other.index >= command.index:
+            break
+        for o, other_write in other.accesses():
+            okey, ostart, oend = access_range(o, table)
+            if okey == key and ostart < end and start < oend and (write or other_write):
+                what = f"slot {key}" if type(key) is int else "one buffer"
+                raise ValidationError(
+                    f"race: command {command.index} ({command.kind}) {'writes' if write else 'reads'} "
+                    f"bytes [{start}, {end if end != END else 'end'}) of {what} that command {other.index} "
+                    f"({other.kind}) {'writes' if other_write else 'reads'} "
+                    f"([{ostart}, {oend if oend != END else 'end'})) in the same segment; "
+                    f"record an execution_barrier() between them")
+    raise AssertionError("race detected but no partner found")  # pragma: no cover
+
+
+def to_networkx(commands: list[Command], tracker: DependencyTracker) -> nx.DiGraph:
+    """Nodes: command indices with `kind` and `segment`; edge u -> v: v waits for u."""
+    graph = nx.DiGraph()
+    for c in commands:
+        graph.add_node(c.index, kind=c.kind, segment=c.segment)
+    for c in commands:
+        for p in tracker.predecessors(c.index):
+            graph.add_edge(p, c.index)
+    return graph

@@ -1,0 +1,322 @@
+"""Devices and the driver registry.
+
+A driver (one per backend) enumerates devices and creates them. Drivers register under the
+entry-point group `hal.drivers`; the in-tree backends are also found by module name, so the project
+works from a source tree (`PYTHONPATH=.`) without being installed. `hal/` never imports a backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import metadata
+from typing import Any, ClassVar
+
+import numpy as np
+
+from hal.buffer import Buffer, BufferUsage, _bytes_view
+from hal.capabilities import Capabilities
+from hal.command_buffer import CommandBuffer
+from hal.errors import HalError, UnsupportedError, ValidationError
+from hal.executable import Executable, ExecutableCache, ExecutableSource
+from hal.semaphore import Semaphore, check_value
+
+ENTRY_POINT_GROUP = "hal.drivers"
+# Best first. Drivers not named here come after, alphabetically.
+PREFERENCE = ("cuda", "vulkan", "host")
+# In-tree backends, found by module path when the package's entry points are not installed.
+IN_TREE = {
+    "host": "backends.host:HostDriver",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    driver: str
+    index: int
+    name: str
+    kind: str  # "gpu" or "cpu"
+
+
+class Driver:
+    """One backend: enumerates its devices (best first) and creates them."""
+
+    name: ClassVar[str] = ""
+
+    def devices(self) -> list[DeviceInfo]:
+        """The usable devices, best first; raise UnsupportedError saying why when there are none."""
+        raise NotImplementedError
+
+    def create_device(self, index: int | None, capabilities: Mapping[str, Any] | None) -> Device:
+        raise NotImplementedError
+
+
+class Device:
+    """A device and its queue. Backends implement the `_` hooks; the public methods validate."""
+
+    def __init__(self, driver: str, name: str, capabilities: Capabilities) -> None:
+        self.driver = driver
+        self.name = name
+        self.capabilities = capabilities
+        self._closed = False
+        self._executables = ExecutableCache()
+        self._release_epoch = 0  # bumped at every buffer release; command buffers re-check bindings then
+
+    # Memory.
+    def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
+        self._check_open()
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+            raise ValidationError(f"allocate: nbytes must be an integer >= 0, got {nbytes!r}")
+        if not isinstance(usage, int) or not 0 < int(usage) <= int(BufferUsage.DEFAULT):
+            raise ValidationError(f"allocate: usage must be a combination of hal.BufferUsage flags, got {usage!r}")
+        return self._allocate(int(nbytes), BufferUsage(usage))
+
+    def upload(self, data: Any, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
+        """A new buffer holding a copy of bytes-like or ndarray `data`."""
+        view = _bytes_view(data, "upload")
+        buf = self.allocate(view.nbytes, usage)
+        try:
+            buf.write(view)
+        except BaseException:
+            buf.release()
+            raise
+        return buf
+
+    # Executables.
+    def load_executable(self, source: ExecutableSource) -> Executable:
+        """Load once per device: the same source content returns the same Executable."""
+        self._check_open()
+        if not isinstance(source, ExecutableSource):
+            raise ValidationError(f"load_executable: expected a hal.ExecutableSource, got {type(source).__name__}")
+        source = source.for_driver(self.driver)
+        key = source.key
+        exe = self._executables.get(key)
+        if exe is None:
+            self._check_exports(source)
+            exe = self._load_executable(source)
+            self._executables.put(key, exe)
+        return exe
+
+    def _check_exports(self, source: ExecutableSource) -> None:
+        caps = self.capabilities
+        for e in source.exports:
+            size = e.workgroup_size
+            if any(s > m for s, m in zip(size, caps.max_workgroup_size)) or \
+                    size[0] * size[1] * size[2] > caps.max_workgroup_invocations:
+                raise ValidationError(
+                    f"export {e.name!r}: workgroup_size {size} exceeds the device's max_workgroup_size "
+                    f"{caps.max_workgroup_size} or max_workgroup_invocations {caps.max_workgroup_invocations}")
+            if e.bindings > caps.max_per_stage_descriptor_storage_buffer:
+                raise ValidationError(
+                    f"export {e.name!r}: {e.bindings} bindings exceed the device's "
+                    f"max_per_stage_descriptor_storage_buffer {caps.max_per_stage_descriptor_storage_buffer}")
+
+    # Command buffers and submission.
+    def create_command_buffer(self, mode: str = "one_shot", binding_capacity: int = 0,
+                              strategy: str = "deferred", dependencies: str = "barriers",
+                              validate: bool = True) -> CommandBuffer:
+        self._check_open()
+        return self._create_command_buffer(mode, binding_capacity, strategy, dependencies, validate)
+
+    def create_semaphore(self, initial: int = 0) -> Semaphore:
+        self._check_open()
+        return self._create_semaphore(check_value(initial, "create_semaphore"))
+
+    def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
+                      wait: Iterable[tuple[Semaphore, int]] = (),
+                      signal: Iterable[tuple[Semaphore, int]] = ()) -> None:
+        """Run `command_buffer` after every `wait` pair is reached, then signal every `signal` pair.
+
+        Never blocks on the device. Submissions to one device run in submission order.
+        """
+        self._check_open()
+        if not isinstance(command_buffer, CommandBuffer) or command_buffer.device is not self:
+            raise ValidationError("queue_execute: expected a command buffer created by this device")
+        table = command_buffer._prepare_submit(binding_table)
+        waits = self._semaphore_pairs(wait, "wait")
+        signals = self._semaphore_pairs(signal, "signal")
+        self._queue_execute(command_buffer, table, waits, signals)
+        command_buffer._submitted()
+
+    def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], what: str) -> tuple[tuple[Semaphore, int], ...]:
+        if not pairs:
+            return ()
+        result = []
+        try:
+            items = list(pairs)
+        except TypeError:
+            raise ValidationError(f"queue_execute: {what} must be a list of (semaphore, value) pairs") from None
+        for item in items:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Semaphore)):
+                raise ValidationError(f"queue_execute: {what} entries must be (semaphore, value) pairs, got {item!r}")
+            sem, value = item
+            if sem.device is not self:
+                raise ValidationError(f"queue_execute: a {what} semaphore belongs to another device")
+            value = check_value(value, f"queue_execute {what}")
+            if what == "signal" and value <= sem.query():
+                raise ValidationError(f"queue_execute: signal value {value} is not above the semaphore's current "
+                                      f"value {sem.query()}; timeline values only grow")
+            result.append((sem, value))
+        return tuple(result)
+
+    def synchronize(self) -> None:
+        """Wait until all submitted work is done; raises the first failure of that work."""
+        self._check_open()
+        self._synchronize()
+
+    def close(self) -> None:
+        """Free the device once the work that can still run has run; submissions still waiting on a
+        semaphore are dropped and their signal semaphores fail. Idempotent; later use raises ValidationError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._executables.clear()
+        self._close()
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.driver}: {self.name}{' closed' if self._closed else ''}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValidationError(f"the {self.driver} device {self.name!r} is closed; create a new one")
+
+    def _order_host_access(self) -> None:
+        """Called before a buffer read or write: host access is ordered after submitted work."""
+        self._synchronize()
+
+    def _buffer_released(self) -> None:
+        self._release_epoch += 1
+
+    # Backend hooks.
+    def _allocate(self, nbytes: int, usage: BufferUsage) -> Buffer:
+        raise NotImplementedError
+
+    def _load_executable(self, source: ExecutableSource) -> Executable:
+        raise NotImplementedError
+
+    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
+                               validate: bool) -> CommandBuffer:
+        raise NotImplementedError
+
+    def _create_semaphore(self, initial: int) -> Semaphore:
+        raise NotImplementedError
+
+    def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
+                       waits: tuple[tuple[Semaphore, int], ...], signals: tuple[tuple[Semaphore, int], ...]) -> None:
+        raise NotImplementedError
+
+    def _synchronize(self) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+# The registry.
+_lock = threading.Lock()
+_classes: dict[str, Any] | None = None  # name -> Driver class, or "module:attr" not yet imported
+_drivers: dict[str, Driver] = {}
+_problems: dict[str, str] = {}
+
+
+def register_driver(name: str, driver_class: type[Driver]) -> None:
+    """Register a driver by hand (entry points do this for installed backends)."""
+    with _lock:
+        _load_registry()[name] = driver_class
+        _drivers.pop(name, None)
+        _problems.pop(name, None)
+
+
+def _load_registry() -> dict[str, Any]:
+    global _classes
+    if _classes is None:
+        classes: dict[str, Any] = dict(IN_TREE)
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            classes[ep.name] = ep
+        _classes = classes
+    return _classes
+
+
+def _ranked(names: Iterable[str]) -> list[str]:
+    return sorted(names, key=lambda n: (PREFERENCE.index(n) if n in PREFERENCE else len(PREFERENCE), n))
+
+
+def get_driver(name: str) -> Driver:
+    """The driver called `name`; UnsupportedError saying why if it is unknown or cannot load."""
+    with _lock:
+        classes = _load_registry()
+        if name not in classes:
+            raise UnsupportedError(f"no driver named {name!r}; known: {', '.join(_ranked(classes))}")
+        driver = _drivers.get(name)
+        if driver is not None:
+            return driver
+        if name in _problems:
+            raise UnsupportedError(_problems[name])
+        target = classes[name]
+        try:
+            if isinstance(target, str):
+                module, _, attr = target.partition(":")
+                target = getattr(importlib.import_module(module), attr)
+            elif isinstance(target, metadata.EntryPoint):
+                target = target.load()
+            driver = _drivers[name] = target()
+        except HalError as e:
+            _problems[name] = f"the {name} driver is unavailable: {e}"
+            raise UnsupportedError(_problems[name]) from e
+        except Exception as e:  # a missing package or library: the driver is unusable, say why
+            _problems[name] = f"the {name} driver cannot load: {type(e).__name__}: {e}"
+            raise UnsupportedError(_problems[name]) from e
+        return driver
+
+
+def driver_status() -> dict[str, list[DeviceInfo] | str]:
+    """For every known driver, best first: its devices, or why it has none."""
+    status: dict[str, list[DeviceInfo] | str] = {}
+    for name in _ranked(_load_registry()):
+        try:
+            status[name] = get_driver(name).devices()
+        except HalError as e:
+            status[name] = str(e)
+    return status
+
+
+def available_drivers() -> list[str]:
+    """Names of the drivers that have at least one device here, best first."""
+    return [name for name, devices in driver_status().items() if isinstance(devices, list) and devices]
+
+
+def create_device(spec: str | None = None, *, capabilities: Mapping[str, Any] | None = None) -> Device:
+    """Create "host", "vulkan", "vulkan:1", "cuda:0", ...; with no spec, $HAL_DEVICE or the best device:
+    a CUDA GPU, then a Vulkan GPU, then host (CPU Vulkan devices only when named)."""
+    if spec is None:
+        spec = os.environ.get("HAL_DEVICE") or None
+    if spec is None:
+        for name, devices in driver_status().items():
+            if isinstance(devices, list):
+                for info in devices:
+                    if info.kind == "gpu":
+                        return get_driver(name).create_device(info.index, capabilities)
+        return get_driver("host").create_device(None, capabilities)
+    if not isinstance(spec, str):
+        raise ValidationError(f"create_device: expected a device name such as 'host' or 'vulkan:1', got {spec!r}")
+    name, sep, index_text = spec.partition(":")
+    index = None
+    if sep:
+        if not index_text.isdigit():
+            raise ValidationError(f"create_device: {spec!r} should be DRIVER or DRIVER:INDEX, e.g. 'vulkan:1'")
+        index = int(index_text)
+    driver = get_driver(name)
+    devices = driver.devices()
+    if index is not None and index not in {d.index for d in devices}:
+        raise UnsupportedError(f"no {name} device {index}; the {name} devices are "
+                               f"{', '.join(f'{d.index}: {d.name}' for d in devices) or 'none'}")
+    return driver.create_device(index, capabilities)

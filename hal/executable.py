@@ -1,0 +1,291 @@
+"""Executables: what a dispatch runs.
+
+`Export` describes one entry point's ABI; `ExecutableSource` carries code in one format (or several,
+with `multi`) plus its exports; `Executable` is the loaded form on one device. Loading is keyed by
+content, so the same source loads once per device; compiled binaries are also kept on disk
+(`DiskCache`), because a module load or a compile per call is the classic overhead this project avoids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hal.errors import UnsupportedError, ValidationError
+
+if TYPE_CHECKING:
+    from hal.device import Device
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+    """One entry point: `bindings` buffers, `constants` 32-bit words, its workgroup size, and which
+    bindings it only reads (hazard analysis treats the others as read-write)."""
+
+    name: str
+    bindings: int
+    constants: int = 0
+    workgroup_size: tuple[int, int, int] = (1, 1, 1)
+    readonly: tuple[int, ...] = ()
+
+    def __init__(self, name: str, *, bindings: int, constants: int = 0,
+                 workgroup_size: Iterable[int] | int = (1, 1, 1), readonly: Iterable[int] = ()) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"Export name must be a non-empty string, got {name!r}")
+        for what, value in (("bindings", bindings), ("constants", constants)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValidationError(f"Export {name!r}: {what} must be a non-negative integer, got {value!r}")
+        size = (workgroup_size,) if isinstance(workgroup_size, int) else tuple(workgroup_size)
+        if not 1 <= len(size) <= 3 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+                                              for s in size):
+            raise ValidationError(f"Export {name!r}: workgroup_size must be 1 to 3 positive integers, "
+                                  f"got {workgroup_size!r}")
+        ro = tuple(sorted(set(readonly)))
+        for i in ro:
+            if not isinstance(i, int) or not 0 <= i < bindings:
+                raise ValidationError(f"Export {name!r}: readonly index {i!r} is not a binding (0..{bindings - 1})")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "bindings", bindings)
+        object.__setattr__(self, "constants", constants)
+        object.__setattr__(self, "workgroup_size", size + (1,) * (3 - len(size)))
+        object.__setattr__(self, "readonly", ro)
+
+
+class ExecutableSource:
+    """Code in one format with its exports. Build it with the class methods; devices pick their format."""
+
+    __slots__ = ("format", "payload", "exports", "options", "imports", "_key")
+
+    def __init__(self, format: str, payload: Any, exports: Iterable[Export],
+                 options: Iterable[str] = (), imports: Iterable[bytes | str] = ()) -> None:
+        self.format = format
+        self.payload = payload
+        self.exports = _exports(exports)
+        self.options = tuple(options)
+        self.imports = tuple(imports)
+        for item in self.options:
+            if not isinstance(item, str):
+                raise ValidationError(f"{format} options must be strings, got {item!r}")
+        for item in self.imports:
+            if not isinstance(item, (bytes, bytearray, str)):
+                raise ValidationError(f"{format} imports must be bytes or str (PTX, cubin, LTO-IR, SPIR-V), "
+                                      f"got {type(item).__name__}")
+        self._key: Any = None
+
+    @classmethod
+    def cuda(cls, code: str, exports: Iterable[Export], options: Iterable[str] = (),
+             imports: Iterable[bytes | str] = ()) -> ExecutableSource:
+        """CUDA C++ compiled with NVRTC for the device's architecture."""
+        return cls("cuda", _text("cuda", code), exports, options, imports)
+
+    @classmethod
+    def ptx(cls, code: str | bytes, exports: Iterable[Export], imports: Iterable[bytes | str] = ()) -> ExecutableSource:
+        return cls("ptx", _text("ptx", code), exports, (), imports)
+
+    @classmethod
+    def cubin(cls, data: bytes, exports: Iterable[Export]) -> ExecutableSource:
+        return cls("cubin", _binary("cubin", data), exports)
+
+    @classmethod
+    def spirv(cls, data: bytes, exports: Iterable[Export], imports: Iterable[bytes] = ()) -> ExecutableSource:
+        data = _binary("spirv", data)
+        if len(data) % 4:
+            raise ValidationError(f"spirv: a SPIR-V module is a whole number of 32-bit words, got {len(data)} bytes")
+        return cls("spirv", data, exports, (), imports)
+
+    @classmethod
+    def glsl(cls, code: str | Mapping[str, str], exports: Iterable[Export]) -> ExecutableSource:
+        """GLSL compute shaders: one source per export (a plain string serves a single export)."""
+        exports = _exports(exports)
+        if isinstance(code, str):
+            if len(exports) != 1:
+                raise ValidationError(f"glsl: one source string serves one export; give {{export: code}} "
+                                      f"for {len(exports)} exports")
+            code = {exports[0].name: code}
+        return cls("glsl", _per_export("glsl", code, exports, str), exports)
+
+    @classmethod
+    def python(cls, functions: Mapping[str, Callable[..., None]], exports: Iterable[Export]) -> ExecutableSource:
+        """Python kernels for the host backend: f(ctx), one call per dispatch covering the whole grid."""
+        exports = _exports(exports)
+        return cls("python", _per_export("python", functions, exports, None), exports)
+
+    @classmethod
+    def multi(cls, *, cuda: ExecutableSource | None = None, vulkan: ExecutableSource | None = None,
+              host: ExecutableSource | None = None) -> ExecutableSource:
+        """One source per driver; each device takes its own. Their exports must agree."""
+        parts = {k: v for k, v in (("cuda", cuda), ("vulkan", vulkan), ("host", host)) if v is not None}
+        if not parts:
+            raise ValidationError("multi: give at least one of cuda=, vulkan=, host=")
+        exports = None
+        for driver, part in parts.items():
+            if not isinstance(part, ExecutableSource) or part.format == "multi":
+                raise ValidationError(f"multi: {driver}= must be a single-format ExecutableSource")
+            if exports is not None and part.exports != exports:
+                raise ValidationError(f"multi: the exports of {driver}= differ from the others")
+            exports = part.exports
+        return cls("multi", parts, exports)
+
+    def for_driver(self, driver: str) -> ExecutableSource:
+        """The part of a `multi` source for `driver` (or self); UnsupportedError if there is none."""
+        if self.format != "multi":
+            return self
+        part = self.payload.get(driver)
+        if part is None:
+            raise UnsupportedError(f"this multi source has no part for the {driver} driver "
+                                   f"(it has {', '.join(self.payload)}); add {driver}=... to ExecutableSource.multi")
+        return part
+
+    @property
+    def key(self) -> Any:
+        """Content key: equal for sources with the same code, exports, options and imports."""
+        if self._key is None:
+            if self.format == "python":
+                self._key = ("python", self.exports, tuple(self.payload.items()))
+            elif self.format == "multi":
+                self._key = ("multi",) + tuple((d, p.key) for d, p in sorted(self.payload.items()))
+            else:
+                h = hashlib.sha256()
+                for part in (self.format, repr(self.exports), repr(self.options)):
+                    h.update(part.encode())
+                    h.update(b"\0")
+                for blob in (self.payload,) + self.imports:
+                    blob = blob.encode() if isinstance(blob, str) else _payload_bytes(blob)
+                    h.update(len(blob).to_bytes(8, "little"))
+                    h.update(blob)
+                self._key = h.hexdigest()
+        return self._key
+
+    def __repr__(self) -> str:
+        return f"<ExecutableSource {self.format}: {', '.join(e.name for e in self.exports)}>"
+
+
+def _payload_bytes(payload: Any) -> bytes:
+    if isinstance(payload, dict):
+        return b"\0".join(k.encode() + b"=" + v.encode() for k, v in sorted(payload.items()))
+    return bytes(payload)
+
+
+class Executable:
+    """A source loaded on one device. Backends subclass it; `export` looks an entry point up by name."""
+
+    __slots__ = ("device", "source", "exports", "_by_name", "__weakref__")
+
+    def __init__(self, device: Device, source: ExecutableSource) -> None:
+        self.device = device
+        self.source = source
+        self.exports = source.exports
+        self._by_name = {e.name: (i, e) for i, e in enumerate(source.exports)}
+
+    def export(self, name: str) -> Export:
+        try:
+            return self._by_name[name][1]
+        except KeyError:
+            raise ValidationError(f"no export {name!r}; this executable has {', '.join(self._by_name)}") from None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {', '.join(self._by_name)} on {self.device.driver}>"
+
+
+class ExecutableCache:
+    """Per-device map from source content key to the loaded Executable."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, Executable] = {}
+
+    def get(self, key: Any) -> Executable | None:
+        return self._entries.get(key)
+
+    def put(self, key: Any, executable: Executable) -> None:
+        self._entries[key] = executable
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class DiskCache:
+    """Compiled binaries on disk, keyed by content: `$HAL_CACHE_DIR`, else `$XDG_CACHE_HOME/hal`.
+
+    An empty HAL_CACHE_DIR disables it. Writes are atomic (temporary file, then rename), so readers
+    in other processes never see half a file; failures to write only lose the cache entry.
+    """
+
+    __slots__ = ("directory",)
+
+    def __init__(self, namespace: str) -> None:
+        root = os.environ.get("HAL_CACHE_DIR")
+        if root is None:
+            xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            root = os.path.join(xdg, "hal")
+        self.directory = Path(root) / namespace if root else None
+
+    def get(self, key: str) -> bytes | None:
+        if self.directory is None:
+            return None
+        try:
+            return (self.directory / key).read_bytes()
+        except OSError:
+            return None
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.directory is None:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.directory / key)
+        except OSError:
+            pass
+
+
+def _exports(exports: Iterable[Export]) -> tuple[Export, ...]:
+    if isinstance(exports, Export):
+        exports = (exports,)
+    result = tuple(exports)
+    if not result:
+        raise ValidationError("an executable needs at least one Export")
+    for e in result:
+        if not isinstance(e, Export):
+            raise ValidationError(f"exports must be hal.Export objects, got {type(e).__name__}")
+    names = [e.name for e in result]
+    if len(set(names)) != len(names):
+        raise ValidationError(f"export names must be unique, got {names}")
+    return result
+
+
+def _text(format: str, code: Any) -> str:
+    if isinstance(code, (bytes, bytearray)):
+        code = bytes(code).decode()
+    if not isinstance(code, str) or not code.strip():
+        raise ValidationError(f"{format}: expected non-empty source text, got {type(code).__name__}")
+    return code
+
+
+def _binary(format: str, data: Any) -> bytes:
+    if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
+        raise ValidationError(f"{format}: expected non-empty bytes, got {type(data).__name__}")
+    return bytes(data)
+
+
+def _per_export(format: str, items: Any, exports: tuple[Export, ...], kind: type | None) -> dict[str, Any]:
+    if not isinstance(items, Mapping):
+        raise ValidationError(f"{format}: expected a mapping of export name to code, got {type(items).__name__}")
+    names = {e.name for e in exports}
+    if set(items) != names:
+        raise ValidationError(f"{format}: code given for {sorted(items)} but the exports are {sorted(names)}")
+    for name, item in items.items():
+        if (kind is None and not callable(item)) or (kind is not None and not isinstance(item, kind)):
+            raise ValidationError(f"{format}: the code for export {name!r} has the wrong type {type(item).__name__}")
+    return dict(items)
