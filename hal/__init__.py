@@ -5,8 +5,16 @@ from hal.buffer import Buffer, BufferRef, BufferUsage, ref, slot
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, available_drivers, create_device, register_driver
-from hal.errors import (CompileError, DeviceError, DeviceLostError, HalError, OutOfMemoryError, TimeoutError,
-                        UnsupportedError, ValidationError)
+from hal.errors import (
+                        CompileError,
+                        DeviceError,
+                        DeviceLostError,
+                        HalError,
+                        OutOfMemoryError,
+                        TimeoutError,
+                        UnsupportedError,
+                        ValidationError,
+)
 from hal.executable import Executable, ExecutableSource, Export
 from hal.semaphore import Semaphore
 

@@ -111,10 +111,12 @@ class BufferRef:
     """A byte range of a buffer (slot < 0) or of binding-table entry `slot`.
 
     `length` None means "to the end of the buffer"; for a direct reference it is resolved at creation.
-    `end` is offset + length, or None when only the bound buffer will tell.
+    `end` is offset + length, or None when only the bound buffer will tell. `checked` holds the
+    BufferUsage bits for which recording has already validated this reference (range, usage,
+    alignment); none of that can change later, so recording re-checks only that the buffer is live.
     """
 
-    __slots__ = ("buffer", "slot", "offset", "length", "end")
+    __slots__ = ("buffer", "slot", "offset", "length", "end", "checked")
 
     def __init__(self, buffer: Buffer | None, slot: int, offset: int, length: int | None) -> None:
         self.buffer = buffer
@@ -122,6 +124,7 @@ class BufferRef:
         self.offset = offset
         self.length = length
         self.end = None if length is None else offset + length
+        self.checked = 0
 
     def __repr__(self) -> str:
         where = f"slot({self.slot})" if self.buffer is None else repr(self.buffer)

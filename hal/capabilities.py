@@ -45,7 +45,8 @@ class Capabilities:
         if not overrides:
             return self
         if not isinstance(overrides, Mapping):
-            raise ValidationError(f"capabilities must be a mapping of field name to value, got {type(overrides).__name__}")
+            raise ValidationError(f"capabilities must be a mapping of field name to value, "
+                                  f"got {type(overrides).__name__}")
         fields = {f.name: f for f in dataclasses.fields(self)}
         clean: dict[str, Any] = {}
         for name, value in overrides.items():

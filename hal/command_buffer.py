@@ -244,12 +244,11 @@ class CommandBuffer:
         caps = self._caps
         if type(workgroups) is not tuple or len(workgroups) != 3:
             workgroups = _workgroups(workgroups, index)
-        limit = caps.max_workgroup_count
-        for axis in range(3):
-            w = workgroups[axis]
-            if type(w) is not int or not 0 < w <= limit[axis]:
-                raise ValidationError(f"command {index} (dispatch {name}): workgroups[{axis}] = {w!r} must be "
-                                      f"an integer from 1 to the device's max_workgroup_count {limit[axis]}")
+        x, y, z = workgroups
+        lx, ly, lz = caps.max_workgroup_count
+        if type(x) is not int or type(y) is not int or type(z) is not int or \
+                not (0 < x <= lx and 0 < y <= ly and 0 < z <= lz):
+            _bad_workgroups(workgroups, caps.max_workgroup_count, index, name)
         if type(constants) is not tuple:
             constants = _sequence(constants, index, name, "constants")
         if len(constants) != export.constants:
@@ -258,32 +257,28 @@ class CommandBuffer:
         if 4 * len(constants) > caps.max_push_constants_size:
             raise ValidationError(f"command {index} (dispatch {name}): {4 * len(constants)} bytes of constants "
                                   f"exceed the device's max_push_constants_size {caps.max_push_constants_size}")
-        for i, c in enumerate(constants):
+        for c in constants:
             if type(c) is not int or not -2147483648 <= c <= 4294967295:
-                try:
-                    constant_word(c)
-                except (TypeError, OverflowError) as e:
-                    raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] = {c!r}: {e}") from None
+                _check_constants(constants, index, name)
         if type(bindings) is not tuple:
             bindings = _sequence(bindings, index, name, "bindings")
         if len(bindings) != export.bindings:
             raise ValidationError(f"command {index} (dispatch {name}): {len(bindings)} bindings given, "
                                   f"the export takes {export.bindings}")
-        align = caps.storage_buffer_offset_alignment
+        device = self.device
         resolved = []
-        for i, b in enumerate(bindings):
-            r = self._ref(b, index, "dispatch", f"bindings[{i}]", _STORAGE)
-            if r.offset % align:
-                raise ValidationError(f"command {index} (dispatch {name}): bindings[{i}] offset {r.offset} is not "
-                                      f"a multiple of the device's storage_buffer_offset_alignment {align}")
-            if r.length is not None and r.length > caps.max_storage_buffer_range:
-                raise ValidationError(f"command {index} (dispatch {name}): bindings[{i}] spans {r.length} bytes, "
-                                      f"more than the device's max_storage_buffer_range {caps.max_storage_buffer_range}")
+        for r in bindings:
+            if type(r) is not BufferRef and isinstance(r, Buffer):
+                r = r._whole
+            if type(r) is not BufferRef or not r.checked & _STORAGE or (b := r.buffer) is None \
+                    or b.device is not device or b._released:
+                r = self._ref(r, index, f"dispatch {name}", f"bindings[{len(resolved)}]", _STORAGE)
             resolved.append(r)
         self._record(Dispatch(index, self._tail.index, executable, export, ordinal, workgroups, constants,
                               tuple(resolved)))
 
     def _ref(self, r: Any, index: int, command: str, arg: str, usage: int) -> BufferRef:
+        """Check reference `r` for use as `arg` of command `index`; returns it as a BufferRef."""
         if type(r) is not BufferRef:
             if not isinstance(r, Buffer):
                 raise ValidationError(f"command {index} ({command}): {arg} must be a hal.Buffer or a reference "
@@ -297,18 +292,19 @@ class CommandBuffer:
             if r.offset < 0 or (r.length is not None and r.length <= 0):
                 raise ValidationError(f"command {index} ({command}): {arg} has offset {r.offset} and length "
                                       f"{r.length}; the offset must be >= 0 and the length > 0")
+            if usage == _STORAGE and r.offset % self._caps.storage_buffer_offset_alignment:
+                raise ValidationError(f"command {index} ({command}): {arg} offset {r.offset} is not a multiple of "
+                                      f"the device's storage_buffer_offset_alignment "
+                                      f"{self._caps.storage_buffer_offset_alignment}")
             self._slot_seen = index
             return r
         if b.device is not self.device:
             raise ValidationError(f"command {index} ({command}): {arg} is a buffer of another device ({b.device!r})")
         if b._released:
             raise ValidationError(f"command {index} ({command}): {arg} is a released buffer")
-        if r.offset < 0 or r.length <= 0 or r.end > b.size:
-            raise ValidationError(f"command {index} ({command}): {arg} range [{r.offset}, {r.end}) is empty or "
-                                  f"outside the buffer's {b.size} bytes")
-        if not b._usage_bits & usage:
-            raise ValidationError(f"command {index} ({command}): {arg} lacks BufferUsage.{_USAGE_NAMES[usage]} "
-                                  f"(it was allocated with {b.usage!r})")
+        if not r.checked & usage:
+            _check_range(r, b, self._caps, index, command, arg, usage)
+            r.checked |= usage
         return r
 
     def _record(self, command: Command) -> None:
@@ -422,6 +418,39 @@ class CommandBuffer:
         """Release what the backend built; the command buffer will be recorded again."""
 
 
+def _check_range(r: BufferRef, b: Buffer, caps: Any, index: int, command: str, arg: str, usage: int) -> None:
+    """The checks of a direct reference that never change once passed (see BufferRef.checked)."""
+    if r.offset < 0 or r.length <= 0 or r.end > b.size:
+        raise ValidationError(f"command {index} ({command}): {arg} range [{r.offset}, {r.end}) is empty or "
+                              f"outside the buffer's {b.size} bytes")
+    if not b._usage_bits & usage:
+        raise ValidationError(f"command {index} ({command}): {arg} lacks BufferUsage.{_USAGE_NAMES[usage]} "
+                              f"(it was allocated with {b.usage!r})")
+    if usage == _STORAGE:
+        if r.offset % caps.storage_buffer_offset_alignment:
+            raise ValidationError(f"command {index} ({command}): {arg} offset {r.offset} is not a multiple of the "
+                                  f"device's storage_buffer_offset_alignment {caps.storage_buffer_offset_alignment}")
+        if r.length > caps.max_storage_buffer_range:
+            raise ValidationError(f"command {index} ({command}): {arg} spans {r.length} bytes, more than the "
+                                  f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
+
+
+def _bad_workgroups(workgroups: tuple[Any, ...], limit: tuple[int, int, int], index: int, name: str) -> None:
+    for axis in range(3):
+        w = workgroups[axis]
+        if type(w) is not int or not 0 < w <= limit[axis]:
+            raise ValidationError(f"command {index} (dispatch {name}): workgroups[{axis}] = {w!r} must be "
+                                  f"an integer from 1 to the device's max_workgroup_count {limit[axis]}")
+
+
+def _check_constants(constants: tuple[Any, ...], index: int, name: str) -> None:
+    for i, c in enumerate(constants):
+        try:
+            constant_word(c)
+        except (TypeError, OverflowError) as e:
+            raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] = {c!r}: {e}") from None
+
+
 def _pattern(pattern: Any, index: int) -> bytes:
     if isinstance(pattern, (bytes, bytearray, memoryview)):
         p = bytes(pattern)
@@ -449,7 +478,8 @@ def _workgroups(workgroups: Any, index: int) -> tuple[int, int, int]:
 
 def _sequence(items: Any, index: int, name: str, what: str) -> tuple[Any, ...]:
     if isinstance(items, (str, bytes)):
-        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, got {type(items).__name__}")
+        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
+                              f"got {type(items).__name__}")
     try:
         return tuple(items)
     except TypeError:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from hal.buffer import BufferRef
     from hal.executable import Executable, Export
 
@@ -24,8 +26,8 @@ class Command:
     __slots__ = ("index", "segment")
     kind = "command"
 
-    def accesses(self) -> tuple[tuple[BufferRef, bool], ...]:
-        """(reference, writes?) for every range the command touches."""
+    def accesses(self) -> Iterable[tuple[BufferRef, bool]]:
+        """(reference, writes?) for every range the command touches (iterate it once)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -39,7 +41,7 @@ class Fill(Command):
     def __init__(self, index: int, segment: int, target: BufferRef, pattern: bytes) -> None:
         self.index, self.segment, self.target, self.pattern = index, segment, target, pattern
 
-    def accesses(self) -> tuple[tuple[BufferRef, bool], ...]:
+    def accesses(self) -> Iterable[tuple[BufferRef, bool]]:
         return ((self.target, WRITE),)
 
 
@@ -50,7 +52,7 @@ class Update(Command):
     def __init__(self, index: int, segment: int, target: BufferRef, data: bytes) -> None:
         self.index, self.segment, self.target, self.data = index, segment, target, data
 
-    def accesses(self) -> tuple[tuple[BufferRef, bool], ...]:
+    def accesses(self) -> Iterable[tuple[BufferRef, bool]]:
         return ((self.target, WRITE),)
 
 
@@ -61,7 +63,7 @@ class Copy(Command):
     def __init__(self, index: int, segment: int, source: BufferRef, target: BufferRef) -> None:
         self.index, self.segment, self.source, self.target = index, segment, source, target
 
-    def accesses(self) -> tuple[tuple[BufferRef, bool], ...]:
+    def accesses(self) -> Iterable[tuple[BufferRef, bool]]:
         return ((self.source, READ), (self.target, WRITE))
 
 
@@ -76,9 +78,8 @@ class Dispatch(Command):
         self.executable, self.export, self.ordinal = executable, export, ordinal
         self.workgroups, self.constants, self.bindings = workgroups, constants, bindings
 
-    def accesses(self) -> tuple[tuple[BufferRef, bool], ...]:
-        readonly = self.export.readonly
-        return tuple((b, i not in readonly) for i, b in enumerate(self.bindings))
+    def accesses(self) -> Iterable[tuple[BufferRef, bool]]:
+        return zip(self.bindings, self.export.writes)
 
 
 class Segment:

@@ -25,7 +25,6 @@ import networkx as nx
 from hal.errors import ValidationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
 
     from hal.buffer import Buffer, BufferRef
     from hal.commands import Command
@@ -94,7 +93,7 @@ class DependencyTracker:
         segment_of = self._segment_of
         segment_of.append(segment)
         self._stamp.append(-1)
-        accesses = command.accesses()
+        accesses = tuple(command.accesses())
         if not self._shared and any(r.buffer is None for r, _ in accesses):
             self._share()
         found: set[int] = set()
@@ -251,39 +250,89 @@ class _AccessMap:
 
 
 class RaceDetector:
-    """Per-segment union of written and read ranges for each buffer (or slot) key."""
+    """Per-segment ranges of each buffer (or slot) key: one access as a plain tuple, more as _Ranges."""
 
     __slots__ = ("_ranges",)
 
     def __init__(self) -> None:
-        self._ranges: dict[object, tuple[list[int], list[int], list[int], list[int]]] = {}
+        self._ranges: dict[object, tuple[int, int, bool] | _Ranges] = {}
 
     def reset(self) -> None:
         if self._ranges:
             self._ranges = {}
 
-    def check(self, command: Command, segment: Iterable[Command],
-              table: tuple[Buffer, ...] | None = None) -> None:
+    def check(self, command: Command, segment: list[Command], table: tuple[Buffer, ...] | None = None) -> None:
         """Raise ValidationError if `command` races with an earlier command of `segment`; else remember
-        its ranges. With a binding table, slots are keyed by the buffers bound to them."""
+        its ranges. With a binding table, slots are keyed by the buffers bound to them.
+
+        One pass: ranges are merged as they are checked. An overlap found may be with the command's
+        own earlier access (legal); only on that rare path are the other commands searched.
+        """
         ranges = self._ranges
-        accesses = []
         for r, write in command.accesses():
-            key, start, end = access_range(r, table)
-            state = ranges.get(key)
-            if state is not None:
-                ws, we, rs, re = state
-                if _overlaps(ws, we, start, end) or (write and _overlaps(rs, re, start, end)):
-                    _raise_race(command, r, write, segment, table)
-            accesses.append((key, start, end, write))
-        for key, start, end, write in accesses:
+            b = r.buffer
+            if b is None:
+                key, start, end = access_range(r, table)
+            else:
+                key, start, end = b, r.offset, r.end
             state = ranges.get(key)
             if state is None:
-                state = ranges[key] = ([], [], [], [])
+                ranges[key] = (start, end, write)
+                continue
+            if type(state) is tuple:
+                s0, e0, w0 = state
+                clash = start < e0 and s0 < end and (write or w0)
+                state = ranges[key] = _Ranges(s0, e0, w0)
+            else:  # the extents settle most checks without a search
+                clash = (start < state.whi and state.wlo < end and _overlaps(state.ws, state.we, start, end)) or \
+                    (write and start < state.rhi and state.rlo < end and _overlaps(state.rs, state.re, start, end))
+            if clash:
+                other = _partner(command, key, start, end, write, segment, table)
+                if other is not None:
+                    self._rebuild(segment, table)
+                    _raise_race(command, key, start, end, write, other)
             if write:
-                _union(state[0], state[1], start, end)
-            else:
-                _union(state[2], state[3], start, end)
+                if start > state.whi:  # past everything written so far: append
+                    state.ws.append(start)
+                    state.we.append(end)
+                    state.whi = end
+                    if start < state.wlo:
+                        state.wlo = start
+                    continue
+            elif state.rs and state.rs[-1] <= start and end <= state.rhi:  # inside the last read interval
+                continue
+            state.add(start, end, write)
+
+    def _rebuild(self, segment: list[Command], table: tuple[Buffer, ...] | None) -> None:
+        """Forget a rejected command's ranges: recompute the state from the segment's commands."""
+        self._ranges = {}
+        for c in segment:
+            self.check(c, [], table)
+
+
+class _Ranges:
+    """Unions of the written and of the read ranges of one key, as sorted disjoint intervals, with
+    their extents so that the common cases (a new range past everything so far, or inside the last
+    interval) cost a comparison or two."""
+
+    __slots__ = ("ws", "we", "rs", "re", "wlo", "whi", "rlo", "rhi")
+
+    def __init__(self, start: int, end: int, write: bool) -> None:
+        self.ws: list[int] = []
+        self.we: list[int] = []
+        self.rs: list[int] = []
+        self.re: list[int] = []
+        self.wlo = self.rlo = END
+        self.whi = self.rhi = -1
+        self.add(start, end, write)
+
+    def add(self, start: int, end: int, write: bool) -> None:
+        if write:
+            _union(self.ws, self.we, start, end)
+            self.wlo, self.whi = self.ws[0], self.we[-1]
+        else:
+            _union(self.rs, self.re, start, end)
+            self.rlo, self.rhi = self.rs[0], self.re[-1]
 
 
 def _overlaps(starts: list[int], ends: list[int], start: int, end: int) -> bool:
@@ -298,6 +347,10 @@ def _union(starts: list[int], ends: list[int], start: int, end: int) -> None:
         starts.append(start)
         ends.append(end)
         return
+    if start >= starts[-1]:  # touches or overlaps the last interval only
+        if end > ends[-1]:
+            ends[-1] = end
+        return
     i = bisect_left(ends, start)
     j = bisect_right(starts, end)
     if i < j:
@@ -307,23 +360,28 @@ def _union(starts: list[int], ends: list[int], start: int, end: int) -> None:
     ends[i:j] = [end]
 
 
-def _raise_race(command: Command, r: BufferRef, write: bool, segment: Iterable[Command],
-                table: tuple[Buffer, ...] | None) -> None:
-    key, start, end = access_range(r, table)
+def _partner(command: Command, key: object, start: int, end: int, write: bool, segment: list[Command],
+             table: tuple[Buffer, ...] | None) -> tuple[Command, int, int, bool] | None:
+    """The earlier command of `segment` whose access conflicts with this one, if any."""
     for other in segment:
         if other.index >= command.index:
             break
         for o, other_write in other.accesses():
             okey, ostart, oend = access_range(o, table)
             if okey == key and ostart < end and start < oend and (write or other_write):
-                what = f"slot {key}" if type(key) is int else "one buffer"
-                raise ValidationError(
-                    f"race: command {command.index} ({command.kind}) {'writes' if write else 'reads'} "
-                    f"bytes [{start}, {end if end != END else 'end'}) of {what} that command {other.index} "
-                    f"({other.kind}) {'writes' if other_write else 'reads'} "
-                    f"([{ostart}, {oend if oend != END else 'end'})) in the same segment; "
-                    f"record an execution_barrier() between them")
-    raise AssertionError("race detected but no partner found")  # pragma: no cover
+                return other, ostart, oend, other_write
+    return None
+
+
+def _raise_race(command: Command, key: object, start: int, end: int, write: bool,
+                other: tuple[Command, int, int, bool]) -> None:
+    o, ostart, oend, other_write = other
+    what = f"slot {key}" if type(key) is int else "one buffer"
+    raise ValidationError(
+        f"race: command {command.index} ({command.kind}) {'writes' if write else 'reads'} bytes "
+        f"[{start}, {end if end != END else 'end'}) of {what} that command {o.index} ({o.kind}) "
+        f"{'writes' if other_write else 'reads'} ([{ostart}, {oend if oend != END else 'end'})) in the same "
+        f"segment; record an execution_barrier() between them")
 
 
 def to_networkx(commands: list[Command], tracker: DependencyTracker) -> nx.DiGraph:

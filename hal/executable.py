@@ -54,6 +54,8 @@ class Export:
         object.__setattr__(self, "constants", constants)
         object.__setattr__(self, "workgroup_size", size + (1,) * (3 - len(size)))
         object.__setattr__(self, "readonly", ro)
+        # Per binding: does the kernel write it? (Not a field: derived, and used on the hot path.)
+        object.__setattr__(self, "writes", tuple(i not in ro for i in range(bindings)))
 
 
 class ExecutableSource:

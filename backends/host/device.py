@@ -144,7 +144,8 @@ class HostDevice(Device):
                         if failed is not None or all(s.value >= v for s, v in head.waits):
                             break
                         if self._closing:
-                            failed = DeviceLostError("the device was closed before this submission's waits were reached")
+                            failed = DeviceLostError("the device was closed before this submission's waits "
+                                                 "were reached")
                             break
                     cv.wait()
                 self._running = True

@@ -1,0 +1,31 @@
+import subprocess
+import sys
+
+from hal.__main__ import main
+
+
+def test_demo_runs_checks_and_compares(capsys):
+    assert main(["demo", "--device", "host", "--iterations", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "device: host" in out
+    barriers, hazards = out.split("dependency graph (hazards)")
+    assert "dependency graph (barriers): 10 commands, 11 edges" in barriers
+    assert "dispatch sum3          waits for: #4 #5 #6" in barriers
+    assert "#9  segment 5  copy                   waits for: #7" in barriers
+    assert "#9  segment 5  copy                   waits for: #1" in hazards
+    assert "result: matches numpy" in out
+    assert "reuse is" in out
+
+
+def test_info_lists_host_and_its_capabilities(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "host: 1 device(s)" in out
+    assert "max_push_constants_size = 256" in out
+
+
+def test_module_entry_point_reports_bad_devices():
+    proc = subprocess.run([sys.executable, "-m", "hal", "demo", "--device", "nonsense"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "no driver named 'nonsense'" in proc.stderr
