@@ -71,4 +71,6 @@ def _checked(name: str, current: Any, value: Any) -> Any:
         return tuple(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValidationError(f"capability {name} takes a non-negative integer, got {value!r}")
+    if name.endswith("_alignment") and (value < 1 or value & (value - 1)):
+        raise ValidationError(f"capability {name} takes a power of two, got {value!r}")
     return value

@@ -243,12 +243,12 @@ class CommandBuffer:
         ordinal, export = entry
         caps = self._caps
         if type(workgroups) is not tuple or len(workgroups) != 3:
-            workgroups = _workgroups(workgroups, index)
+            workgroups = _workgroups(workgroups, index, name, caps.max_workgroup_count)
         x, y, z = workgroups
         lx, ly, lz = caps.max_workgroup_count
         if type(x) is not int or type(y) is not int or type(z) is not int or \
                 not (0 < x <= lx and 0 < y <= ly and 0 < z <= lz):
-            _bad_workgroups(workgroups, caps.max_workgroup_count, index, name)
+            workgroups = _workgroups(workgroups, index, name, caps.max_workgroup_count)
         if type(constants) is not tuple:
             constants = _sequence(constants, index, name, "constants")
         if len(constants) != export.constants:
@@ -272,45 +272,48 @@ class CommandBuffer:
                 r = r._whole
             if type(r) is not BufferRef or not r.checked & _STORAGE or (b := r.buffer) is None \
                     or b.device is not device or b._released:
-                r = self._ref(r, index, f"dispatch {name}", f"bindings[{len(resolved)}]", _STORAGE)
+                r = self._ref(r, index, "dispatch", len(resolved), _STORAGE)
             resolved.append(r)
-        self._record(Dispatch(index, self._tail.index, executable, export, ordinal, workgroups, constants,
-                              tuple(resolved)))
+        resolved = tuple(resolved)
+        self._record(Dispatch(index, self._tail.index, executable, export, ordinal, workgroups, constants, resolved),
+                     zip(resolved, export.writes))
 
-    def _ref(self, r: Any, index: int, command: str, arg: str, usage: int) -> BufferRef:
-        """Check reference `r` for use as `arg` of command `index`; returns it as a BufferRef."""
+    def _ref(self, r: Any, index: int, command: str, arg: str | int, usage: int) -> BufferRef:
+        """Check reference `r` for use as `arg` (a name, or a binding position) of command `index`;
+        returns it as a BufferRef. Messages are only formatted on the error path."""
         if type(r) is not BufferRef:
             if not isinstance(r, Buffer):
-                raise ValidationError(f"command {index} ({command}): {arg} must be a hal.Buffer or a reference "
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} must be a hal.Buffer or a reference "
                                       f"from hal.ref()/hal.slot(), got {type(r).__name__}")
             r = r._whole
         b = r.buffer
         if b is None:
             if r.slot >= self.binding_capacity:
-                raise ValidationError(f"command {index} ({command}): {arg} uses slot {r.slot}, but the command "
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} uses slot {r.slot}, but the command "
                                       f"buffer's binding_capacity is {self.binding_capacity}")
             if r.offset < 0 or (r.length is not None and r.length <= 0):
-                raise ValidationError(f"command {index} ({command}): {arg} has offset {r.offset} and length "
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} has offset {r.offset} and length "
                                       f"{r.length}; the offset must be >= 0 and the length > 0")
             if usage == _STORAGE and r.offset % self._caps.storage_buffer_offset_alignment:
-                raise ValidationError(f"command {index} ({command}): {arg} offset {r.offset} is not a multiple of "
-                                      f"the device's storage_buffer_offset_alignment "
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {r.offset} is not a "
+                                      f"multiple of the device's storage_buffer_offset_alignment "
                                       f"{self._caps.storage_buffer_offset_alignment}")
             self._slot_seen = index
             return r
         if b.device is not self.device:
-            raise ValidationError(f"command {index} ({command}): {arg} is a buffer of another device ({b.device!r})")
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} is a buffer of another device "
+                                  f"({b.device!r})")
         if b._released:
-            raise ValidationError(f"command {index} ({command}): {arg} is a released buffer")
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} is a released buffer")
         if not r.checked & usage:
             _check_range(r, b, self._caps, index, command, arg, usage)
             r.checked |= usage
         return r
 
-    def _record(self, command: Command) -> None:
+    def _record(self, command: Command, accesses: Any = None) -> None:
         tail = self._tail
         if self.validate:
-            self._races.check(command, tail.commands)
+            self._races.check(command, tail.commands, None, accesses)
         if self._single_pass:
             self._on_command(command, self._tracker.add(command))
         tail.commands.append(command)
@@ -418,29 +421,26 @@ class CommandBuffer:
         """Release what the backend built; the command buffer will be recorded again."""
 
 
-def _check_range(r: BufferRef, b: Buffer, caps: Any, index: int, command: str, arg: str, usage: int) -> None:
+def _check_range(r: BufferRef, b: Buffer, caps: Any, index: int, command: str, arg: str | int, usage: int) -> None:
     """The checks of a direct reference that never change once passed (see BufferRef.checked)."""
     if r.offset < 0 or r.length <= 0 or r.end > b.size:
-        raise ValidationError(f"command {index} ({command}): {arg} range [{r.offset}, {r.end}) is empty or "
+        raise ValidationError(f"command {index} ({command}): {_name(arg)} range [{r.offset}, {r.end}) is empty or "
                               f"outside the buffer's {b.size} bytes")
     if not b._usage_bits & usage:
-        raise ValidationError(f"command {index} ({command}): {arg} lacks BufferUsage.{_USAGE_NAMES[usage]} "
+        raise ValidationError(f"command {index} ({command}): {_name(arg)} lacks BufferUsage.{_USAGE_NAMES[usage]} "
                               f"(it was allocated with {b.usage!r})")
     if usage == _STORAGE:
         if r.offset % caps.storage_buffer_offset_alignment:
-            raise ValidationError(f"command {index} ({command}): {arg} offset {r.offset} is not a multiple of the "
-                                  f"device's storage_buffer_offset_alignment {caps.storage_buffer_offset_alignment}")
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {r.offset} is not a multiple "
+                                  f"of the device's storage_buffer_offset_alignment "
+                                  f"{caps.storage_buffer_offset_alignment}")
         if r.length > caps.max_storage_buffer_range:
-            raise ValidationError(f"command {index} ({command}): {arg} spans {r.length} bytes, more than the "
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} spans {r.length} bytes, more than the "
                                   f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
 
 
-def _bad_workgroups(workgroups: tuple[Any, ...], limit: tuple[int, int, int], index: int, name: str) -> None:
-    for axis in range(3):
-        w = workgroups[axis]
-        if type(w) is not int or not 0 < w <= limit[axis]:
-            raise ValidationError(f"command {index} (dispatch {name}): workgroups[{axis}] = {w!r} must be "
-                                  f"an integer from 1 to the device's max_workgroup_count {limit[axis]}")
+def _name(arg: str | int) -> str:
+    return f"bindings[{arg}]" if type(arg) is int else arg
 
 
 def _check_constants(constants: tuple[Any, ...], index: int, name: str) -> None:
@@ -464,16 +464,23 @@ def _pattern(pattern: Any, index: int) -> bytes:
     return p
 
 
-def _workgroups(workgroups: Any, index: int) -> tuple[int, int, int]:
+def _workgroups(workgroups: Any, index: int, name: str, limit: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The slow path: normalise 1 to 3 integers (numpy ones too) and check them against the limit."""
     if isinstance(workgroups, (int, np.integer)) and not isinstance(workgroups, bool):
-        return (int(workgroups), 1, 1)
+        workgroups = (workgroups,)
     try:
-        items = tuple(int(w) if isinstance(w, np.integer) else w for w in workgroups)
+        items = tuple(workgroups)
     except TypeError:
         items = ()
     if not 1 <= len(items) <= 3:
-        raise ValidationError(f"command {index} (dispatch): workgroups must be 1 to 3 integers, got {workgroups!r}")
-    return items + (1,) * (3 - len(items))
+        raise ValidationError(f"command {index} (dispatch {name}): workgroups must be 1 to 3 integers, "
+                              f"got {workgroups!r}")
+    items += (1,) * (3 - len(items))
+    for axis, w in enumerate(items):
+        if not isinstance(w, (int, np.integer)) or isinstance(w, bool) or not 0 < w <= limit[axis]:
+            raise ValidationError(f"command {index} (dispatch {name}): workgroups[{axis}] = {w!r} must be "
+                                  f"an integer from 1 to the device's max_workgroup_count {limit[axis]}")
+    return (int(items[0]), int(items[1]), int(items[2]))
 
 
 def _sequence(items: Any, index: int, name: str, what: str) -> tuple[Any, ...]:

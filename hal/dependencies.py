@@ -25,6 +25,7 @@ import networkx as nx
 from hal.errors import ValidationError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
 
     from hal.buffer import Buffer, BufferRef
     from hal.commands import Command
@@ -159,29 +160,35 @@ class DependencyTracker:
 
 
 class _AccessMap:
-    """Disjoint sorted pieces of one buffer, each with its last writers and the readers since."""
+    """Disjoint sorted pieces of one buffer, each with its last writers and the readers since.
 
-    __slots__ = ("starts", "ends", "writers", "readers")
+    `floors[i]`: the segment of the last write that covered piece i. Entries of segments below it are
+    ordered before that write, so commands of later segments may skip them; commands of the floor
+    segment itself are not ordered after that write and still see them."""
+
+    __slots__ = ("starts", "ends", "writers", "readers", "floors")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.writers: list[list[int]] = []
         self.readers: list[list[int]] = []
+        self.floors: list[int] = []
 
     def collect(self, start: int, end: int, write: bool, segment: int, segment_of: list[int],
                 found: set[int]) -> None:
         """Add to `found` the commands of earlier segments that an access must wait for."""
-        starts, writers, readers = self.starts, self.writers, self.readers
+        starts, writers, readers, floors = self.starts, self.writers, self.readers, self.floors
         i = bisect_right(self.ends, start)
         n = len(starts)
         while i < n and starts[i] < end:
+            low = 0 if floors[i] == segment else floors[i]
             for w in writers[i]:
-                if segment_of[w] < segment:
+                if low <= segment_of[w] < segment:
                     found.add(w)
             if write:
                 for r in readers[i]:
-                    if segment_of[r] < segment:
+                    if low <= segment_of[r] < segment:
                         found.add(r)
             i += 1
 
@@ -190,22 +197,24 @@ class _AccessMap:
         lo = self._split(start)
         hi = self._split(end)
         if write:
-            # Accesses of the same segment are not ordered before this one (a race when not
-            # validated): keep them, so later commands still wait for them.
+            # Keep what commands of this segment can still see: accesses of this segment (a race when
+            # not validated) and the earlier ones this write hides only from later segments.
             writers = [index]
             readers: list[int] = []
             for j in range(lo, hi):
-                writers += [w for w in self.writers[j] if w != index and segment_of[w] == segment]
-                readers += [r for r in self.readers[j] if segment_of[r] == segment]
+                low = 0 if self.floors[j] == segment else self.floors[j]
+                writers += [w for w in self.writers[j] if w != index and low <= segment_of[w] <= segment]
+                readers += [r for r in self.readers[j] if low <= segment_of[r] <= segment]
             self.starts[lo:hi] = [start]
             self.ends[lo:hi] = [end]
             self.writers[lo:hi] = [writers]
             self.readers[lo:hi] = [readers]
+            self.floors[lo:hi] = [segment]
             return
         cursor, j = start, lo
         while j < hi:
             if self.starts[j] > cursor:
-                self._insert(j, cursor, self.starts[j], [], [index])
+                self._insert(j, cursor, self.starts[j], [], [index], 0)
                 j += 1
                 hi += 1
             rs = self.readers[j]
@@ -214,39 +223,42 @@ class _AccessMap:
             cursor = self.ends[j]
             j += 1
         if cursor < end:
-            self._insert(j, cursor, end, [], [index])
+            self._insert(j, cursor, end, [], [index], 0)
 
     def absorb(self, other: _AccessMap) -> None:
         """Union `other` into this map: every piece keeps the writers and readers of both."""
-        for s, e, ws, rs in zip(other.starts, other.ends, other.writers, other.readers):
+        for s, e, ws, rs, fl in zip(other.starts, other.ends, other.writers, other.readers, other.floors):
             lo = self._split(s)
             hi = self._split(e)
             cursor, j = s, lo
             while j < hi:
                 if self.starts[j] > cursor:
-                    self._insert(j, cursor, self.starts[j], [], [])
+                    self._insert(j, cursor, self.starts[j], [], [], fl)
                     hi += 1
                 self.writers[j] = sorted(set(self.writers[j]).union(ws))
                 self.readers[j] = sorted(set(self.readers[j]).union(rs))
+                if self.floors[j] != fl:
+                    self.floors[j] = 0  # hide nothing: each side hid different entries
                 cursor = self.ends[j]
                 j += 1
             if cursor < e:
-                self._insert(j, cursor, e, list(ws), list(rs))
+                self._insert(j, cursor, e, list(ws), list(rs), fl)
 
     def _split(self, x: int) -> int:
         """Make x a piece boundary; returns the index of the first piece starting at or after x."""
         i = bisect_right(self.ends, x)
         if i < len(self.starts) and self.starts[i] < x:
-            self._insert(i + 1, x, self.ends[i], self.writers[i][:], self.readers[i][:])
+            self._insert(i + 1, x, self.ends[i], self.writers[i][:], self.readers[i][:], self.floors[i])
             self.ends[i] = x
             return i + 1
         return i
 
-    def _insert(self, i: int, start: int, end: int, writers: list[int], readers: list[int]) -> None:
+    def _insert(self, i: int, start: int, end: int, writers: list[int], readers: list[int], floor: int) -> None:
         self.starts.insert(i, start)
         self.ends.insert(i, end)
         self.writers.insert(i, writers)
         self.readers.insert(i, readers)
+        self.floors.insert(i, floor)
 
 
 class RaceDetector:
@@ -261,20 +273,23 @@ class RaceDetector:
         if self._ranges:
             self._ranges = {}
 
-    def check(self, command: Command, segment: list[Command], table: tuple[Buffer, ...] | None = None) -> None:
+    def check(self, command: Command, segment: list[Command], table: tuple[Buffer, ...] | None = None,
+              accesses: Iterable[tuple[BufferRef, bool]] | None = None) -> None:
         """Raise ValidationError if `command` races with an earlier command of `segment`; else remember
-        its ranges. With a binding table, slots are keyed by the buffers bound to them.
+        its ranges. With a binding table, slots are keyed by the buffers bound to them. `accesses`, when
+        given, are the command's (the recording path has them at hand).
 
         One pass: ranges are merged as they are checked. An overlap found may be with the command's
         own earlier access (legal); only on that rare path are the other commands searched.
         """
         ranges = self._ranges
-        for r, write in command.accesses():
-            b = r.buffer
-            if b is None:
+        for r, write in command.accesses() if accesses is None else accesses:
+            key = r.buffer
+            if key is None:
                 key, start, end = access_range(r, table)
             else:
-                key, start, end = b, r.offset, r.end
+                start = r.offset
+                end = r.end
             state = ranges.get(key)
             if state is None:
                 ranges[key] = (start, end, write)

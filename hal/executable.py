@@ -45,10 +45,14 @@ class Export:
                                               for s in size):
             raise ValidationError(f"Export {name!r}: workgroup_size must be 1 to 3 positive integers, "
                                   f"got {workgroup_size!r}")
-        ro = tuple(sorted(set(readonly)))
-        for i in ro:
-            if not isinstance(i, int) or not 0 <= i < bindings:
+        try:
+            items = tuple(readonly)
+        except TypeError:
+            raise ValidationError(f"Export {name!r}: readonly must be a sequence of binding indices") from None
+        for i in items:
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < bindings:
                 raise ValidationError(f"Export {name!r}: readonly index {i!r} is not a binding (0..{bindings - 1})")
+        ro = tuple(sorted(set(items)))
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "bindings", bindings)
         object.__setattr__(self, "constants", constants)
@@ -148,7 +152,7 @@ class ExecutableSource:
         """Content key: equal for sources with the same code, exports, options and imports."""
         if self._key is None:
             if self.format == "python":
-                self._key = ("python", self.exports, tuple(self.payload.items()))
+                self._key = ("python", self.exports, tuple(self.payload[e.name] for e in self.exports))
             elif self.format == "multi":
                 self._key = ("multi",) + tuple((d, p.key) for d, p in sorted(self.payload.items()))
             else:

@@ -29,13 +29,15 @@ class HostCommandBuffer(CommandBuffer):
     def _on_reset(self) -> None:
         self.order = []
 
-    def execute(self, table: tuple[Buffer, ...]) -> None:
-        for c in self.order:
-            try:
-                _RUN[type(c)](c, table)
-            except Exception as e:
-                name = f" {c.export.name}" if isinstance(c, Dispatch) else ""
-                raise DeviceError(f"host: command {c.index} ({c.kind}{name}) failed: {type(e).__name__}: {e}") from e
+
+def execute(order: list[Command], table: tuple[Buffer, ...]) -> None:
+    """Run commands in `order` (a submission keeps its own order, so reset() cannot pull it away)."""
+    for c in order:
+        try:
+            _RUN[type(c)](c, table)
+        except Exception as e:
+            name = f" {c.export.name}" if isinstance(c, Dispatch) else ""
+            raise DeviceError(f"host: command {c.index} ({c.kind}{name}) failed: {type(e).__name__}: {e}") from e
 
 
 def execution_order(commands: list[Command], groups: list[tuple[int, ...]], group_of: list[int]) -> list[Command]:

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from backends.host.buffer import HostBuffer
-from backends.host.command_buffer import HostCommandBuffer
+from backends.host.command_buffer import HostCommandBuffer, execute
 from backends.host.executable import HostExecutable
 from backends.host.semaphore import HostSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
+from hal.commands import Command
 from hal.device import Device, DeviceInfo, Driver
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError
 from hal.executable import ExecutableSource
@@ -61,11 +62,11 @@ class HostDriver(Driver):
 
 
 class _Submission:
-    __slots__ = ("command_buffer", "table", "waits", "signals")
+    __slots__ = ("order", "table", "waits", "signals")
 
-    def __init__(self, command_buffer: HostCommandBuffer, table: tuple[Buffer, ...],
+    def __init__(self, order: list[Command], table: tuple[Buffer, ...],
                  waits: tuple[tuple[HostSemaphore, int], ...], signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
-        self.command_buffer, self.table, self.waits, self.signals = command_buffer, table, waits, signals
+        self.order, self.table, self.waits, self.signals = order, table, waits, signals
 
 
 class HostDevice(Device):
@@ -96,7 +97,7 @@ class HostDevice(Device):
                        waits: tuple[tuple[HostSemaphore, int], ...],
                        signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
         with self._cv:
-            self._pending.append(_Submission(command_buffer, table, waits, signals))
+            self._pending.append(_Submission(command_buffer.order, table, waits, signals))
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, name="hal-host-queue", daemon=True)
                 self._worker.start()
@@ -152,7 +153,7 @@ class HostDevice(Device):
             error = failed
             if error is None:
                 try:
-                    head.command_buffer.execute(head.table)
+                    execute(head.order, head.table)
                 except DeviceError as e:
                     error = e
             with cv:

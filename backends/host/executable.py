@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hal.commands import pack_constants
 from hal.errors import UnsupportedError, ValidationError
 from hal.executable import Executable, ExecutableSource
 
@@ -25,7 +26,7 @@ class HostExecutable(Executable):
 
 
 class DispatchContext:
-    """What a host kernel sees: `binding(i, dtype)`, `constants`, `workgroups`, `workgroup_size`.
+    """What a host kernel sees: `binding(i, dtype)`, `constants` (as given), `workgroups`, `workgroup_size`.
 
     One call covers the whole grid. Bindings the export marks readonly come back read-only, so a
     kernel that writes one fails loudly instead of hiding a hazard-analysis bug.
@@ -40,6 +41,11 @@ class DispatchContext:
         self.constants = constants
         self.workgroups = workgroups
         self.workgroup_size = workgroup_size
+
+    @property
+    def words(self) -> np.ndarray:
+        """The constants as the 32-bit words a GPU kernel receives (for bit-exact kernels)."""
+        return np.frombuffer(pack_constants(self.constants), np.uint32)
 
     @property
     def invocations(self) -> int:

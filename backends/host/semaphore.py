@@ -48,4 +48,5 @@ class HostSemaphore(Semaphore):
 
     def _raise_failure(self) -> None:
         if self.failure is not None:
-            raise DeviceError(f"the semaphore failed: {self.failure}") from self.failure
+            cls = type(self.failure) if isinstance(self.failure, DeviceError) else DeviceError
+            raise cls(f"the semaphore failed: {self.failure}") from self.failure

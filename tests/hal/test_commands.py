@@ -1,0 +1,67 @@
+import struct
+
+import numpy as np
+import pytest
+
+import hal
+from hal.commands import Copy, Dispatch, Fill, Update, constant_word, pack_constants
+
+
+@pytest.mark.parametrize("value, word", [
+    (0, 0), (1, 1), (-1, 0xFFFFFFFF), (2**31 - 1, 0x7FFFFFFF), (-(2**31), 0x80000000), (2**32 - 1, 0xFFFFFFFF),
+    (1.0, 0x3F800000), (-2.5, struct.unpack("<I", struct.pack("<f", -2.5))[0]),
+    (np.float32(1.0), 0x3F800000), (np.int32(-1), 0xFFFFFFFF), (np.uint32(7), 7),
+])
+def test_constant_words(value, word):
+    assert constant_word(value) == word
+
+
+@pytest.mark.parametrize("value, error", [
+    (2**32, OverflowError), (-(2**31) - 1, OverflowError), (np.float64(1.0), TypeError), (np.int64(1), TypeError),
+    (np.int16(1), TypeError), ("1", TypeError), (None, TypeError), (1e40, OverflowError),
+])
+def test_values_that_are_not_32_bit_constants(value, error):
+    with pytest.raises(error):
+        constant_word(value)
+
+
+def test_pack_constants_is_little_endian_words():
+    assert pack_constants((1, -1, 1.0)) == bytes.fromhex("01000000" "ffffffff" "0000803f")
+    assert pack_constants(()) == b""
+
+
+def test_records_land_in_a_linked_list_of_segments(host):
+    a, b = host.allocate(64), host.allocate(64)
+    exe = host.load_executable(hal.ExecutableSource.python(
+        {"k": lambda ctx: None}, [hal.Export("k", bindings=2, constants=1, readonly=(0,))]))
+    cb = host.create_command_buffer()
+    with cb:
+        cb.execution_barrier()  # a barrier before any command opens no segment
+        cb.fill_buffer(a, b"\x01")
+        cb.update_buffer(hal.ref(b, 8, 8), np.arange(2, dtype=np.uint32))
+        cb.execution_barrier()
+        cb.execution_barrier()
+        cb.copy_buffer(hal.ref(a, 0, 16), hal.ref(b, 32, 16))
+        cb.execution_barrier()
+        cb.dispatch(exe, "k", 1, (np.float32(0.5),), (a, b))
+    segments = list(cb.segments())
+    assert [s.index for s in segments] == [1, 3, 4]
+    assert [[type(c) for c in s.commands] for s in segments] == [[Fill, Update], [Copy], [Dispatch]]
+    assert segments[0].next is segments[1] and segments[-1].next is None
+    assert [c.index for c in cb.commands] == [0, 1, 2, 3]
+    update, copy, dispatch = cb.commands[1:]
+    assert (update.target.offset, update.target.length, update.data) == (8, 8, np.arange(2, dtype=np.uint32).tobytes())
+    assert (copy.source.length, copy.target.offset, copy.target.length) == (16, 32, 16)
+    assert [(r.buffer, w) for r, w in dispatch.accesses()] == [(a, False), (b, True)]
+    assert dispatch.constants == (np.float32(0.5),)
+
+
+def test_update_data_is_copied_at_record_time(host):
+    buf = host.allocate(16)
+    data = np.arange(4, dtype=np.uint32)
+    cb = host.create_command_buffer()
+    with cb:
+        cb.update_buffer(buf, data)
+    data[:] = 99
+    host.queue_execute(cb)
+    assert buf.read(np.uint32).tolist() == [0, 1, 2, 3]
