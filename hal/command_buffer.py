@@ -313,7 +313,7 @@ class CommandBuffer:
     def _record(self, command: Command, accesses: Any = None) -> None:
         tail = self._tail
         if self.validate:
-            self._races.check(command, tail.commands, None, accesses)
+            self._races.check(command, tail.commands, accesses)
         if self._single_pass:
             self._on_command(command, self._tracker.add(command))
         tail.commands.append(command)
@@ -373,7 +373,7 @@ class CommandBuffer:
                 if seg.index in segments:
                     races = RaceDetector()
                     for c in seg.commands:
-                        races.check(c, seg.commands, table)
+                        races.add(c, seg.commands, table)
 
     def _check_slot_command(self, c: Command, table: tuple[Buffer, ...]) -> None:
         ranges = []

@@ -25,7 +25,7 @@ import networkx as nx
 from hal.errors import ValidationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from hal.buffer import Buffer, BufferRef
     from hal.commands import Command
@@ -262,22 +262,39 @@ class _AccessMap:
 
 
 class RaceDetector:
-    """Per-segment ranges of each buffer (or slot) key: one access as a plain tuple, more as _Ranges."""
+    """Per-segment ranges of each buffer (or slot) key: one access as a plain tuple, more as _Ranges.
 
-    __slots__ = ("_ranges",)
+    The first command of a segment cannot race, so its ranges are indexed only when a second command
+    arrives: a chain of one command per segment pays nothing for the check.
+    """
+
+    __slots__ = ("_ranges", "_indexed")
 
     def __init__(self) -> None:
         self._ranges: dict[object, tuple[int, int, bool] | _Ranges] = {}
+        self._indexed = 0  # how many commands of the segment are in _ranges
 
     def reset(self) -> None:
-        if self._ranges:
-            self._ranges = {}
+        self._ranges.clear()
+        self._indexed = 0
 
-    def check(self, command: Command, segment: list[Command], table: tuple[Buffer, ...] | None = None,
+    def check(self, command: Command, segment: list[Command],
               accesses: Iterable[tuple[BufferRef, bool]] | None = None) -> None:
-        """Raise ValidationError if `command` races with an earlier command of `segment`; else remember
-        its ranges. With a binding table, slots are keyed by the buffers bound to them. `accesses`, when
-        given, are the command's (the recording path has them at hand).
+        """Raise ValidationError if `command` races with one of `segment` (the commands recorded before
+        it in its segment); else remember its ranges. `accesses`, when given, are the command's."""
+        if not segment:
+            return
+        if self._indexed < len(segment):
+            for c in segment[self._indexed:]:
+                self.add(c, ())
+            self._indexed = len(segment)
+        self.add(command, segment, None, accesses)
+        self._indexed += 1
+
+    def add(self, command: Command, segment: Sequence[Command], table: tuple[Buffer, ...] | None = None,
+            accesses: Iterable[tuple[BufferRef, bool]] | None = None) -> None:
+        """Check `command` against the ranges indexed so far, then index it. With a binding table,
+        slots are keyed by the buffers bound to them; `segment` is searched for the partner of a race.
 
         One pass: ranges are merged as they are checked. An overlap found may be with the command's
         own earlier access (legal); only on that rare path are the other commands searched.
@@ -307,22 +324,27 @@ class RaceDetector:
                     self._rebuild(segment, table)
                     _raise_race(command, key, start, end, write, other)
             if write:
-                if start > state.whi:  # past everything written so far: append
-                    state.ws.append(start)
-                    state.we.append(end)
+                whi = state.whi
+                if start >= whi:  # at or past the end of everything written so far: append or extend
+                    if start == whi:
+                        state.we[-1] = end
+                    else:
+                        state.ws.append(start)
+                        state.we.append(end)
+                        if start < state.wlo:
+                            state.wlo = start
                     state.whi = end
-                    if start < state.wlo:
-                        state.wlo = start
                     continue
             elif state.rs and state.rs[-1] <= start and end <= state.rhi:  # inside the last read interval
                 continue
             state.add(start, end, write)
 
-    def _rebuild(self, segment: list[Command], table: tuple[Buffer, ...] | None) -> None:
+    def _rebuild(self, segment: Sequence[Command], table: tuple[Buffer, ...] | None) -> None:
         """Forget a rejected command's ranges: recompute the state from the segment's commands."""
-        self._ranges = {}
+        self._ranges.clear()
         for c in segment:
-            self.check(c, [], table)
+            self.add(c, (), table)
+        self._indexed = len(segment)
 
 
 class _Ranges:
@@ -375,7 +397,7 @@ def _union(starts: list[int], ends: list[int], start: int, end: int) -> None:
     ends[i:j] = [end]
 
 
-def _partner(command: Command, key: object, start: int, end: int, write: bool, segment: list[Command],
+def _partner(command: Command, key: object, start: int, end: int, write: bool, segment: Sequence[Command],
              table: tuple[Buffer, ...] | None) -> tuple[Command, int, int, bool] | None:
     """The earlier command of `segment` whose access conflicts with this one, if any."""
     for other in segment:
