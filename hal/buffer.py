@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hal.errors import ValidationError
+from hal.errors import ValidationError, integer
 
 if TYPE_CHECKING:
     from hal.device import Device
@@ -47,12 +47,12 @@ class Buffer:
         """A fresh array of `count` elements of `dtype` from byte `offset`, after all submitted work."""
         dt = _dtype(dtype)
         self._check_live("read")
-        offset = _index("offset", offset)
+        offset = integer(offset, "offset", 0)
         if offset > self.size:
             raise ValidationError(f"read: offset {offset} is beyond the buffer's {self.size} bytes")
         if count is None:
             count = (self.size - offset) // dt.itemsize
-        count = _index("count", count)
+        count = integer(count, "count", 0)
         nbytes = count * dt.itemsize
         if offset + nbytes > self.size:
             raise ValidationError(
@@ -64,7 +64,7 @@ class Buffer:
         """Copy bytes-like or ndarray `data` into the buffer at byte `offset`, after all submitted work."""
         self._check_live("write")
         view = _bytes_view(data, "write")
-        offset = _index("offset", offset)
+        offset = integer(offset, "offset", 0)
         if offset + view.nbytes > self.size:
             raise ValidationError(
                 f"write: {view.nbytes} bytes at offset {offset} end at {offset + view.nbytes}; "
@@ -108,75 +108,74 @@ class Buffer:
 
 
 class BufferRef:
-    """A byte range of a buffer (slot < 0) or of binding-table entry `slot`.
+    """A byte range of a buffer (slot < 0) or of binding-table entry `slot`. Immutable.
 
     `length` None means "to the end of the buffer"; for a direct reference it is resolved at creation.
-    `end` is offset + length, or None when only the bound buffer will tell. `checked` holds the
-    BufferUsage bits for which recording has already validated this reference (range, usage,
-    alignment); none of that can change later, so recording re-checks only that the buffer is live.
+    `end` is offset + length, or None when only the bound buffer will tell. Recording reads the
+    underscored slots directly; `_checked` holds the BufferUsage bits for which recording has already
+    validated this reference (range, usage, alignment). None of that can change later, since the
+    public fields are read-only, so recording re-checks only that the buffer is still live.
     """
 
-    __slots__ = ("buffer", "slot", "offset", "length", "end", "checked")
+    __slots__ = ("_buffer", "_slot", "_offset", "_length", "_end", "_checked")
 
     def __init__(self, buffer: Buffer | None, slot: int, offset: int, length: int | None) -> None:
-        self.buffer = buffer
-        self.slot = slot
-        self.offset = offset
-        self.length = length
-        self.end = None if length is None else offset + length
-        self.checked = 0
+        self._buffer = buffer
+        self._slot = slot
+        self._offset = offset
+        self._length = length
+        self._end = None if length is None else offset + length
+        self._checked = 0
+
+    buffer = property(lambda self: self._buffer, doc="The Buffer, or None for a slot reference.")
+    slot = property(lambda self: self._slot, doc="The binding-table index, or -1 for a direct reference.")
+    offset = property(lambda self: self._offset, doc="First byte.")
+    length = property(lambda self: self._length, doc="Bytes, or None: to the end of the bound buffer.")
+    end = property(lambda self: self._end, doc="offset + length, or None when the bound buffer decides.")
 
     def __repr__(self) -> str:
-        where = f"slot({self.slot})" if self.buffer is None else repr(self.buffer)
-        length = "to end" if self.length is None else f"{self.length} bytes"
-        return f"<BufferRef {where} offset {self.offset}, {length}>"
+        where = f"slot({self._slot})" if self._buffer is None else repr(self._buffer)
+        length = "to end" if self._length is None else f"{self._length} bytes"
+        return f"<BufferRef {where} offset {self._offset}, {length}>"
 
 
 def ref(buffer: Buffer, offset: int = 0, length: int | None = None) -> BufferRef:
     """Bytes [offset, offset + length) of `buffer`; the range is checked when a command uses it."""
     if not isinstance(buffer, Buffer):
         raise ValidationError(f"ref: expected a hal.Buffer, got {type(buffer).__name__}")
-    offset = _int("offset", offset)
+    offset = integer(offset, "ref offset")
     if length is None:
         length = buffer.size - offset
-    return BufferRef(buffer, -1, offset, _int("length", length))
+    return BufferRef(buffer, -1, offset, integer(length, "ref length"))
 
 
 def slot(index: int, offset: int = 0, length: int | None = None) -> BufferRef:
     """Bytes of binding-table entry `index`, resolved at each queue_execute."""
-    index = _int("slot index", index)
-    if index < 0:
-        raise ValidationError(f"slot: index must be >= 0, got {index}")
-    offset = _int("offset", offset)
-    return BufferRef(None, index, offset, None if length is None else _int("length", length))
-
-
-def _int(name: str, value: Any) -> int:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return int(value)
-    raise ValidationError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-
-
-def _index(name: str, value: Any) -> int:
-    value = _int(name, value)
-    if value < 0:
-        raise ValidationError(f"{name} must be >= 0, got {value}")
-    return value
+    index = integer(index, "slot index", 0)
+    offset = integer(offset, "slot offset")
+    return BufferRef(None, index, offset, None if length is None else integer(length, "slot length"))
 
 
 def _dtype(dtype: Any) -> np.dtype:
     try:
-        return np.dtype(dtype)
-    except TypeError as e:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError) as e:
         raise ValidationError(f"not a numpy dtype: {dtype!r}") from e
+    if dt.itemsize == 0 or dt.hasobject:
+        raise ValidationError(f"read: {dt} has no fixed-size binary layout; use a numeric dtype")
+    return dt
 
 
 def _bytes_view(data: Any, what: str) -> memoryview:
-    """A flat byte view of bytes-like or ndarray `data`, without copying where possible."""
+    """A flat, contiguous byte view of bytes-like or ndarray `data` (copied only when it is strided)."""
     if isinstance(data, np.ndarray):
-        data = np.ascontiguousarray(data)
+        if data.dtype.hasobject:
+            raise ValidationError(f"{what}: an array of Python objects has no binary layout")
+        return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
     try:
         view = memoryview(data)
     except TypeError as e:
         raise ValidationError(f"{what}: expected bytes-like data or a numpy array, got {type(data).__name__}") from e
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())
     return view.cast("B") if view.ndim != 1 or view.format != "B" else view

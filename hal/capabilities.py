@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from hal.errors import ValidationError
+from hal.errors import ValidationError, integer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,12 +65,10 @@ def _checked(name: str, current: Any, value: Any) -> Any:
             raise ValidationError(f"capability {name} takes True or False, got {value!r}")
         return value
     if isinstance(current, tuple):
-        if not (isinstance(value, (tuple, list)) and len(value) == 3
-                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        if not (isinstance(value, (tuple, list)) and len(value) == 3):
             raise ValidationError(f"capability {name} takes three positive integers, got {value!r}")
-        return tuple(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"capability {name} takes a non-negative integer, got {value!r}")
+        return tuple(integer(v, f"capability {name}", 1) for v in value)
+    value = integer(value, f"capability {name}", 0)
     if name.endswith("_alignment") and (value < 1 or value & (value - 1)):
         raise ValidationError(f"capability {name} takes a power of two, got {value!r}")
     return value

@@ -9,6 +9,7 @@ hooks: `deferred` backends see the whole list at `end()`, `single_pass` ones eac
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ import numpy as np
 from hal.buffer import Buffer, BufferRef, BufferUsage, _bytes_view
 from hal.commands import Command, Copy, Dispatch, Fill, Segment, Update, constant_word
 from hal.dependencies import DependencyTracker, RaceDetector, access_range, to_networkx
-from hal.errors import ValidationError
+from hal.errors import ValidationError, integer
 from hal.executable import Executable
 
 if TYPE_CHECKING:
@@ -46,8 +47,7 @@ class CommandBuffer:
             raise ValidationError(f"strategy must be 'deferred' or 'single_pass', got {strategy!r}")
         if dependencies not in ("barriers", "hazards"):
             raise ValidationError(f"dependencies must be 'barriers' or 'hazards', got {dependencies!r}")
-        if isinstance(binding_capacity, bool) or not isinstance(binding_capacity, int) or binding_capacity < 0:
-            raise ValidationError(f"binding_capacity must be an integer >= 0, got {binding_capacity!r}")
+        binding_capacity = integer(binding_capacity, "binding_capacity", 0)
         if not isinstance(validate, bool):
             raise ValidationError(f"validate must be True or False, got {validate!r}")
         self.device = device
@@ -73,7 +73,7 @@ class CommandBuffer:
         self._slots_needed = 0
         self._direct_buffers: tuple[Buffer, ...] = ()
         self._submissions = 0
-        self._table: tuple[Buffer, ...] | None = None
+        self._table: tuple[Buffer, ...] = ()
         self._table_epoch = -1
 
     # State.
@@ -113,10 +113,10 @@ class CommandBuffer:
         direct: dict[Buffer, None] = {}
         for c in commands:
             for r, _ in c.accesses():
-                if r.buffer is not None:
-                    direct[r.buffer] = None
+                if r._buffer is not None:
+                    direct[r._buffer] = None
         self._direct_buffers = tuple(direct)
-        self._slots_needed = max((r.slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
+        self._slots_needed = max((r._slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
         self._on_end()
         self._state = _ENDED
 
@@ -152,9 +152,9 @@ class CommandBuffer:
         t = self._ref(target, index, "fill_buffer", "target", _TARGET)
         p = _pattern(pattern, index)
         align = max(len(p), self._caps.fill_buffer_alignment)
-        if t.offset % align or (t.length is not None and t.length % align):
+        if t._offset % align or (t._length is not None and t._length % align):
             raise ValidationError(
-                f"command {index} (fill_buffer): target offset {t.offset} and length {t.length} must be "
+                f"command {index} (fill_buffer): target offset {t._offset} and length {t._length} must be "
                 f"multiples of {align} (the {len(p)}-byte pattern and the device's fill_buffer_alignment "
                 f"{self._caps.fill_buffer_alignment})")
         self._record(Fill(index, self._tail.index, t, p))
@@ -170,15 +170,15 @@ class CommandBuffer:
         if not 0 < n <= MAX_UPDATE_BYTES:
             raise ValidationError(f"command {index} (update_buffer): data has {n} bytes; it must hold "
                                   f"1 to {MAX_UPDATE_BYTES} (use a staging buffer and copy_buffer for more)")
-        if t.length is not None and n > t.length:
+        if t._length is not None and n > t._length:
             raise ValidationError(f"command {index} (update_buffer): {n} bytes of data do not fit the "
-                                  f"target range of {t.length} bytes at offset {t.offset}")
+                                  f"target range of {t._length} bytes at offset {t._offset}")
         align = self._caps.update_buffer_alignment
-        if t.offset % align or n % align:
-            raise ValidationError(f"command {index} (update_buffer): target offset {t.offset} and data size {n} "
+        if t._offset % align or n % align:
+            raise ValidationError(f"command {index} (update_buffer): target offset {t._offset} and data size {n} "
                                   f"must be multiples of the device's update_buffer_alignment {align}")
-        if t.length != n:
-            t = BufferRef(t.buffer, t.slot, t.offset, n)
+        if t._length != n:
+            t = BufferRef(t._buffer, t._slot, t._offset, n)
         self._record(Update(index, self._tail.index, t, view.tobytes()))
 
     def copy_buffer(self, source: Buffer | BufferRef, target: Buffer | BufferRef) -> None:
@@ -188,26 +188,26 @@ class CommandBuffer:
         index = self._count
         s = self._ref(source, index, "copy_buffer", "source", _SOURCE)
         t = self._ref(target, index, "copy_buffer", "target", _TARGET)
-        n = s.length if s.length is not None else t.length
+        n = s._length if s._length is not None else t._length
         if n is None:
             raise ValidationError(f"command {index} (copy_buffer): both ranges are slots of unknown length; "
                                   f"give one a length: hal.slot(i, offset, length)")
         if n == 0:
             raise ValidationError(f"command {index} (copy_buffer): the source range is empty")
-        if t.length is not None and n > t.length:
+        if t._length is not None and n > t._length:
             raise ValidationError(f"command {index} (copy_buffer): {n} source bytes do not fit the target "
-                                  f"range of {t.length} bytes at offset {t.offset}")
+                                  f"range of {t._length} bytes at offset {t._offset}")
         align = self._caps.copy_buffer_alignment
-        if s.offset % align or t.offset % align or n % align:
-            raise ValidationError(f"command {index} (copy_buffer): offsets {s.offset}, {t.offset} and length {n} "
+        if s._offset % align or t._offset % align or n % align:
+            raise ValidationError(f"command {index} (copy_buffer): offsets {s._offset}, {t._offset} and length {n} "
                                   f"must be multiples of the device's copy_buffer_alignment {align}")
-        if s.buffer is t.buffer and s.slot == t.slot and s.offset < t.offset + n and t.offset < s.offset + n:
-            raise ValidationError(f"command {index} (copy_buffer): source [{s.offset}, {s.offset + n}) and target "
-                                  f"[{t.offset}, {t.offset + n}) overlap in one buffer; copy through a second buffer")
-        if s.length != n:
-            s = BufferRef(s.buffer, s.slot, s.offset, n)
-        if t.length != n:
-            t = BufferRef(t.buffer, t.slot, t.offset, n)
+        if s._buffer is t._buffer and s._slot == t._slot and s._offset < t._offset + n and t._offset < s._offset + n:
+            raise ValidationError(f"command {index} (copy_buffer): source [{s._offset}, {s._offset + n}) and target "
+                                  f"[{t._offset}, {t._offset + n}) overlap in one buffer; copy through a second buffer")
+        if s._length != n:
+            s = BufferRef(s._buffer, s._slot, s._offset, n)
+        if t._length != n:
+            t = BufferRef(t._buffer, t._slot, t._offset, n)
         self._record(Copy(index, self._tail.index, s, t))
 
     def execution_barrier(self) -> None:
@@ -236,7 +236,10 @@ class CommandBuffer:
         if not isinstance(executable, Executable) or executable.device is not self.device:
             raise ValidationError(f"command {index} (dispatch): executable must be a hal.Executable loaded "
                                   f"on this device, got {executable!r}")
-        entry = executable._by_name.get(name)
+        try:
+            entry = executable._by_name.get(name)
+        except TypeError:  # an unhashable name
+            entry = None
         if entry is None:
             raise ValidationError(f"command {index} (dispatch): no export {name!r}; the executable has "
                                   f"{', '.join(executable._by_name)}")
@@ -270,7 +273,7 @@ class CommandBuffer:
         for r in bindings:
             if type(r) is not BufferRef and isinstance(r, Buffer):
                 r = r._whole
-            if type(r) is not BufferRef or not r.checked & _STORAGE or (b := r.buffer) is None \
+            if type(r) is not BufferRef or not r._checked & _STORAGE or (b := r._buffer) is None \
                     or b.device is not device or b._released:
                 r = self._ref(r, index, "dispatch", len(resolved), _STORAGE)
             resolved.append(r)
@@ -286,16 +289,16 @@ class CommandBuffer:
                 raise ValidationError(f"command {index} ({command}): {_name(arg)} must be a hal.Buffer or a reference "
                                       f"from hal.ref()/hal.slot(), got {type(r).__name__}")
             r = r._whole
-        b = r.buffer
+        b = r._buffer
         if b is None:
-            if r.slot >= self.binding_capacity:
-                raise ValidationError(f"command {index} ({command}): {_name(arg)} uses slot {r.slot}, but the command "
+            if r._slot >= self.binding_capacity:
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} uses slot {r._slot}, but the command "
                                       f"buffer's binding_capacity is {self.binding_capacity}")
-            if r.offset < 0 or (r.length is not None and r.length <= 0):
-                raise ValidationError(f"command {index} ({command}): {_name(arg)} has offset {r.offset} and length "
-                                      f"{r.length}; the offset must be >= 0 and the length > 0")
-            if usage == _STORAGE and r.offset % self._caps.storage_buffer_offset_alignment:
-                raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {r.offset} is not a "
+            if r._offset < 0 or (r._length is not None and r._length <= 0):
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} has offset {r._offset} and length "
+                                      f"{r._length}; the offset must be >= 0 and the length > 0")
+            if usage == _STORAGE and r._offset % self._caps.storage_buffer_offset_alignment:
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {r._offset} is not a "
                                       f"multiple of the device's storage_buffer_offset_alignment "
                                       f"{self._caps.storage_buffer_offset_alignment}")
             self._slot_seen = index
@@ -305,9 +308,9 @@ class CommandBuffer:
                                   f"({b.device!r})")
         if b._released:
             raise ValidationError(f"command {index} ({command}): {_name(arg)} is a released buffer")
-        if not r.checked & usage:
+        if not r._checked & usage:
             _check_range(r, b, self._caps, index, command, arg, usage)
-            r.checked |= usage
+            r._checked |= usage
         return r
 
     def _record(self, command: Command, accesses: Any = None) -> None:
@@ -339,7 +342,9 @@ class CommandBuffer:
                                   "mode='reusable' to submit it again")
         table = binding_table if type(binding_table) is tuple else _table(binding_table)
         epoch = self.device._release_epoch
-        if table == self._table and epoch == self._table_epoch:
+        last = self._table
+        if epoch == self._table_epoch and (table is last or (
+                len(table) == len(last) and all(map(operator.is_, table, last)))):
             return table
         self._check_table(table)
         self._table = table
@@ -362,7 +367,7 @@ class CommandBuffer:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
         for b in self._direct_buffers:
             if b._released:
-                user = next(c.index for c in self._commands for r, _ in c.accesses() if r.buffer is b)
+                user = next(c.index for c in self._commands for r, _ in c.accesses() if r._buffer is b)
                 raise ValidationError(f"queue_execute: command {user} uses a buffer that was released after recording")
         segments = set()
         for c in self._slot_commands:
@@ -376,25 +381,22 @@ class CommandBuffer:
                         races.add(c, seg.commands, table)
 
     def _check_slot_command(self, c: Command, table: tuple[Buffer, ...]) -> None:
+        """The record-time reference checks, for the slot references of `c` resolved through `table`."""
         ranges = []
-        for r, write in c.accesses():
+        for i, (r, write) in enumerate(c.accesses()):
             key, start, end = access_range(r, table)
-            if r.buffer is None:
-                b = table[r.slot]
-                if end > b.size or start >= end:
-                    raise ValidationError(f"queue_execute: command {c.index} ({c.kind}) uses bytes [{start}, {end}) "
-                                          f"of slot {r.slot}, but binding_table[{r.slot}] has {b.size} bytes")
+            if r._buffer is None:
                 usage = _STORAGE if c.kind == "dispatch" else (_TARGET if write else _SOURCE)
-                if not b._usage_bits & usage:
-                    raise ValidationError(f"queue_execute: binding_table[{r.slot}] lacks "
-                                          f"BufferUsage.{_USAGE_NAMES[usage]} needed by command {c.index}")
-                if c.kind == "dispatch" and end - start > self._caps.max_storage_buffer_range:
-                    raise ValidationError(f"queue_execute: command {c.index} (dispatch) binds {end - start} bytes of "
-                                          f"slot {r.slot}, more than the device's max_storage_buffer_range "
-                                          f"{self._caps.max_storage_buffer_range}")
+                arg = f"slot {r._slot} (binding_table[{r._slot}])"
+                if c.kind == "dispatch":
+                    arg = f"bindings[{i}] = {arg}"
+                try:
+                    _check_range(BufferRef(key, -1, start, end - start), key, self._caps, c.index, c.kind, arg, usage)
+                except ValidationError as e:
+                    raise ValidationError(f"queue_execute: {e}") from None
                 if c.kind == "fill" and (end - start) % max(len(c.pattern), self._caps.fill_buffer_alignment):
                     raise ValidationError(f"queue_execute: command {c.index} (fill_buffer) fills {end - start} bytes "
-                                          f"of slot {r.slot}, not a multiple of the pattern and fill alignment")
+                                          f"of slot {r._slot}, not a multiple of the pattern and fill alignment")
             ranges.append((key, start, end))
         if c.kind == "copy" and ranges[0][0] is ranges[1][0] and \
                 ranges[0][1] < ranges[1][2] and ranges[1][1] < ranges[0][2]:
@@ -422,20 +424,20 @@ class CommandBuffer:
 
 
 def _check_range(r: BufferRef, b: Buffer, caps: Any, index: int, command: str, arg: str | int, usage: int) -> None:
-    """The checks of a direct reference that never change once passed (see BufferRef.checked)."""
-    if r.offset < 0 or r.length <= 0 or r.end > b.size:
-        raise ValidationError(f"command {index} ({command}): {_name(arg)} range [{r.offset}, {r.end}) is empty or "
+    """The checks of a direct reference that never change once passed (see BufferRef._checked)."""
+    if r._offset < 0 or r._length <= 0 or r._end > b.size:
+        raise ValidationError(f"command {index} ({command}): {_name(arg)} range [{r._offset}, {r._end}) is empty or "
                               f"outside the buffer's {b.size} bytes")
     if not b._usage_bits & usage:
         raise ValidationError(f"command {index} ({command}): {_name(arg)} lacks BufferUsage.{_USAGE_NAMES[usage]} "
                               f"(it was allocated with {b.usage!r})")
     if usage == _STORAGE:
-        if r.offset % caps.storage_buffer_offset_alignment:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {r.offset} is not a multiple "
+        if r._offset % caps.storage_buffer_offset_alignment:
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {r._offset} is not a multiple "
                                   f"of the device's storage_buffer_offset_alignment "
                                   f"{caps.storage_buffer_offset_alignment}")
-        if r.length > caps.max_storage_buffer_range:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} spans {r.length} bytes, more than the "
+        if r._length > caps.max_storage_buffer_range:
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} spans {r._length} bytes, more than the "
                                   f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
 
 

@@ -37,13 +37,13 @@ _UNIVERSE = "all buffers"
 def access_range(ref: BufferRef, table: tuple[Buffer, ...] | None = None) -> tuple[object, int, int]:
     """(key, start, end) of a reference: key is the Buffer, or the slot index for slot references
     (the bound Buffer when a binding table is given)."""
-    b = ref.buffer
+    b = ref._buffer
     if b is None:
         if table is None:
-            return ref.slot, ref.offset, END if ref.end is None else ref.end
-        b = table[ref.slot]
-        return b, ref.offset, b.size if ref.end is None else ref.end
-    return b, ref.offset, ref.end
+            return ref._slot, ref._offset, END if ref._end is None else ref._end
+        b = table[ref._slot]
+        return b, ref._offset, b.size if ref._end is None else ref._end
+    return b, ref._offset, ref._end
 
 
 class DependencyTracker:
@@ -95,7 +95,7 @@ class DependencyTracker:
         segment_of.append(segment)
         self._stamp.append(-1)
         accesses = tuple(command.accesses())
-        if not self._shared and any(r.buffer is None for r, _ in accesses):
+        if not self._shared and any(r._buffer is None for r, _ in accesses):
             self._share()
         found: set[int] = set()
         touched = []
@@ -205,6 +205,9 @@ class _AccessMap:
                 low = 0 if self.floors[j] == segment else self.floors[j]
                 writers += [w for w in self.writers[j] if w != index and low <= segment_of[w] <= segment]
                 readers += [r for r in self.readers[j] if low <= segment_of[r] <= segment]
+            if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
+                writers = list(dict.fromkeys(writers))
+                readers = list(dict.fromkeys(readers))
             self.starts[lo:hi] = [start]
             self.ends[lo:hi] = [end]
             self.writers[lo:hi] = [writers]
@@ -301,12 +304,12 @@ class RaceDetector:
         """
         ranges = self._ranges
         for r, write in command.accesses() if accesses is None else accesses:
-            key = r.buffer
+            key = r._buffer
             if key is None:
                 key, start, end = access_range(r, table)
             else:
-                start = r.offset
-                end = r.end
+                start = r._offset
+                end = r._end
             state = ranges.get(key)
             if state is None:
                 ranges[key] = (start, end, write)

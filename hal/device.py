@@ -15,13 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, ClassVar
 
-import numpy as np
-
 from hal.buffer import Buffer, BufferUsage, _bytes_view
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
-from hal.errors import HalError, UnsupportedError, ValidationError
-from hal.executable import Executable, ExecutableCache, ExecutableSource
+from hal.errors import HalError, UnsupportedError, ValidationError, integer
+from hal.executable import Executable, ExecutableSource
 from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
@@ -62,17 +60,18 @@ class Device:
         self.name = name
         self.capabilities = capabilities
         self._closed = False
-        self._executables = ExecutableCache()
+        self._submit_lock = threading.Lock()
+        # The content-keyed executable cache: source key -> Executable, so each source loads once.
+        self._executables: dict[Any, Executable] = {}
         self._release_epoch = 0  # bumped at every buffer release; command buffers re-check bindings then
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
         self._check_open()
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
-            raise ValidationError(f"allocate: nbytes must be an integer >= 0, got {nbytes!r}")
-        if not isinstance(usage, int) or not 0 < int(usage) <= int(BufferUsage.DEFAULT):
+        nbytes = integer(nbytes, "allocate: nbytes", 0)
+        if isinstance(usage, bool) or not isinstance(usage, int) or not 0 < int(usage) <= int(BufferUsage.DEFAULT):
             raise ValidationError(f"allocate: usage must be a combination of hal.BufferUsage flags, got {usage!r}")
-        return self._allocate(int(nbytes), BufferUsage(usage))
+        return self._allocate(nbytes, BufferUsage(usage))
 
     def upload(self, data: Any, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
         """A new buffer holding a copy of bytes-like or ndarray `data`."""
@@ -96,8 +95,7 @@ class Device:
         exe = self._executables.get(key)
         if exe is None:
             self._check_exports(source)
-            exe = self._load_executable(source)
-            self._executables.put(key, exe)
+            exe = self._executables[key] = self._load_executable(source)
         return exe
 
     def _check_exports(self, source: ExecutableSource) -> None:
@@ -135,14 +133,17 @@ class Device:
         self._check_open()
         if not isinstance(command_buffer, CommandBuffer) or command_buffer.device is not self:
             raise ValidationError("queue_execute: expected a command buffer created by this device")
-        table = command_buffer._prepare_submit(binding_table)
-        waits = self._semaphore_pairs(wait, "wait")
-        signals = self._semaphore_pairs(signal, "signal")
-        self._queue_execute(command_buffer, table, waits, signals)
-        command_buffer._submitted()
+        with self._submit_lock:  # one-shot claims and promised signal values stay consistent across threads
+            table = command_buffer._prepare_submit(binding_table)
+            waits = self._semaphore_pairs(wait, "wait")
+            signals = self._semaphore_pairs(signal, "signal")
+            self._queue_execute(command_buffer, table, waits, signals)
+            command_buffer._submitted()
+            for sem, value in signals:
+                sem._promised = value
 
     def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], what: str) -> tuple[tuple[Semaphore, int], ...]:
-        if not pairs:
+        if type(pairs) in (tuple, list) and not pairs:
             return ()
         result = []
         try:
@@ -156,9 +157,8 @@ class Device:
             if sem.device is not self:
                 raise ValidationError(f"queue_execute: a {what} semaphore belongs to another device")
             value = check_value(value, f"queue_execute {what}")
-            if what == "signal" and value <= sem.query():
-                raise ValidationError(f"queue_execute: signal value {value} is not above the semaphore's current "
-                                      f"value {sem.query()}; timeline values only grow")
+            if what == "signal":
+                sem._check_queue_signal(value)
             result.append((sem, value))
         return tuple(result)
 

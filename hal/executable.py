@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import numbers
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hal.errors import UnsupportedError, ValidationError
+from hal.errors import UnsupportedError, ValidationError, integer
 
 if TYPE_CHECKING:
     from hal.device import Device
@@ -37,22 +38,15 @@ class Export:
                  workgroup_size: Iterable[int] | int = (1, 1, 1), readonly: Iterable[int] = ()) -> None:
         if not isinstance(name, str) or not name:
             raise ValidationError(f"Export name must be a non-empty string, got {name!r}")
-        for what, value in (("bindings", bindings), ("constants", constants)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValidationError(f"Export {name!r}: {what} must be a non-negative integer, got {value!r}")
-        size = (workgroup_size,) if isinstance(workgroup_size, int) else tuple(workgroup_size)
-        if not 1 <= len(size) <= 3 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
-                                              for s in size):
+        bindings = integer(bindings, f"Export {name!r}: bindings", 0)
+        constants = integer(constants, f"Export {name!r}: constants", 0)
+        size = _sequence(workgroup_size, f"Export {name!r}: workgroup_size")
+        if not 1 <= len(size) <= 3:
             raise ValidationError(f"Export {name!r}: workgroup_size must be 1 to 3 positive integers, "
                                   f"got {workgroup_size!r}")
-        try:
-            items = tuple(readonly)
-        except TypeError:
-            raise ValidationError(f"Export {name!r}: readonly must be a sequence of binding indices") from None
-        for i in items:
-            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < bindings:
-                raise ValidationError(f"Export {name!r}: readonly index {i!r} is not a binding (0..{bindings - 1})")
-        ro = tuple(sorted(set(items)))
+        size = tuple(integer(s, f"Export {name!r}: workgroup_size", 1) for s in size)
+        ro = tuple(sorted({integer(i, f"Export {name!r}: readonly index", 0, bindings - 1)
+                           for i in _sequence(readonly, f"Export {name!r}: readonly")}))
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "bindings", bindings)
         object.__setattr__(self, "constants", constants)
@@ -72,8 +66,8 @@ class ExecutableSource:
         self.format = format
         self.payload = payload
         self.exports = _exports(exports)
-        self.options = tuple(options)
-        self.imports = tuple(imports)
+        self.options = _sequence(options, f"{format} options", scalar=False)
+        self.imports = _sequence(imports, f"{format} imports", scalar=False)
         for item in self.options:
             if not isinstance(item, str):
                 raise ValidationError(f"{format} options must be strings, got {item!r}")
@@ -198,27 +192,6 @@ class Executable:
         return f"<{type(self).__name__} {', '.join(self._by_name)} on {self.device.driver}>"
 
 
-class ExecutableCache:
-    """Per-device map from source content key to the loaded Executable."""
-
-    __slots__ = ("_entries",)
-
-    def __init__(self) -> None:
-        self._entries: dict[Any, Executable] = {}
-
-    def get(self, key: Any) -> Executable | None:
-        return self._entries.get(key)
-
-    def put(self, key: Any, executable: Executable) -> None:
-        self._entries[key] = executable
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 class DiskCache:
     """Compiled binaries on disk, keyed by content: `$HAL_CACHE_DIR`, else `$XDG_CACHE_HOME/hal`.
 
@@ -254,6 +227,18 @@ class DiskCache:
             os.replace(tmp, self.directory / key)
         except OSError:
             pass
+
+
+def _sequence(items: Any, what: str, scalar: bool = True) -> tuple[Any, ...]:
+    """`items` as a tuple; a lone number counts as one item when `scalar`, a lone string never does."""
+    if scalar and isinstance(items, numbers.Integral):
+        return (items,)
+    if isinstance(items, (str, bytes)):
+        raise ValidationError(f"{what} must be a sequence, not a single {type(items).__name__} (wrap it in a tuple)")
+    try:
+        return tuple(items)
+    except TypeError:
+        raise ValidationError(f"{what} must be a sequence, got {type(items).__name__}") from None
 
 
 def _exports(exports: Iterable[Export]) -> tuple[Export, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from hal.errors import ValidationError
+from hal.errors import ValidationError, integer
 
 if TYPE_CHECKING:
     from hal.device import Device
@@ -19,29 +19,42 @@ MAX_VALUE = (1 << 64) - 1
 
 
 class Semaphore:
-    __slots__ = ("device", "__weakref__")
+    """A timeline semaphore of one device. `_promised` is the highest value a submitted queue operation
+    will signal: a later queue signal must exceed it, so queued signals never go backwards."""
+
+    __slots__ = ("device", "_promised", "__weakref__")
 
     def __init__(self, device: Device) -> None:
         self.device = device
+        self._promised = 0
 
     def query(self) -> int:
         """The current value (raises the failure if the semaphore failed)."""
         return self._query()
 
     def wait(self, value: int, timeout: float | None = None) -> None:
-        """Block until the value is >= `value`; hal.TimeoutError after `timeout` seconds (0 polls)."""
+        """Block until the value is >= `value`; hal.TimeoutError after `timeout` seconds (0 polls).
+        Raises the failure of the work that was to signal it, or DeviceLostError if the device closes."""
         value = check_value(value, "wait")
         if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0 \
-                    or math.isnan(timeout):
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
                 raise ValidationError(f"wait: timeout must be None or seconds >= 0, got {timeout!r}")
+            if math.isinf(timeout):
+                timeout = None
         self._wait(value, timeout)
 
     def signal(self, value: int) -> None:
-        """Set the value from the host; it must be larger than the current one."""
+        """Set the value from the host; it must be larger than the current one. (A queued signal of a
+        smaller value, run later, then leaves the value as it is.)"""
         value = check_value(value, "signal")
         self.device._check_open()
         self._signal(value)
+
+    def _check_queue_signal(self, value: int) -> None:
+        floor = max(self.query(), self._promised)
+        if value <= floor:
+            raise ValidationError(f"queue_execute: signal value {value} is not above {floor}, the semaphore's "
+                                  f"current or already promised value; timeline values only grow")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self.device.driver}>"
@@ -58,6 +71,4 @@ class Semaphore:
 
 
 def check_value(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VALUE:
-        raise ValidationError(f"{what}: a semaphore value is an integer in [0, 2**64), got {value!r}")
-    return value
+    return integer(value, f"{what}: a semaphore value", 0, MAX_VALUE)

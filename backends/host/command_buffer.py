@@ -70,8 +70,8 @@ def execution_order(commands: list[Command], groups: list[tuple[int, ...]], grou
 
 
 def _view(r: BufferRef, table: tuple[Buffer, ...]) -> np.ndarray:
-    b = r.buffer if r.buffer is not None else table[r.slot]
-    return b.data[r.offset:r.end]
+    b = r._buffer if r._buffer is not None else table[r._slot]
+    return b.data[r._offset:r._end]
 
 
 def _fill(c: Fill, table: tuple[Buffer, ...]) -> None:
@@ -90,8 +90,9 @@ def _copy(c: Copy, table: tuple[Buffer, ...]) -> None:
 def _dispatch(c: Dispatch, table: tuple[Buffer, ...]) -> None:
     views = [_view(r, table) for r in c.bindings]
     export = c.export
+    constants = tuple(np.float32(v) if type(v) is float else v for v in c.constants)  # what a GPU sees
     c.executable.functions[c.ordinal](
-        DispatchContext(views, export.readonly, c.constants, c.workgroups, export.workgroup_size))
+        DispatchContext(views, export.readonly, constants, c.workgroups, export.workgroup_size))
 
 
 _RUN = {Fill: _fill, Update: _update, Copy: _copy, Dispatch: _dispatch}

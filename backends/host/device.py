@@ -21,9 +21,13 @@ from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.commands import Command
 from hal.device import Device, DeviceInfo, Driver
-from hal.errors import DeviceError, DeviceLostError, UnsupportedError
+from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 
+IDLE_EXIT_S = 1.0
+
+# Generous limits, and no alignment beyond a fill pattern's own: the host is the tests' oracle, so it
+# accepts everything some backend can run. Override capabilities to emulate a stricter device.
 HOST_CAPABILITIES = Capabilities(
     supported_subgroup_operations=0,
     max_push_constants_size=256,
@@ -103,10 +107,21 @@ class HostDevice(Device):
                 self._worker.start()
             self._cv.notify_all()
 
-    def _synchronize(self) -> None:
+    def _wait_idle(self) -> None:
+        if threading.current_thread() is self._worker:
+            raise ValidationError("a host kernel cannot wait for its own queue (a buffer read or write, or "
+                                  "synchronize, inside a kernel); pass data through the dispatch's bindings")
         with self._cv:
             while self._pending or self._running:
                 self._cv.wait()
+
+    def _order_host_access(self) -> None:
+        """Reads and writes wait for submitted work but leave its failures to synchronize()."""
+        self._wait_idle()
+
+    def _synchronize(self) -> None:
+        self._wait_idle()
+        with self._cv:
             error, self._error = self._error, None
         if error is not None:
             raise DeviceError(f"a submission failed: {error}") from error
@@ -122,48 +137,56 @@ class HostDevice(Device):
     def _close(self) -> None:
         with self._cv:
             self._closing = True
-            self._cv.notify_all()
+            self._cv.notify_all()  # wakes the worker, and semaphore waiters, who then see the device closed
             worker = self._worker
-        if worker is not None:
+        if worker is not None and worker is not threading.current_thread():
             worker.join()
 
     def _serve(self) -> None:
-        """The queue worker: run submissions in order, each once its waits are reached."""
+        """The queue worker: run submissions in order, each once its waits are reached. It exits after
+        IDLE_EXIT_S without work, so a device dropped without close() does not keep a thread alive."""
         cv = self._cv
         while True:
             with cv:
-                while True:
-                    if not self._pending:
-                        for b in self._unfreed:
-                            b.data = None
-                        self._unfreed.clear()
-                        if self._closing:
-                            return
-                    else:
-                        head = self._pending[0]
-                        failed = next((s.failure for s, _ in head.waits if s.failure is not None), None)
-                        if failed is not None or all(s.value >= v for s, v in head.waits):
-                            break
-                        if self._closing:
-                            failed = DeviceLostError("the device was closed before this submission's waits "
-                                                 "were reached")
-                            break
-                    cv.wait()
+                head, error = self._next()
+                if head is None:
+                    return
                 self._running = True
-            error = failed
-            if error is None:
-                try:
+            try:
+                if error is None:
                     execute(head.order, head.table)
-                except DeviceError as e:
-                    error = e
-            with cv:
-                self._pending.popleft()
-                self._running = False
-                for sem, value in head.signals:
-                    if error is not None:
-                        sem.failure = sem.failure or error
-                    elif value > sem.value:
-                        sem.value = value
-                if error is not None and self._error is None:
-                    self._error = error
-                cv.notify_all()
+            except BaseException as e:  # execute() wraps Exceptions; a SystemExit from a kernel still fails the work
+                error = e if isinstance(e, DeviceError) else DeviceError(f"host: a kernel raised {e!r}")
+                error.__cause__ = error.__cause__ or e
+            finally:
+                with cv:
+                    self._pending.popleft()
+                    self._running = False
+                    for sem, value in head.signals:
+                        if error is not None:
+                            sem.failure = sem.failure or error
+                        elif value > sem.value:
+                            sem.value = value
+                    if error is not None and self._error is None:
+                        self._error = error
+                    cv.notify_all()
+
+    def _next(self) -> tuple[_Submission | None, BaseException | None]:
+        """Under the lock: wait for the head submission to become runnable (or failed); (None, None) to exit."""
+        cv = self._cv
+        while True:
+            if not self._pending:
+                for b in self._unfreed:
+                    b.data = None
+                self._unfreed.clear()
+                if self._closing or not cv.wait(IDLE_EXIT_S) and not self._pending:
+                    self._worker = None
+                    return None, None
+                continue
+            head = self._pending[0]
+            failed = next((s.failure for s, _ in head.waits if s.failure is not None), None)
+            if failed is not None or all(s.value >= v for s, v in head.waits):
+                return head, failed
+            if self._closing:
+                return head, DeviceLostError("the device was closed before this submission's waits were reached")
+            cv.wait()

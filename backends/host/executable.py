@@ -26,7 +26,9 @@ class HostExecutable(Executable):
 
 
 class DispatchContext:
-    """What a host kernel sees: `binding(i, dtype)`, `constants` (as given), `workgroups`, `workgroup_size`.
+    """What a host kernel sees: `binding(i, dtype)`, `constants` (as given, but Python floats rounded to
+    numpy float32 as a GPU kernel would receive them), `words` (the raw 32-bit words), `workgroups`,
+    `workgroup_size`.
 
     One call covers the whole grid. Bindings the export marks readonly come back read-only, so a
     kernel that writes one fails loudly instead of hiding a hazard-analysis bug.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING
 
-from hal.errors import DeviceError, TimeoutError, ValidationError
+from hal.errors import DeviceError, DeviceLostError, TimeoutError, ValidationError
 from hal.semaphore import Semaphore
 
 if TYPE_CHECKING:
@@ -30,11 +31,13 @@ class HostSemaphore(Semaphore):
         deadline = None if timeout is None else time.monotonic() + timeout
         with cv:
             while self.value < value and self.failure is None:
+                if self.device._closed:
+                    raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} "
                                        f"after {timeout} s")
-                cv.wait(remaining)
+                cv.wait(None if remaining is None else min(remaining, threading.TIMEOUT_MAX))
             self._raise_failure()
 
     def _signal(self, value: int) -> None:

@@ -21,8 +21,8 @@ def test_overrides_replace_fields_and_keep_the_rest():
 @pytest.mark.parametrize("overrides, match", [
     ({"no_such_field": 1}, "unknown capability 'no_such_field'"),
     ({"supports_float64": 1}, "supports_float64 takes True or False"),
-    ({"max_push_constants_size": -4}, "non-negative integer"),
-    ({"max_push_constants_size": True}, "non-negative integer"),
+    ({"max_push_constants_size": -4}, "must be >= 0"),
+    ({"max_push_constants_size": True}, "must be an integer"),
     ({"max_workgroup_size": (1, 2)}, "three positive integers"),
     ([("supports_int8", True)], "must be a mapping"),
 ])

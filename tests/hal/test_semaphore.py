@@ -104,12 +104,13 @@ def test_signal_skipping_values_satisfies_lower_waits(host):
 
 @pytest.mark.parametrize("value", [-1, True, False, 1 << 64, 1.0, "1", None])
 def test_invalid_values_refused(host, value):
-    with pytest.raises(hal.ValidationError, match=r"a semaphore value is an integer in \[0, 2\*\*64\)"):
+    with pytest.raises(hal.ValidationError,
+                       match=r"create_semaphore: a semaphore value must be (an integer|in \[0, \d+\])"):
         host.create_semaphore(value)
     sem = host.create_semaphore(0)
-    with pytest.raises(hal.ValidationError, match=r"signal: a semaphore value is an integer"):
+    with pytest.raises(hal.ValidationError, match=r"signal: a semaphore value must be"):
         sem.signal(value)
-    with pytest.raises(hal.ValidationError, match=r"wait: a semaphore value is an integer"):
+    with pytest.raises(hal.ValidationError, match=r"wait: a semaphore value must be"):
         sem.wait(value, timeout=0)
     assert sem.query() == 0
 
@@ -171,8 +172,8 @@ def test_submission_signal_value_not_above_current_refused(host):
     sem = host.create_semaphore(4)
     buf = host.allocate(16)
     cb = fill_cb(host, buf, 1)
-    with pytest.raises(hal.ValidationError, match=r"queue_execute: signal value 4 is not above the semaphore's "
-                                                  r"current value 4"):
+    with pytest.raises(hal.ValidationError, match=r"queue_execute: signal value 4 is not above 4, the semaphore's "
+                                                  r"current or already promised value"):
         host.queue_execute(cb, signal=[(sem, 4)])
     host.queue_execute(cb, signal=[(sem, 5)])  # the refused submission did not use up the one_shot buffer
     sem.wait(5, timeout=5)

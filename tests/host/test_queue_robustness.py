@@ -1,0 +1,110 @@
+"""The host queue worker survives whatever a kernel does and never keeps a dropped device alive."""
+
+import gc
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import hal
+from backends.host import device as host_device
+
+
+def _one_kernel_program(dev, kernel, buf=None):
+    exe = dev.load_executable(hal.ExecutableSource.python({"k": kernel}, [hal.Export("k", bindings=1)]))
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.dispatch(exe, "k", 1, (), (buf or dev.allocate(4),))
+    return cb
+
+
+def test_a_kernel_raising_systemexit_fails_its_submission_not_the_worker(host):
+    def leave(ctx):
+        raise SystemExit(3)
+    sem = host.create_semaphore(0)
+    host.queue_execute(_one_kernel_program(host, leave), signal=[(sem, 1)])
+    with pytest.raises(hal.DeviceError, match="SystemExit"):
+        host.synchronize()
+    with pytest.raises(hal.DeviceError):
+        sem.wait(1, timeout=5)
+    buf = host.allocate(4)
+    cb = host.create_command_buffer()
+    with cb:
+        cb.fill_buffer(buf, np.uint8(9))
+    host.queue_execute(cb)
+    host.synchronize()
+    assert buf.read().tolist() == [9, 9, 9, 9]
+
+
+def test_a_kernel_waiting_on_its_own_queue_is_an_error_not_a_deadlock(host):
+    other = host.allocate(4)
+
+    def reads(ctx):
+        other.read()
+    host.queue_execute(_one_kernel_program(host, reads))
+    with pytest.raises(hal.DeviceError, match="cannot wait for its own queue"):
+        host.synchronize()
+
+
+def test_buffer_access_leaves_an_earlier_failure_to_synchronize(host):
+    def fails(ctx):
+        raise ValueError("boom")
+    host.queue_execute(_one_kernel_program(host, fails))
+    b = host.allocate(4)
+    b.write(np.arange(4, dtype=np.uint8))
+    assert b.read().tolist() == [0, 1, 2, 3]
+    with pytest.raises(hal.DeviceError, match="boom"):
+        host.synchronize()
+    host.synchronize()
+
+
+def test_waiting_on_a_closed_device_raises_device_lost():
+    dev = hal.create_device("host")
+    sem = dev.create_semaphore(0)
+    waiter_error = []
+
+    def wait():
+        try:
+            sem.wait(1)
+        except hal.HalError as e:
+            waiter_error.append(e)
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.05)
+    dev.close()
+    t.join(timeout=5)
+    assert not t.is_alive()
+    assert isinstance(waiter_error[0], hal.DeviceLostError)
+
+
+def test_an_idle_worker_exits_so_a_dropped_device_is_collected(monkeypatch):
+    monkeypatch.setattr(host_device, "IDLE_EXIT_S", 0.05)
+    dev = hal.create_device("host")
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.fill_buffer(dev.allocate(4), np.uint8(1))
+    dev.queue_execute(cb)
+    dev.synchronize()
+    worker = dev._worker
+    alive = weakref.ref(dev)
+    del dev, cb
+    worker.join(timeout=5)
+    gc.collect()
+    assert not worker.is_alive()
+    assert alive() is None
+
+
+def test_the_worker_restarts_after_idling(host, monkeypatch):
+    monkeypatch.setattr(host_device, "IDLE_EXIT_S", 0.01)
+    buf = host.allocate(4)
+    cb = host.create_command_buffer(mode="reusable")
+    with cb:
+        cb.fill_buffer(buf, np.uint8(5))
+    for _ in range(3):
+        host.queue_execute(cb)
+        host.synchronize()
+        time.sleep(0.05)
+    assert host._worker is None
+    assert buf.read().tolist() == [5, 5, 5, 5]
