@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 
 class BufferUsage(enum.IntFlag):
+    """What a buffer may be used for; backends pick memory and usage flags from it (Vulkan needs them
+    at creation). Commands check it: copy sources need TRANSFER_SOURCE, fill/update/copy targets
+    TRANSFER_TARGET, dispatch bindings DISPATCH_STORAGE. DEFAULT allows everything."""
+
     TRANSFER_SOURCE = 1
     TRANSFER_TARGET = 2
     DISPATCH_STORAGE = 4

@@ -34,6 +34,16 @@ _INITIAL, _RECORDING, _ENDED = "initial", "recording", "ended"
 
 
 class CommandBuffer:
+    """A recorded list of commands, run by `Device.queue_execute`.
+
+    Created by `Device.create_command_buffer(mode, binding_capacity, strategy, dependencies, validate)`:
+    `one_shot` runs once, `reusable` any number of times (`reset()` allows re-recording); slots below
+    `binding_capacity` are bound at each submit; `deferred` leaves emission to `end()`, `single_pass`
+    emits while recording; `barriers` or `hazards` picks the dependency rediscovery. `validate=False`
+    drops the race check, the one check whose cost depends on what a segment holds; the checks that
+    keep bad input from a driver (types, ranges, usage, alignment, limits) always run.
+    """
+
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
                  "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_races",
                  "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed",
@@ -100,6 +110,8 @@ class CommandBuffer:
         self._on_begin()
 
     def end(self) -> None:
+        """Finish recording: a deferred command buffer rediscovers its dependencies here, in one pass
+        over the segments, and the backend emits its commands; single_pass ones only close up."""
         if self._state is not _RECORDING:
             raise ValidationError(f"end: the command buffer is {self._state}, not recording")
         commands = self._commands

@@ -116,6 +116,7 @@ class Device:
     def create_command_buffer(self, mode: str = "one_shot", binding_capacity: int = 0,
                               strategy: str = "deferred", dependencies: str = "barriers",
                               validate: bool = True) -> CommandBuffer:
+        """A command buffer to record into; see CommandBuffer for what each argument chooses."""
         self._check_open()
         return self._create_command_buffer(mode, binding_capacity, strategy, dependencies, validate)
 
