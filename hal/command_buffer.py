@@ -10,7 +10,7 @@ hooks: `deferred` backends see the whole list at `end()`, `single_pass` ones eac
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -96,7 +96,8 @@ class CommandBuffer:
         """The recorded commands in recording order (complete after end())."""
         return self._commands
 
-    def segments(self):
+    def segments(self) -> Iterator[Segment]:
+        """The segment linked list, from the head."""
         seg: Segment | None = self._head
         while seg is not None:
             yield seg
@@ -116,20 +117,26 @@ class CommandBuffer:
             raise ValidationError(f"end: the command buffer is {self._state}, not recording")
         commands = self._commands
         tracker = self._tracker
-        for seg in self.segments():
+        try:
+            for seg in self.segments():
+                if not self._single_pass:
+                    tracker.barrier()
+                    for c in seg.commands:
+                        tracker.add(c)
+                commands.extend(seg.commands)
+            direct: dict[Buffer, None] = {}
+            for c in commands:
+                for r, _ in c.accesses():
+                    if r._buffer is not None:
+                        direct[r._buffer] = None
+            self._direct_buffers = tuple(direct)
+            self._slots_needed = max((r._slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
+            self._on_end()
+        except BaseException:  # the backend failed to emit: stay recording, as before end()
+            self._commands = []
             if not self._single_pass:
-                tracker.barrier()
-                for c in seg.commands:
-                    tracker.add(c)
-            commands.extend(seg.commands)
-        direct: dict[Buffer, None] = {}
-        for c in commands:
-            for r, _ in c.accesses():
-                if r._buffer is not None:
-                    direct[r._buffer] = None
-        self._direct_buffers = tuple(direct)
-        self._slots_needed = max((r._slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
-        self._on_end()
+                self._tracker = DependencyTracker(self.dependencies)
+            raise
         self._state = _ENDED
 
     def reset(self) -> None:

@@ -535,3 +535,21 @@ def test_available_drivers_contains_host():
     assert "host" in drivers
     assert drivers == sorted(drivers, key=lambda n: ("cuda", "vulkan", "host").index(n)
                              if n in ("cuda", "vulkan", "host") else 3)
+
+
+def test_constants_reach_a_host_kernel_as_a_gpu_sees_them(host):
+    seen = {}
+
+    def kernel(ctx):
+        seen["constants"] = ctx.constants
+        seen["words"] = ctx.words.tolist()
+    exe = host.load_executable(hal.ExecutableSource.python({"k": kernel}, [hal.Export("k", bindings=0, constants=3)]))
+    cb = host.create_command_buffer()
+    with cb:
+        cb.dispatch(exe, "k", 1, (1e-50, -1, np.float32(0.5)))
+    host.queue_execute(cb)
+    host.synchronize()
+    small, minus_one, half = seen["constants"]
+    assert type(small) is np.float32 and small == 0  # 1e-50 rounds to 0 in float32, as on a GPU
+    assert minus_one == -1 and half == np.float32(0.5)
+    assert seen["words"] == [0, 0xFFFFFFFF, 0x3F000000]
