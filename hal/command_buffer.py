@@ -252,17 +252,13 @@ class CommandBuffer:
         if self._state is not _RECORDING:
             self._not_recording("dispatch")
         index = self._count
-        if not isinstance(executable, Executable) or executable.device is not self.device:
-            raise ValidationError(f"command {index} (dispatch): executable must be a hal.Executable loaded "
-                                  f"on this device, got {executable!r}")
-        try:
-            entry = executable._by_name.get(name)
-        except TypeError:  # an unhashable name
-            entry = None
-        if entry is None:
-            raise ValidationError(f"command {index} (dispatch): no export {name!r}; the executable has "
-                                  f"{', '.join(executable._by_name)}")
-        ordinal, export = entry
+        try:  # one lookup serves the common case; the errors are sorted out on the slow path
+            ordinal, export = executable._by_name[name]
+            mine = executable.device is self.device
+        except (AttributeError, KeyError, TypeError):
+            mine = False
+        if not mine:
+            _bad_export(executable, name, self.device, index)
         caps = self._caps
         if type(workgroups) is not tuple or len(workgroups) != 3:
             workgroups = _workgroups(workgroups, index, name, caps.max_workgroup_count)
@@ -296,9 +292,8 @@ class CommandBuffer:
                     or b.device is not device or b._released:
                 r = self._ref(r, index, "dispatch", len(resolved), _STORAGE)
             resolved.append(r)
-        resolved = tuple(resolved)
-        self._record(Dispatch(index, self._tail.index, executable, export, ordinal, workgroups, constants, resolved),
-                     zip(resolved, export.writes))
+        self._record(Dispatch(index, self._tail.index, executable, export, ordinal, workgroups, constants,
+                              tuple(resolved)))
 
     def _ref(self, r: Any, index: int, command: str, arg: str | int, usage: int) -> BufferRef:
         """Check reference `r` for use as `arg` (a name, or a binding position) of command `index`;
@@ -332,10 +327,10 @@ class CommandBuffer:
             r._checked |= usage
         return r
 
-    def _record(self, command: Command, accesses: Any = None) -> None:
+    def _record(self, command: Command) -> None:
         tail = self._tail
-        if self.validate:
-            self._races.check(command, tail.commands, accesses)
+        if self.validate and tail.commands:  # the first command of a segment cannot race
+            self._races.check(command, tail.commands)
         if self._single_pass:
             self._on_command(command, self._tracker.add(command))
         tail.commands.append(command)
@@ -462,6 +457,14 @@ def _check_range(r: BufferRef, b: Buffer, caps: Any, index: int, command: str, a
 
 def _name(arg: str | int) -> str:
     return f"bindings[{arg}]" if type(arg) is int else arg
+
+
+def _bad_export(executable: Any, name: Any, device: Device, index: int) -> None:
+    if not isinstance(executable, Executable) or executable.device is not device:
+        raise ValidationError(f"command {index} (dispatch): executable must be a hal.Executable loaded "
+                              f"on this device, got {executable!r}")
+    raise ValidationError(f"command {index} (dispatch): no export {name!r}; the executable has "
+                          f"{', '.join(executable._by_name)}")
 
 
 def _check_constants(constants: tuple[Any, ...], index: int, name: str) -> None:

@@ -25,7 +25,7 @@ import networkx as nx
 from hal.errors import ValidationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
     from hal.buffer import Buffer, BufferRef
     from hal.commands import Command
@@ -281,21 +281,17 @@ class RaceDetector:
         self._ranges.clear()
         self._indexed = 0
 
-    def check(self, command: Command, segment: list[Command],
-              accesses: Iterable[tuple[BufferRef, bool]] | None = None) -> None:
+    def check(self, command: Command, segment: list[Command]) -> None:
         """Raise ValidationError if `command` races with one of `segment` (the commands recorded before
-        it in its segment); else remember its ranges. `accesses`, when given, are the command's."""
-        if not segment:
-            return
+        it in its segment, at least one); else remember its ranges."""
         if self._indexed < len(segment):
             for c in segment[self._indexed:]:
                 self.add(c, ())
             self._indexed = len(segment)
-        self.add(command, segment, None, accesses)
+        self.add(command, segment)
         self._indexed += 1
 
-    def add(self, command: Command, segment: Sequence[Command], table: tuple[Buffer, ...] | None = None,
-            accesses: Iterable[tuple[BufferRef, bool]] | None = None) -> None:
+    def add(self, command: Command, segment: Sequence[Command], table: tuple[Buffer, ...] | None = None) -> None:
         """Check `command` against the ranges indexed so far, then index it. With a binding table,
         slots are keyed by the buffers bound to them; `segment` is searched for the partner of a race.
 
@@ -303,7 +299,7 @@ class RaceDetector:
         own earlier access (legal); only on that rare path are the other commands searched.
         """
         ranges = self._ranges
-        for r, write in command.accesses() if accesses is None else accesses:
+        for r, write in command.accesses():
             key = r._buffer
             if key is None:
                 key, start, end = access_range(r, table)
