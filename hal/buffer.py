@@ -78,7 +78,8 @@ class Buffer:
             self._write(offset, view)
 
     def release(self) -> None:
-        """Free the memory now; later use raises ValidationError. Idempotent."""
+        """Free the memory (once submitted work no longer needs it); later use raises ValidationError.
+        Idempotent."""
         if self._released:
             return
         self._released = True

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from hal.commands import Command
 
 END = 1 << 62  # the open end of a slot range whose length only the bound buffer will tell
+SEARCH_BUDGET = 256  # commands a transitive-reduction search may visit per new command
 _UNIVERSE = "all buffers"
 
 
@@ -50,7 +51,7 @@ class DependencyTracker:
     """Incremental dependency rediscovery; `groups[group_of[i]]` are the predecessors of command i."""
 
     __slots__ = ("hazards", "groups", "group_of", "_open", "_prev", "_group",
-                 "_maps", "_shared", "_interned", "_segment_of", "_stamp")
+                 "_maps", "_shared", "_interned", "_segment_of", "_stamp", "_touched")
 
     def __init__(self, mode: str) -> None:
         if mode not in ("barriers", "hazards"):
@@ -66,6 +67,7 @@ class DependencyTracker:
         self._interned: dict[tuple[int, ...], int] = {}
         self._segment_of: list[int] = []
         self._stamp: list[int] = []
+        self._touched: list[tuple[tuple[_AccessMap, int, int], ...]] = []  # per command: its ranges
 
     def predecessors(self, index: int) -> tuple[int, ...]:
         g = self.group_of[index]
@@ -97,7 +99,7 @@ class DependencyTracker:
         accesses = tuple(command.accesses())
         if not self._shared and any(r._buffer is None for r, _ in accesses):
             self._share()
-        found: set[int] = set()
+        found: dict[int, list[tuple[_AccessMap, int, int]]] = {}
         touched = []
         maps = self._maps
         for r, write in accesses:
@@ -111,6 +113,9 @@ class DependencyTracker:
             touched.append((amap, start, end, write))
         for amap, start, end, write in touched:
             amap.record(start, end, write, index, segment, segment_of)
+        self._touched.append(tuple((amap, start, end) for amap, start, end, _ in touched))
+        if len(found) > 1:
+            self._prune_read_writers(found)
         preds = self._reduce(found, index)
         if not preds:
             g = -1
@@ -130,24 +135,43 @@ class DependencyTracker:
         self._maps = {_UNIVERSE: merged}
         self._shared = True
 
-    def _reduce(self, found: set[int], index: int) -> tuple[int, ...]:
+    def _prune_read_writers(self, found: dict[int, list[tuple[_AccessMap, int, int]]]) -> None:
+        """Drop writer w when another candidate d, recorded after w in a later segment, touched a range
+        that w alone last wrote: d then waited for w. This settles in O(candidates) the
+        common long-range case (weights written once, read by every step of a long chain) that a
+        graph search would have to walk the whole chain for."""
+        segment_of, touched_of = self._segment_of, self._touched
+        for w, regions in list(found.items()):
+            if not regions:
+                continue
+            sw = segment_of[w]
+            for d in found:
+                if d > w and segment_of[d] > sw and any(
+                        m is am and s < e2 and s2 < e for am, s, e in regions for m, s2, e2 in touched_of[d]):
+                    del found[w]
+                    break
+
+    def _reduce(self, found: dict[int, list[tuple[_AccessMap, int, int]]], index: int) -> tuple[int, ...]:
         """Drop candidates reachable from another candidate (transitive reduction of the new edges).
 
         Candidates are visited from the most recent; a backward search from each kept one marks its
-        ancestors, never going below the oldest candidate, since nothing there can reach one.
+        ancestors, never going below the oldest candidate, since nothing there can reach one. The
+        search visits at most SEARCH_BUDGET commands per new command, so end() stays linear; an edge
+        whose redundancy only a deeper search would show is kept (it orders nothing new).
         """
         if len(found) < 2:
             return tuple(found)
         order = sorted(found, reverse=True)
         lowest = order[-1]
         stamp, groups, group_of = self._stamp, self.groups, self.group_of
+        budget = SEARCH_BUDGET
         keep = []
         for d in order:
             if stamp[d] == index:
                 continue
             keep.append(d)
             stack = [d]
-            while stack:
+            while stack and budget > 0:
                 g = group_of[stack.pop()]
                 if g < 0:
                     continue
@@ -155,6 +179,7 @@ class DependencyTracker:
                     if p >= lowest and stamp[p] != index:
                         stamp[p] = index
                         stack.append(p)
+                        budget -= 1
         keep.reverse()
         return tuple(keep)
 
@@ -176,20 +201,28 @@ class _AccessMap:
         self.floors: list[int] = []
 
     def collect(self, start: int, end: int, write: bool, segment: int, segment_of: list[int],
-                found: set[int]) -> None:
-        """Add to `found` the commands of earlier segments that an access must wait for."""
-        starts, writers, readers, floors = self.starts, self.writers, self.readers, self.floors
-        i = bisect_right(self.ends, start)
+                found: dict[int, list[tuple[_AccessMap, int, int]]]) -> None:
+        """Add to `found` the commands of earlier segments that an access must wait for; a writer
+        comes with the ranges it alone last wrote (see DependencyTracker._prune_read_writers)."""
+        starts, ends, writers, readers, floors = self.starts, self.ends, self.writers, self.readers, self.floors
+        i = bisect_right(ends, start)
         n = len(starts)
         while i < n and starts[i] < end:
             low = 0 if floors[i] == segment else floors[i]
-            for w in writers[i]:
+            ws = writers[i]
+            for w in ws:
                 if low <= segment_of[w] < segment:
-                    found.add(w)
+                    regions = found.get(w)
+                    if regions is None:
+                        regions = found[w] = []
+                    # Only a lone writer that set the piece's floor wrote all of it; entries kept
+                    # through merges may have written only part of the merged range.
+                    if len(ws) == 1 and floors[i] == segment_of[w]:
+                        regions.append((self, max(start, starts[i]), min(end, ends[i])))
             if write:
                 for r in readers[i]:
-                    if low <= segment_of[r] < segment:
-                        found.add(r)
+                    if low <= segment_of[r] < segment and r not in found:
+                        found[r] = []
             i += 1
 
     def record(self, start: int, end: int, write: bool, index: int, segment: int,

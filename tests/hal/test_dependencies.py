@@ -872,3 +872,46 @@ def test_generated_barriers(gen_env, variant, data):
     assert len(tracker.groups) == max(0, len(segments) - 1)
     for cur in segments[1:]:
         assert len({tracker.group_of[v] for v in members[cur]}) == 1
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_weights_read_by_every_step_of_a_long_chain_need_no_edge_past_the_first(host, strategy):
+    """A buffer written once and read by every step: each step's wait for the writer is implied by
+    the previous step (which read it too), and finding that must not need a walk down the chain."""
+    def k(ctx):
+        pass
+    exe = host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=3, readonly=(0, 1))]))
+    weights, a, b = host.allocate(64), host.allocate(64), host.allocate(64)
+    cb = host.create_command_buffer(dependencies="hazards", strategy=strategy)
+    steps = 600  # more than the search budget: only the pruning by shared reads keeps this exact
+    with cb:
+        cb.fill_buffer(weights, np.uint8(1))
+        cb.execution_barrier()
+        for i in range(steps):
+            cb.dispatch(exe, "k", 1, (), (weights, (a, b)[i % 2], (b, a)[i % 2]))
+            cb.execution_barrier()
+    assert sorted(cb.dependency_graph().edges) == [(i, i + 1) for i in range(steps)]
+
+
+def test_a_search_past_the_budget_keeps_a_redundant_edge_but_never_drops_an_order(host):
+    """Steps reading distinct slices of the weights: the writer's redundancy lies deeper than the
+    search budget, so the edge stays; the DAG still orders every hazard."""
+    from hal.dependencies import SEARCH_BUDGET
+
+    def k(ctx):
+        pass
+    exe = host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=3, readonly=(0, 1))]))
+    steps = SEARCH_BUDGET + 50
+    weights, a, b = host.allocate(16 * steps), host.allocate(64), host.allocate(64)
+    cb = host.create_command_buffer(dependencies="hazards")
+    with cb:
+        cb.fill_buffer(weights, np.uint8(1))
+        cb.execution_barrier()
+        for i in range(steps):
+            cb.dispatch(exe, "k", 1, (), (hal.ref(weights, 16 * i, 16), (a, b)[i % 2], (b, a)[i % 2]))
+            cb.execution_barrier()
+    g = cb.dependency_graph()
+    assert all(g.has_edge(i, i + 1) for i in range(steps))
+    assert all(nx.has_path(g, 0, i) for i in range(1, steps + 1))
+    redundant = [v for u, v in g.edges if u == 0 and v > 1]
+    assert redundant and min(redundant) > SEARCH_BUDGET // 2  # exact while the search fits the budget
