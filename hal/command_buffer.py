@@ -9,6 +9,7 @@ hooks: `deferred` backends see the whole list at `end()`, `single_pass` ones eac
 
 from __future__ import annotations
 
+import gc
 import operator
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,8 @@ class CommandBuffer:
             raise ValidationError(f"end: the command buffer is {self._state}, not recording")
         commands = self._commands
         tracker = self._tracker
+        collecting = gc.isenabled()
+        gc.disable()  # the analysis only adds long-lived objects: scanning them again and again is waste
         try:
             for seg in self.segments():
                 if not self._single_pass:
@@ -137,6 +140,9 @@ class CommandBuffer:
             if not self._single_pass:
                 self._tracker = DependencyTracker(self.dependencies)
             raise
+        finally:
+            if collecting:
+                gc.enable()
         self._state = _ENDED
 
     def reset(self) -> None:

@@ -67,7 +67,7 @@ class DependencyTracker:
         self._interned: dict[tuple[int, ...], int] = {}
         self._segment_of: list[int] = []
         self._stamp: list[int] = []
-        self._touched: list[tuple[tuple[_AccessMap, int, int], ...]] = []  # per command: its ranges
+        self._touched: list[tuple[object, ...]] = []  # per command: its ranges, flat (map, start, end)*
 
     def predecessors(self, index: int) -> tuple[int, ...]:
         g = self.group_of[index]
@@ -113,7 +113,10 @@ class DependencyTracker:
             touched.append((amap, start, end, write))
         for amap, start, end, write in touched:
             amap.record(start, end, write, index, segment, segment_of)
-        self._touched.append(tuple((amap, start, end) for amap, start, end, _ in touched))
+        flat: list[object] = []  # (map, start, end) triples, flat: one tracked object per command
+        for amap, start, end, _ in touched:
+            flat += (amap, start, end)
+        self._touched.append(tuple(flat))
         if len(found) > 1:
             self._prune_read_writers(found)
         preds = self._reduce(found, index)
@@ -146,8 +149,7 @@ class DependencyTracker:
                 continue
             sw = segment_of[w]
             for d in found:
-                if d > w and segment_of[d] > sw and any(
-                        m is am and s < e2 and s2 < e for am, s, e in regions for m, s2, e2 in touched_of[d]):
+                if d > w and segment_of[d] > sw and _touches(touched_of[d], regions):
                     del found[w]
                     break
 
@@ -182,6 +184,16 @@ class DependencyTracker:
                         budget -= 1
         keep.reverse()
         return tuple(keep)
+
+
+def _touches(flat: tuple[object, ...], regions: list[tuple[_AccessMap, int, int]]) -> bool:
+    """Does a command's flat (map, start, end)* tuple overlap one of `regions`?"""
+    for i in range(0, len(flat), 3):
+        m, s2, e2 = flat[i], flat[i + 1], flat[i + 2]
+        for am, s, e in regions:
+            if m is am and s < e2 and s2 < e:
+                return True
+    return False
 
 
 class _AccessMap:
