@@ -245,7 +245,8 @@ class CommandBuffer:
             seg = Segment(self._barriers)
             tail.next = seg
             self._tail = seg
-            self._races.reset()
+            if self._races._indexed:  # a lone command is never indexed (see RaceDetector)
+                self._races.reset()
             if self._single_pass:
                 self._tracker.barrier()
                 self._on_barrier()

@@ -359,6 +359,8 @@ class RaceDetector:
                 s0, e0, w0 = state
                 clash = start < e0 and s0 < end and (write or w0)
                 state = ranges[key] = _Ranges(s0, e0, w0)
+            elif r is state.last_read and not write and state.writes == state.last_read_writes:
+                continue  # the same reference read again, nothing written since: nothing can have changed
             else:  # the extents settle most checks without a search
                 clash = (start < state.whi and state.wlo < end and _overlaps(state.ws, state.we, start, end)) or \
                     (write and start < state.rhi and state.rlo < end and _overlaps(state.rs, state.re, start, end))
@@ -368,20 +370,24 @@ class RaceDetector:
                     self._rebuild(segment, table)
                     _raise_race(command, key, start, end, write, other)
             if write:
+                state.writes += 1
                 whi = state.whi
-                if start >= whi:  # at or past the end of everything written so far: append or extend
-                    if start == whi:
-                        state.we[-1] = end
-                    else:
-                        state.ws.append(start)
-                        state.we.append(end)
-                        if start < state.wlo:
-                            state.wlo = start
-                    state.whi = end
+                if start < whi:
+                    state.add(start, end, True)
                     continue
-            elif state.rs and state.rs[-1] <= start and end <= state.rhi:  # inside the last read interval
-                continue
-            state.add(start, end, write)
+                if start == whi:  # at or past the end of everything written so far: extend or append
+                    state.we[-1] = end
+                else:
+                    state.ws.append(start)
+                    state.we.append(end)
+                    if start < state.wlo:
+                        state.wlo = start
+                state.whi = end
+            else:
+                state.last_read = r
+                state.last_read_writes = state.writes
+                if not (state.rs and state.rs[-1] <= start and end <= state.rhi):  # not inside the last interval
+                    state.add(start, end, False)
 
     def _rebuild(self, segment: Sequence[Command], table: tuple[Buffer, ...] | None) -> None:
         """Forget a rejected command's ranges: recompute the state from the segment's commands."""
@@ -393,10 +399,10 @@ class RaceDetector:
 
 class _Ranges:
     """Unions of the written and of the read ranges of one key, as sorted disjoint intervals, with
-    their extents so that the common cases (a new range past everything so far, or inside the last
-    interval) cost a comparison or two."""
+    their extents so that the common cases (a new range past everything so far, inside the last
+    interval, or the same reference read again) cost a comparison or two."""
 
-    __slots__ = ("ws", "we", "rs", "re", "wlo", "whi", "rlo", "rhi")
+    __slots__ = ("ws", "we", "rs", "re", "wlo", "whi", "rlo", "rhi", "writes", "last_read", "last_read_writes")
 
     def __init__(self, start: int, end: int, write: bool) -> None:
         self.ws: list[int] = []
@@ -405,6 +411,9 @@ class _Ranges:
         self.re: list[int] = []
         self.wlo = self.rlo = END
         self.whi = self.rhi = -1
+        self.writes = 0  # how many writes were added: a repeated read is settled if none came since
+        self.last_read: BufferRef | None = None
+        self.last_read_writes = 0
         self.add(start, end, write)
 
     def add(self, start: int, end: int, write: bool) -> None:
