@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     with hal.create_device("host") as dev:
         print(f"# record.py on {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
               f"{time.strftime('%Y-%m-%d')}")
-        print("µs of host time per command (best of several runs)\n")
+        print("µs of host time per command (best of several runs); a chain command is a dispatch plus the "
+              "execution_barrier() after it\n")
         print("| program | commands | strategy | validate | dependencies | record µs/cmd | end() µs/cmd |")
         print("|---|---:|---|---|---|---:|---:|")
         for name, program in PROGRAMS.items():
