@@ -25,6 +25,7 @@ from hal.errors import DeviceError, DeviceLostError, UnsupportedError, Validatio
 from hal.executable import ExecutableSource
 
 IDLE_EXIT_S = 1.0
+WORKER_NAME = "hal-host-queue"
 
 # Generous limits, and no alignment beyond a fill pattern's own: the host is the tests' oracle, so it
 # accepts everything some backend can run. Override capabilities to emulate a stricter device.
@@ -103,7 +104,7 @@ class HostDevice(Device):
         with self._cv:
             self._pending.append(_Submission(command_buffer.order, table, waits, signals))
             if self._worker is None:
-                self._worker = threading.Thread(target=self._serve, name="hal-host-queue", daemon=True)
+                self._worker = threading.Thread(target=self._serve, name=WORKER_NAME, daemon=True)
                 self._worker.start()
             self._cv.notify_all()
 
@@ -113,7 +114,23 @@ class HostDevice(Device):
                                   "synchronize, inside a kernel); pass data through the dispatch's bindings")
         with self._cv:
             while self._pending or self._running:
+                if not self._running:
+                    self._refuse_certain_deadlock()
                 self._cv.wait()
+
+    def _refuse_certain_deadlock(self) -> None:
+        """Under the lock, the queue idle: if its head waits for a value that only the host can signal
+        and no other thread exists to do it, waiting would never end; say so instead."""
+        unmet = [(s, v) for s, v in self._pending[0].waits if s.value < v and s.failure is None]
+        if not unmet:
+            return
+        me = threading.current_thread()
+        if any(t is not me and t.name != WORKER_NAME for t in threading.enumerate()):
+            return  # another thread may signal
+        sem, value = unmet[0]
+        raise ValidationError(f"the queue waits for a semaphore to reach {value} (it is at {sem.value}) and no "
+                              f"other thread can signal it, so waiting for submitted work would never end; "
+                              f"signal it first (sem.signal({value})), then read, write or synchronize")
 
     def _order_host_access(self) -> None:
         """Reads and writes wait for submitted work but leave its failures to synchronize()."""

@@ -108,3 +108,30 @@ def test_the_worker_restarts_after_idling(host, monkeypatch):
         time.sleep(0.05)
     assert host._worker is None
     assert buf.read().tolist() == [5, 5, 5, 5]
+
+
+def test_reading_while_the_queue_waits_for_a_host_signal_is_refused_not_a_hang(host):
+    sem = host.create_semaphore(0)
+    buf = host.allocate(4)
+    cb = host.create_command_buffer()
+    with cb:
+        cb.fill_buffer(buf, np.uint8(7))
+    host.queue_execute(cb, wait=[(sem, 1)])
+    for access in (buf.read, lambda: buf.write(b"\0\0\0\0"), host.synchronize):
+        with pytest.raises(hal.ValidationError, match=r"no other thread can signal it.*sem.signal\(1\)"):
+            access()
+    sem.signal(1)
+    assert buf.read().tolist() == [7, 7, 7, 7]
+
+
+def test_reading_waits_when_another_thread_will_signal(host):
+    sem = host.create_semaphore(0)
+    buf = host.allocate(4)
+    cb = host.create_command_buffer()
+    with cb:
+        cb.fill_buffer(buf, np.uint8(3))
+    host.queue_execute(cb, wait=[(sem, 1)])
+    signaller = threading.Timer(0.1, sem.signal, args=(1,))
+    signaller.start()
+    assert buf.read().tolist() == [3, 3, 3, 3]
+    signaller.join()
