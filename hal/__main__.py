@@ -53,9 +53,41 @@ EXPORTS = (
     hal.Export("square", bindings=2, constants=1, workgroup_size=WORKGROUP, readonly=(0,)),
     hal.Export("sum3", bindings=4, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1, 2)),
 )
+# The same kernels for the GPUs: one element per invocation, `n` = constants[0] elements.
+_CUDA_BODIES = {
+    "axpy": ("const float* x, const float* y, float* t, unsigned n, float a", "t[i] = a * x[i] + y[i];"),
+    "scale": ("float* x, unsigned n, float a", "x[i] *= a;"),
+    "add_scalar": ("const float* x, float* y, unsigned n, float a", "y[i] = x[i] + a;"),
+    "square": ("const float* x, float* y, unsigned n", "y[i] = x[i] * x[i];"),
+    "sum3": ("const float* a, const float* b, const float* c, float* out, unsigned n", "out[i] = a[i] + b[i] + c[i];"),
+}
+CUDA_CODE = "".join(
+    f'extern "C" __global__ void {name}({params}) {{\n'
+    f"    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {{ {body} }}\n}}\n"
+    for name, (params, body) in _CUDA_BODIES.items())
+# (buffers as (qualifier, name), push constants, body) per export; binding i is buffer i of set 0.
+_GLSL_PARTS = {
+    "axpy": ((("readonly", "x"), ("readonly", "y"), ("writeonly", "t")), "uint n; float a;",
+             "t[i] = p.a * x[i] + y[i];"),
+    "scale": ((("", "x"),), "uint n; float a;", "x[i] *= p.a;"),
+    "add_scalar": ((("readonly", "x"), ("writeonly", "y")), "uint n; float a;", "y[i] = x[i] + p.a;"),
+    "square": ((("readonly", "x"), ("writeonly", "y")), "uint n;", "y[i] = x[i] * x[i];"),
+    "sum3": ((("readonly", "a"), ("readonly", "b"), ("readonly", "c"), ("writeonly", "o")), "uint n;",
+             "o[i] = a[i] + b[i] + c[i];"),
+}
+GLSL = {
+    name: f"#version 450\nlayout(local_size_x = {WORKGROUP}) in;\n"
+    + "".join(f"layout(set = 0, binding = {i}) {q} buffer B{i} {{ float {v}[]; }};\n"
+              for i, (q, v) in enumerate(buffers))
+    + f"layout(push_constant) uniform P {{ {constants} }} p;\n"
+    + f"void main() {{ uint i = gl_GlobalInvocationID.x; if (i < p.n) {{ {body} }} }}\n"
+    for name, (buffers, constants, body) in _GLSL_PARTS.items()
+}
 SOURCE = hal.ExecutableSource.multi(
     host=hal.ExecutableSource.python(
         {"axpy": _axpy, "scale": _scale, "add_scalar": _add_scalar, "square": _square, "sum3": _sum3}, EXPORTS),
+    cuda=hal.ExecutableSource.cuda(CUDA_CODE, EXPORTS),
+    vulkan=hal.ExecutableSource.glsl(GLSL, EXPORTS),
 )
 
 

@@ -27,6 +27,8 @@ ENTRY_POINT_GROUP = "hal.drivers"
 PREFERENCE = ("cuda", "vulkan", "host")
 # In-tree backends, found by module path when the package's entry points are not installed.
 IN_TREE = {
+    "cuda": "backends.cuda_graph:CudaDriver",
+    "vulkan": "backends.vulkan:VulkanDriver",
     "host": "backends.host:HostDriver",
 }
 

@@ -38,7 +38,48 @@ EXPORTS = (
 
 HOST = hal.ExecutableSource.python({"add": _add, "scale": _scale, "xor_copy": _xor_copy}, EXPORTS)
 
-SOURCE = hal.ExecutableSource.multi(host=HOST)
+# CUDA ABI: the bindings as device pointers, in order, then each constant as one 32-bit value.
+CUDA_CODE = r"""
+extern "C" __global__ void add(const unsigned* a, const unsigned* b, unsigned* out, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+extern "C" __global__ void scale(unsigned* x, unsigned n, unsigned k) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * k;
+}
+extern "C" __global__ void xor_copy(const unsigned* x, unsigned* out, unsigned n, unsigned k) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] ^ k;
+}
+"""
+CUDA = hal.ExecutableSource.cuda(CUDA_CODE, EXPORTS)
+
+# Vulkan ABI: binding i = storage buffer (set 0, binding i); constants = a push-constant block of words.
+_GLSL_HEAD = f"#version 450\nlayout(local_size_x = {WORKGROUP}) in;\n"
+GLSL = {
+    "add": _GLSL_HEAD + """
+layout(set = 0, binding = 0) readonly buffer A { uint a[]; };
+layout(set = 0, binding = 1) readonly buffer B { uint b[]; };
+layout(set = 0, binding = 2) writeonly buffer C { uint c[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) c[i] = a[i] + b[i]; }
+""",
+    "scale": _GLSL_HEAD + """
+layout(set = 0, binding = 0) buffer X { uint x[]; };
+layout(push_constant) uniform P { uint n; uint k; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) x[i] = x[i] * p.k; }
+""",
+    "xor_copy": _GLSL_HEAD + """
+layout(set = 0, binding = 0) readonly buffer X { uint x[]; };
+layout(set = 0, binding = 1) writeonly buffer Y { uint y[]; };
+layout(push_constant) uniform P { uint n; uint k; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) y[i] = x[i] ^ p.k; }
+""",
+}
+VULKAN = hal.ExecutableSource.glsl(GLSL, EXPORTS)
+
+SOURCE = hal.ExecutableSource.multi(host=HOST, cuda=CUDA, vulkan=VULKAN)
 
 
 def reference(name: str, constants: tuple[int, ...], arrays: list[np.ndarray]) -> None:
