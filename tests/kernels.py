@@ -12,22 +12,23 @@ import hal
 WORKGROUP = 64
 
 
+# Host kernels read ctx.words, the 32-bit words a GPU kernel receives, so -1 means 0xFFFFFFFF everywhere.
 def _add(ctx):
-    n = ctx.constants[0]
+    n = ctx.words[0]
     out = ctx.binding(2, np.uint32)
     out[:n] = ctx.binding(0, np.uint32)[:n] + ctx.binding(1, np.uint32)[:n]
 
 
 def _scale(ctx):
-    n, k = ctx.constants[0], ctx.constants[1]
+    n, k = ctx.words
     x = ctx.binding(0, np.uint32)
-    x[:n] = x[:n] * np.uint32(k)
+    x[:n] = x[:n] * k
 
 
 def _xor_copy(ctx):
-    n, k = ctx.constants[0], ctx.constants[1]
+    n, k = ctx.words
     out = ctx.binding(1, np.uint32)
-    out[:n] = ctx.binding(0, np.uint32)[:n] ^ np.uint32(k)
+    out[:n] = ctx.binding(0, np.uint32)[:n] ^ k
 
 
 EXPORTS = (
