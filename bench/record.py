@@ -17,6 +17,7 @@ import gc
 import json
 import platform
 import time
+from collections.abc import Callable
 
 import hal
 
@@ -90,22 +91,14 @@ def pairwise_hazards(cb: hal.CommandBuffer) -> int:
     return edges
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10,100,1000,10000")
-    parser.add_argument("--json", default=None, help="also write the rows as JSON here")
-    args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
+def run(sizes: list[int], progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Every program x size x strategy x validation x dependency mode on the host device, and the notes
+    the report derives from them (targets, validation cost, linearity, collector share, naive hazards)."""
     rows = []
     with hal.create_device("host") as dev:
-        print(f"# record.py on {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
-              f"{time.strftime('%Y-%m-%d')}")
-        print("µs of host time per command (best of several runs); a chain command is a dispatch plus the "
-              "execution_barrier() after it\n")
-        print("| program | commands | strategy | validate | dependencies | record µs/cmd | end() µs/cmd |")
-        print("|---|---:|---|---|---|---:|---:|")
         for name, program in PROGRAMS.items():
             for n in sizes:
+                progress(f"record {name} n={n}")
                 f = Fixture(dev, n)
                 repeats = 7 if n <= 1000 else 3
                 for strategy in ("deferred", "single_pass"):
@@ -114,59 +107,84 @@ def main(argv: list[str] | None = None) -> int:
                             rec, end = measure(dev, program, f, n, strategy, validate, deps, repeats)
                             rows.append(dict(program=name, commands=n, strategy=strategy, validate=validate,
                                              dependencies=deps, record_us=rec, end_us=end))
-                            print(f"| {name} | {n} | {strategy} | {'on' if validate else 'off'} | {deps} | "
-                                  f"{rec:.2f} | {end:.2f} |")
-        print("\n## Ratios")
-        target = TARGET_US
-        for name in PROGRAMS:
-            for n in sizes:
-                r = next(r for r in rows if (r["program"], r["commands"], r["strategy"], r["validate"],
-                                             r["dependencies"]) == (name, n, "deferred", True, "barriers"))
-                verdict = "met" if r["record_us"] <= target else "MISSED"
-                print(f"- target <= {target} µs per recorded dispatch, validation on: {name} at {n} commands "
-                      f"{r['record_us']:.2f} µs: {verdict}")
-        n = sizes[-1]
-        f = Fixture(dev, n)
-        gc.disable()
-        try:
-            paused, _ = measure(dev, fan, f, n, "deferred", True, "barriers", 3)
-        finally:
-            gc.enable()
-        running, _ = measure(dev, fan, f, n, "deferred", True, "barriers", 3)
-        print(f"- fan at {n} commands with Python's cyclic garbage collector paused: {paused:.2f} µs/cmd vs "
-              f"{running:.2f} running: the collector takes {100 * (1 - paused / running):.0f}% "
-              f"(its share grows with the heap)")
-        for name in PROGRAMS:
-            def row(n, s, v, d, name=name):
-                return next(r for r in rows if (r["program"], r["commands"], r["strategy"], r["validate"],
-                                                r["dependencies"]) == (name, n, s, v, d))
-            big, small = sizes[-1], sizes[-2] if len(sizes) > 1 else sizes[-1]
-            v_on, v_off = row(big, "deferred", True, "barriers"), row(big, "deferred", False, "barriers")
-            print(f"- {name}: validation costs {v_on['record_us'] / v_off['record_us']:.2f}x the unvalidated "
-                  f"recording ({v_on['record_us']:.2f} vs {v_off['record_us']:.2f} µs/cmd at {big} commands)")
-            for deps in ("barriers", "hazards"):
-                a, b = row(small, "deferred", True, deps), row(big, "deferred", True, deps)
-                print(f"- {name}, {deps}: end() per command at {big} / at {small} commands = "
-                      f"{b['end_us'] / a['end_us']:.2f} (1.0 = linear)")
-            sp, de = row(big, "single_pass", True, "barriers"), row(big, "deferred", True, "barriers")
-            print(f"- {name}: single_pass record+end / deferred record+end = "
-                  f"{(sp['record_us'] + sp['end_us']) / (de['record_us'] + de['end_us']):.2f}")
-        n = min(2000, sizes[-1])
-        f = Fixture(dev, n)
-        cb = dev.create_command_buffer(dependencies="hazards", validate=False)
-        cb.begin()
-        chain(cb, f, n)
-        t0 = time.perf_counter()
-        cb.end()
-        indexed = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        pairwise_hazards(cb)
-        pairwise = time.perf_counter() - t0
-        print(f"- hazard analysis of a {n}-command chain: indexed by buffer {indexed * 1e3:.1f} ms, "
-              f"every pair {pairwise * 1e3:.1f} ms: {pairwise / indexed:.0f}x")
+        notes = _notes(dev, rows, sizes)
+    return dict(machine=platform.processor() or platform.machine(), python=platform.python_version(),
+                date=time.strftime("%Y-%m-%d"), rows=rows, notes=notes)
+
+
+def _notes(dev: hal.Device, rows: list[dict], sizes: list[int]) -> list[str]:
+    def row(name, n, s, v, d):
+        return next(r for r in rows if (r["program"], r["commands"], r["strategy"], r["validate"],
+                                        r["dependencies"]) == (name, n, s, v, d))
+    notes = []
+    for name in PROGRAMS:
+        for n in sizes:
+            r = row(name, n, "deferred", True, "barriers")
+            verdict = "met" if r["record_us"] <= TARGET_US else "MISSED"
+            notes.append(f"target <= {TARGET_US} µs per recorded dispatch, validation on: {name} at {n} commands "
+                         f"{r['record_us']:.2f} µs: {verdict}")
+    n = sizes[-1]
+    f = Fixture(dev, n)
+    gc.disable()
+    try:
+        paused, _ = measure(dev, fan, f, n, "deferred", True, "barriers", 3)
+    finally:
+        gc.enable()
+    running, _ = measure(dev, fan, f, n, "deferred", True, "barriers", 3)
+    notes.append(f"fan at {n} commands with Python's cyclic garbage collector paused: {paused:.2f} µs/cmd vs "
+                 f"{running:.2f} running: the collector takes {100 * (1 - paused / running):.0f}% "
+                 f"(its share grows with the heap)")
+    big, small = sizes[-1], sizes[-2] if len(sizes) > 1 else sizes[-1]
+    for name in PROGRAMS:
+        v_on, v_off = row(name, big, "deferred", True, "barriers"), row(name, big, "deferred", False, "barriers")
+        notes.append(f"{name}: validation costs {v_on['record_us'] / v_off['record_us']:.2f}x the unvalidated "
+                     f"recording ({v_on['record_us']:.2f} vs {v_off['record_us']:.2f} µs/cmd at {big} commands)")
+        for deps in ("barriers", "hazards"):
+            a, b = row(name, small, "deferred", True, deps), row(name, big, "deferred", True, deps)
+            notes.append(f"{name}, {deps}: end() per command at {big} / at {small} commands = "
+                         f"{b['end_us'] / a['end_us']:.2f} (1.0 = linear)")
+        sp, de = row(name, big, "single_pass", True, "barriers"), row(name, big, "deferred", True, "barriers")
+        notes.append(f"{name}: single_pass record+end / deferred record+end = "
+                     f"{(sp['record_us'] + sp['end_us']) / (de['record_us'] + de['end_us']):.2f}")
+    n = min(2000, sizes[-1])
+    f = Fixture(dev, n)
+    cb = dev.create_command_buffer(dependencies="hazards", validate=False)
+    cb.begin()
+    chain(cb, f, n)
+    t0 = time.perf_counter()
+    cb.end()
+    indexed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pairwise_hazards(cb)
+    pairwise = time.perf_counter() - t0
+    notes.append(f"hazard analysis of a {n}-command chain: indexed by buffer {indexed * 1e3:.1f} ms, "
+                 f"every pair {pairwise * 1e3:.1f} ms: {pairwise / indexed:.0f}x")
+    return notes
+
+
+def report(result: dict) -> str:
+    lines = [f"# record.py on {result['machine']}, Python {result['python']}, {result['date']}",
+             "µs of host time per command (best of several runs); a chain command is a dispatch plus the "
+             "execution_barrier() after it", "",
+             "| program | commands | strategy | validate | dependencies | record µs/cmd | end() µs/cmd |",
+             "|---|---:|---|---|---|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['program']} | {r['commands']} | {r['strategy']} | {'on' if r['validate'] else 'off'} | "
+                     f"{r['dependencies']} | {r['record_us']:.2f} | {r['end_us']:.2f} |")
+    lines += ["", "## Ratios"] + [f"- {note}" for note in result["notes"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10,100,1000,10000")
+    parser.add_argument("--json", default=None, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run([int(s) for s in args.sizes.split(",")])
+    print(report(result))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+            json.dump(result, fh, indent=1)
     return 0
 
 
