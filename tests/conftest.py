@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -36,3 +37,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def no_vulkan_validation_messages():
+    """With HAL_VULKAN_ENABLE_VALIDATION_LAYERS set, any message of the Khronos validation layer fails the test."""
+    instance = sys.modules.get("backends.vulkan.instance")
+    before = len(instance.validation_messages) if instance else 0
+    yield
+    instance = sys.modules.get("backends.vulkan.instance")
+    if instance and len(instance.validation_messages) > before:
+        pytest.fail("the Vulkan validation layer reported:\n" + "\n".join(instance.validation_messages[before:]))

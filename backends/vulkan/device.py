@@ -1,0 +1,441 @@
+"""The Vulkan driver and device: one compute queue, timeline semaphores, staging for host access.
+
+Every submission signals the device's own timeline semaphore with the next value and waits for the
+previous one, so submissions run in submission order (hal's rule) and the host always knows what the
+GPU has finished. Objects released or collected while the GPU may still use them go to a graveyard
+stamped with the last submitted value and are destroyed once the timeline passes it. queue_execute
+never waits for the GPU: a submission that waits for a value nobody has signalled yet sits in the
+queue (Vulkan timeline semaphores allow waiting before the signal is submitted).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from backends.vulkan import capabilities as caps_module
+from backends.vulkan import encoder
+from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ffi, lib, vk
+from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
+from backends.vulkan.command_buffer import Recording, VulkanCommandBuffer
+from backends.vulkan.executable import VulkanExecutable
+from backends.vulkan.instance import PhysicalDevice, instance
+from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE
+from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
+from hal.buffer import Buffer, BufferUsage
+from hal.device import Device, DeviceInfo, Driver
+from hal.errors import DeviceLostError, UnsupportedError, ValidationError
+from hal.executable import ExecutableSource
+from hal.semaphore import Semaphore
+
+STAGING_BYTES = 32 << 20  # the most one staging copy moves; larger reads and writes go in pieces
+WAIT_SLICE_NS = 100_000_000  # waits for the GPU are cut in slices to notice a queue that can never run
+ALL_COMMANDS = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+HOT_FUNCTIONS = ("vkCmdBindPipeline", "vkCmdPushDescriptorSetKHR", "vkCmdBindDescriptorSets", "vkUpdateDescriptorSets",
+                 "vkCmdPushConstants", "vkCmdDispatch", "vkCmdFillBuffer", "vkCmdUpdateBuffer", "vkCmdCopyBuffer",
+                 "vkCmdPipelineBarrier", "vkBeginCommandBuffer", "vkEndCommandBuffer", "vkQueueSubmit",
+                 "vkGetSemaphoreCounterValue", "vkWaitSemaphores", "vkSignalSemaphore")
+
+
+class VulkanDriver(Driver):
+    name = "vulkan"
+
+    def devices(self) -> list[DeviceInfo]:
+        inst = instance()
+        if not inst.devices:
+            why = "; ".join(inst.rejected) or "the Vulkan loader found no device"
+            raise UnsupportedError(f"no usable Vulkan device ({why})")
+        return [DeviceInfo("vulkan", i, d.name, d.kind) for i, d in enumerate(inst.devices)]
+
+    def create_device(self, index: int | None, capabilities: Mapping[str, Any] | None) -> VulkanDevice:
+        devices = instance().devices
+        if not devices:
+            self.devices()
+        return VulkanDevice(devices[index or 0], capabilities)
+
+
+class Functions:
+    """The driver's own entry points of the calls on the hot paths (no loader trampoline)."""
+
+    __slots__ = HOT_FUNCTIONS
+
+    def __init__(self, device: Any) -> None:
+        for name in HOT_FUNCTIONS:
+            setattr(self, name, device_function(device, name))
+
+
+class Submitter:
+    """One VkSubmitInfo with its timeline values, reused by every submission (under the queue lock)."""
+
+    __slots__ = ("info", "timeline_info", "cbs", "wait_sems", "wait_values", "wait_stages", "signal_sems",
+                 "signal_values", "capacity")
+
+    def __init__(self, timeline: Any, capacity: int = 8) -> None:
+        self.capacity = capacity
+        self.cbs = ffi.new("VkCommandBuffer[1]")
+        self.wait_sems = ffi.new("VkSemaphore[]", capacity)
+        self.wait_values = ffi.new("uint64_t[]", capacity)
+        self.wait_stages = ffi.new("VkPipelineStageFlags[]", [ALL_COMMANDS] * capacity)
+        self.signal_sems = ffi.new("VkSemaphore[]", capacity)
+        self.signal_values = ffi.new("uint64_t[]", capacity)
+        self.wait_sems[0] = self.signal_sems[0] = timeline
+        self.timeline_info = ffi.new("VkTimelineSemaphoreSubmitInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO, "waitSemaphoreValueCount": 1,
+            "pWaitSemaphoreValues": self.wait_values, "signalSemaphoreValueCount": 1,
+            "pSignalSemaphoreValues": self.signal_values})
+        self.info = ffi.new("VkSubmitInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "pNext": self.timeline_info, "waitSemaphoreCount": 1,
+            "pWaitSemaphores": self.wait_sems, "pWaitDstStageMask": self.wait_stages, "commandBufferCount": 1,
+            "pCommandBuffers": self.cbs, "signalSemaphoreCount": 1, "pSignalSemaphores": self.signal_sems})
+
+    def prepare(self, vkcb: Any, value: int, waits: tuple, signals: tuple) -> Any:
+        """The submit info for `vkcb`: wait for timeline value - 1 and the user's waits, signal `value` and theirs."""
+        if waits or signals:
+            if max(len(waits), len(signals)) + 1 > self.capacity:
+                fresh = Submitter(self.wait_sems[0], 2 * max(len(waits), len(signals)) + 2)
+                return fresh.prepare(vkcb, value, waits, signals), fresh
+            for i, (sem, v) in enumerate(waits, 1):
+                self.wait_sems[i], self.wait_values[i] = sem.handle, v
+            for i, (sem, v) in enumerate(signals, 1):
+                self.signal_sems[i], self.signal_values[i] = sem.handle, v
+        n_wait, n_signal = len(waits) + 1, len(signals) + 1
+        info, timeline = self.info, self.timeline_info
+        info.waitSemaphoreCount = timeline.waitSemaphoreValueCount = n_wait
+        info.signalSemaphoreCount = timeline.signalSemaphoreValueCount = n_signal
+        self.cbs[0] = vkcb
+        self.wait_values[0] = value - 1
+        self.signal_values[0] = value
+        return info, self
+
+
+class VulkanDevice(Device):
+    def __init__(self, physical: PhysicalDevice, overrides: Mapping[str, Any] | None) -> None:
+        self.physical = physical
+        self.features = caps_module.query(physical)
+        caps = self.features.capabilities.with_overrides(overrides)
+        if caps.supports_push_descriptor and not self.features.push_descriptor:
+            raise UnsupportedError(f"{physical.name} has no {caps_module.PUSH_DESCRIPTOR}; supports_push_descriptor "
+                                   f"cannot be turned on")
+        super().__init__("vulkan", physical.name, caps)
+        self.push_descriptors = caps.supports_push_descriptor
+        minor = min(physical.api_version >> 12 & 0x3FF, 3) if physical.api_version >= api_version(1, 3) else 2
+        self.target_env = f"vulkan1.{minor}"  # what glslc and spirv-val check against
+        self._lock = threading.RLock()  # memory pool, object counts, graveyard
+        self._queue_lock = threading.Lock()  # vkQueueSubmit
+        self._host_access = threading.Lock()  # the staging buffer and its transfer command buffer
+        self._objects: collections.Counter[str] = collections.Counter()
+        self._live: dict[int, tuple[Callable[..., None], tuple]] = {}
+        self._keys = itertools.count()
+        self._graveyard: list[tuple[int, Callable[..., None], tuple]] = []
+        self._pending: collections.deque[tuple[int, tuple, tuple]] = collections.deque()  # (value, waits, signals)
+        self._waiters = 0
+        self._submitted = 0
+        self._lost: BaseException | None = None
+        self.handle = self._create_logical_device()
+        try:
+            self._setup()
+        except BaseException:
+            lib.vkDestroyDevice(self.handle, ffi.NULL)
+            raise
+
+    def _create_logical_device(self) -> Any:
+        physical = self.physical
+        priority = ffi.new("float[1]", [1.0])
+        queue = ffi.new("VkDeviceQueueCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                                     "queueFamilyIndex": physical.queue_family, "queueCount": 1,
+                                                     "pQueuePriorities": priority})
+        extensions = [caps_module.PUSH_DESCRIPTOR] if self.push_descriptors else []
+        names = [ffi.new("char[]", e.encode()) for e in extensions]
+        name_array = ffi.new("char*[]", names)
+        chain = caps_module.FeatureChain.query(physical).enabled()
+        if not chain.v12.timelineSemaphore:
+            raise UnsupportedError(f"{physical.name} has no timeline semaphores, which hal needs")
+        info = ffi.new("VkDeviceCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, "pNext": chain.root, "queueCreateInfoCount": 1,
+            "pQueueCreateInfos": queue, "enabledExtensionCount": len(extensions),
+            "ppEnabledExtensionNames": name_array})
+        out = ffi.new("VkDevice*")
+        check(lib.vkCreateDevice(physical.handle, info, ffi.NULL, out), f"vkCreateDevice on {physical.name}")
+        return out[0]
+
+    def _setup(self) -> None:
+        from backends.vulkan.memory import MemoryPool
+
+        handle = self.handle
+        queue = ffi.new("VkQueue*")
+        lib.vkGetDeviceQueue(handle, self.physical.queue_family, 0, queue)
+        self.queue = queue[0]
+        self.fn = Functions(handle)
+        self._memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
+                                  self.features.max_memory_allocation_size)
+        self._timeline = create_timeline(self, 0)
+        self._submitter = Submitter(self._timeline)
+        self._timeline_array = ffi.new("VkSemaphore[1]", [self._timeline])
+        barrier_access = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT
+                          | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+        self.memory_barrier = ffi.new("VkMemoryBarrier*", {
+            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+            "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+            "dstAccessMask": barrier_access})
+        self.host_barrier = ffi.new("VkMemoryBarrier*", {
+            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+            "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
+        self.begin_info = ffi.new("VkCommandBufferBeginInfo*", {  # reusable: may be queued again while pending
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+            "flags": vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT})
+        self.begin_info_once = ffi.new("VkCommandBufferBeginInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+            "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
+        cache_info = ffi.new("VkPipelineCacheCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO})
+        cache = ffi.new("VkPipelineCache*")
+        check(lib.vkCreatePipelineCache(handle, cache_info, ffi.NULL, cache), "vkCreatePipelineCache")
+        self.pipeline_cache = cache[0]
+        self._staging: tuple[Any, Any, np.ndarray] | None = None  # (VkBuffer, allocation, mapped bytes)
+        self._transfer: Recording | None = None
+
+    # Accounting and lifetimes.
+    def _count(self, kind: str, delta: int) -> None:
+        with self._lock:
+            self._objects[kind] += delta
+
+    def live_objects(self) -> dict[str, int]:
+        """Vulkan objects this device holds now, by type (the leak tests compare these)."""
+        with self._lock:
+            return {k: v for k, v in self._objects.items() if v}
+
+    def memory_stats(self) -> dict[str, int]:
+        """Device memory: allocations, bytes allocated from the driver, bytes in use by buffers."""
+        with self._lock:
+            return self._memory.stats()
+
+    def _track(self, owner: object, destroy: Callable[..., None], *args: Any) -> weakref.finalize:
+        """Destroy with `destroy(*args)` once `owner` is released (call the result) or collected, and the
+        GPU has finished the work submitted until then; or when the device closes."""
+        key = next(self._keys)
+        self._live[key] = (destroy, args)
+        finalizer = weakref.finalize(owner, self._retire, key)
+        finalizer.atexit = False
+        return finalizer
+
+    def _retire(self, key: int) -> None:
+        # May run inside the garbage collector, anywhere: only note the object; _collect() destroys it.
+        entry = self._live.pop(key, None)
+        if entry is not None:
+            self._graveyard.append((self._submitted, *entry))
+
+    def _collect(self) -> None:
+        """Destroy what the graveyard holds that the GPU has finished with."""
+        if not self._graveyard or self._closed:
+            return
+        done = self._completed()
+        with self._lock:
+            ready = [g for g in self._graveyard if g[0] <= done]
+            if not ready:
+                return
+            self._graveyard = [g for g in self._graveyard if g[0] > done]
+            for _, destroy, args in ready:
+                destroy(*args)
+
+    # Memory, executables, command buffers, semaphores.
+    def _allocate(self, nbytes: int, usage: BufferUsage) -> VulkanBuffer:
+        self._check_lost()
+        self._collect()
+        return VulkanBuffer(self, nbytes, usage)
+
+    def _load_executable(self, source: ExecutableSource) -> VulkanExecutable:
+        self._check_lost()
+        return VulkanExecutable(self, source)
+
+    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
+                               validate: bool) -> VulkanCommandBuffer:
+        return VulkanCommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate)
+
+    def _create_semaphore(self, initial: int) -> VulkanSemaphore:
+        self._check_lost()
+        return VulkanSemaphore(self, initial)
+
+    # The queue.
+    def _queue_execute(self, command_buffer: VulkanCommandBuffer, table: tuple[Buffer, ...],
+                       waits: tuple[tuple[VulkanSemaphore, int], ...],
+                       signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
+        self._check_lost()
+        self._submit(command_buffer._vk_command_buffer(table), waits, signals)
+        if self._graveyard:
+            self._collect()
+
+    def _submit(self, vkcb: Any, waits: tuple = (), signals: tuple = ()) -> int:
+        """Queue `vkcb` after everything submitted before; returns its timeline value."""
+        with self._queue_lock:
+            value = self._submitted + 1
+            info, _keep = self._submitter.prepare(vkcb, value, waits, signals)
+            try:
+                check(self.fn.vkQueueSubmit(self.queue, 1, info, ffi.NULL), "vkQueueSubmit")
+            except DeviceLostError as e:
+                self._lost = e
+                raise
+            self._submitted = value
+            if waits or signals:
+                self._pending.append((value, waits, signals))
+        return value
+
+    def _value(self, semaphore: Any) -> int:
+        out = ffi.new("uint64_t*")
+        check(self.fn.vkGetSemaphoreCounterValue(self.handle, semaphore, out), "vkGetSemaphoreCounterValue")
+        return int(out[0])
+
+    def _completed(self) -> int:
+        """The timeline value the GPU has reached (submissions up to it are done)."""
+        done = self._value(self._timeline)
+        with self._lock:
+            pending = self._pending
+            while pending and pending[0][0] <= done:
+                pending.popleft()
+        return done
+
+    def _pending_signal(self, sem: Semaphore) -> int | None:
+        """The smallest value a submitted, unfinished queue_execute will still signal on `sem`."""
+        done = self._completed()
+        values = [v for value, _, signals in list(self._pending) if value > done for s, v in signals if s is sem]
+        return min(values) if values else None
+
+    def _wait_for(self, value: int) -> None:
+        """Block until the timeline reaches `value`; refuse to wait forever for a host signal only this
+        thread could give."""
+        values = ffi.new("uint64_t[1]", [value])
+        info = ffi.new("VkSemaphoreWaitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, "semaphoreCount": 1,
+                                                "pSemaphores": self._timeline_array, "pValues": values})
+        with self._waiting():
+            while True:
+                self._check_lost()
+                try:
+                    result = check(self.fn.vkWaitSemaphores(self.handle, info, WAIT_SLICE_NS), "vkWaitSemaphores")
+                except DeviceLostError as e:
+                    self._lost = e
+                    raise
+                if result != TIMEOUT:
+                    break
+                self._refuse_certain_deadlock()
+        self._collect()
+
+    def _refuse_certain_deadlock(self) -> None:
+        done = self._completed()
+        head = next((p for p in list(self._pending) if p[0] == done + 1), None)
+        if head is None:
+            return
+        unmet = [(s, v) for s, v in head[1] if self._value(s.handle) < v]
+        me = threading.current_thread()
+        if not unmet or any(t is not me for t in threading.enumerate()):
+            return  # another thread may signal
+        sem, value = unmet[0]
+        raise ValidationError(f"the queue waits for a semaphore to reach {value} (it is at {self._value(sem.handle)}) "
+                              f"and no other thread can signal it, so waiting for submitted work would never end; "
+                              f"signal it first (sem.signal({value})), then read, write or synchronize")
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """Marks a thread waiting on the device; close() lets such waits end before destroying anything."""
+        with self._lock:
+            self._waiters += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiters -= 1
+
+    def _synchronize(self) -> None:
+        self._wait_for(self._submitted)
+
+    def _check_lost(self) -> None:
+        if self._lost is not None:
+            raise DeviceLostError(f"the Vulkan device {self.name!r} is lost ({self._lost}); create a new one")
+
+    # Host access through staging.
+    def _staging_copy(self, buffer: VulkanBuffer, offset: int, host: np.ndarray, to_device: bool) -> None:
+        """Copy between `host` (bytes) and `buffer` at `offset`, through the staging buffer, piece by piece;
+        each piece is submitted in order after all earlier work and waited for."""
+        with self._host_access:
+            staging = self._staging_buffer(len(host))
+            if self._transfer is None:
+                self._transfer = Recording(self, resettable=True)
+            vkcb = self._transfer.vkcb
+            step = len(staging[2])
+            for start in range(0, len(host), step):
+                piece = host[start:start + step]
+                n = len(piece)
+                encoder.begin(self, vkcb, True)
+                region = ffi.new("VkBufferCopy*", {"srcOffset": 0 if to_device else offset + start,
+                                                   "dstOffset": offset + start if to_device else 0, "size": n})
+                if to_device:
+                    staging[2][:n] = piece
+                    self.fn.vkCmdCopyBuffer(vkcb, staging[0], buffer.handle, 1, region)
+                else:
+                    self.fn.vkCmdCopyBuffer(vkcb, buffer.handle, staging[0], 1, region)
+                    self.fn.vkCmdPipelineBarrier(vkcb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
+                                                 0, 1, self.host_barrier, 0, ffi.NULL, 0, ffi.NULL)
+                encoder.end(self, vkcb)
+                self._wait_for(self._submit(vkcb))
+                if not to_device:
+                    piece[:] = staging[2][:n]
+
+    def _staging_buffer(self, nbytes: int) -> tuple[Any, Any, np.ndarray]:
+        """The host-visible staging buffer, created on first use (and grown, up to STAGING_BYTES)."""
+        want = min(max(nbytes, 1 << 20), STAGING_BYTES)
+        if self._staging is not None and len(self._staging[2]) >= want:
+            return self._staging
+        if self._staging is not None:
+            self._wait_for(self._submitted)
+            self._unmap_staging()
+        bits = vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
+        handle, allocation = create_buffer(self, want, bits, HOST_VISIBLE, HOST_CACHED, own=True)
+        ptr = ffi.new("void**")
+        check(lib.vkMapMemory(self.handle, allocation.memory, allocation.offset, want, 0, ptr), "vkMapMemory")
+        self._staging = (handle, allocation, np.frombuffer(ffi.buffer(ptr[0], want), np.uint8))
+        return self._staging
+
+    def _unmap_staging(self) -> None:
+        handle, allocation, _ = self._staging
+        self._staging = None
+        lib.vkUnmapMemory(self.handle, allocation.memory)
+        destroy_buffer(self, handle, allocation)
+
+    def _close(self) -> None:
+        self._release_stuck_submissions()
+        with self._lock:
+            while self._waiters:  # waits end within a slice once they see the device closed
+                self._lock.release()
+                time.sleep(0.01)
+                self._lock.acquire()
+        lib.vkDeviceWaitIdle(self.handle)
+        if self._staging is not None:
+            self._unmap_staging()
+        for _, destroy, args in self._graveyard:
+            destroy(*args)
+        self._graveyard.clear()
+        for destroy, args in list(self._live.values()):
+            destroy(*args)
+        self._live.clear()
+        self._memory.close()
+        lib.vkDestroyPipelineCache(self.handle, self.pipeline_cache, ffi.NULL)
+        destroy_timeline(self, self._timeline)
+        lib.vkDestroyDevice(self.handle, ffi.NULL)
+
+    def _release_stuck_submissions(self) -> None:
+        """Submissions still waiting for a value nobody signalled would keep the queue busy forever:
+        signal those values from the host so the queue drains (their results are discarded)."""
+        if self._lost is not None:
+            return
+        for _, waits, _ in list(self._pending):
+            for sem, value in waits:
+                with contextlib.suppress(Exception):
+                    if self._value(sem.handle) < value:
+                        info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
+                                                                  "semaphore": sem.handle, "value": value})
+                        self.fn.vkSignalSemaphore(self.handle, info)

@@ -1,0 +1,83 @@
+"""Vulkan timeline semaphores: a VkSemaphore of type TIMELINE, waited on and signalled by the queue,
+the host, or both (a submission may wait for a value the host signals later)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from backends.vulkan.api import TIMEOUT, check, ffi, lib, vk
+from hal.errors import DeviceLostError, TimeoutError, ValidationError
+from hal.semaphore import Semaphore
+
+if TYPE_CHECKING:
+    from backends.vulkan.device import VulkanDevice
+
+WAIT_SLICE_S = 0.1  # long waits are cut in slices, so that closing the device ends them
+
+
+def create_timeline(device: VulkanDevice, initial: int) -> Any:
+    kind = ffi.new("VkSemaphoreTypeCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                                  "semaphoreType": vk.VK_SEMAPHORE_TYPE_TIMELINE,
+                                                  "initialValue": initial})
+    info = ffi.new("VkSemaphoreCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, "pNext": kind})
+    out = ffi.new("VkSemaphore*")
+    check(lib.vkCreateSemaphore(device.handle, info, ffi.NULL, out), "vkCreateSemaphore")
+    device._count("VkSemaphore", 1)
+    return out[0]
+
+
+def destroy_timeline(device: VulkanDevice, handle: Any) -> None:
+    lib.vkDestroySemaphore(device.handle, handle, ffi.NULL)
+    device._count("VkSemaphore", -1)
+
+
+class VulkanSemaphore(Semaphore):
+    __slots__ = ("handle", "_value_out", "_finalizer")
+
+    def __init__(self, device: VulkanDevice, initial: int) -> None:
+        super().__init__(device)
+        self.handle = create_timeline(device, initial)
+        self._value_out = ffi.new("uint64_t*")
+        self._finalizer = device._track(self, destroy_timeline, device, self.handle)
+
+    def _query(self) -> int:
+        device = self.device
+        if device._closed:
+            raise DeviceLostError("semaphore query: the device was closed")
+        check(device.fn.vkGetSemaphoreCounterValue(device.handle, self.handle, self._value_out),
+              "vkGetSemaphoreCounterValue")
+        return int(self._value_out[0])
+
+    def _wait(self, value: int, timeout: float | None) -> None:
+        device = self.device
+        deadline = None if timeout is None else time.monotonic() + timeout
+        handles, values = ffi.new("VkSemaphore[1]", [self.handle]), ffi.new("uint64_t[1]", [value])
+        info = ffi.new("VkSemaphoreWaitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, "semaphoreCount": 1,
+                                                "pSemaphores": handles, "pValues": values})
+        with device._waiting():
+            while True:
+                if device._closed:
+                    raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
+                remaining = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
+                result = check(device.fn.vkWaitSemaphores(device.handle, info, max(0, int(remaining * 1e9))),
+                               "vkWaitSemaphores")
+                if result != TIMEOUT:
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"semaphore wait: the value is {self._query()}, still below {value} "
+                                       f"after {timeout} s")
+
+    def _signal(self, value: int) -> None:
+        current = self._query()
+        if value <= current:
+            raise ValidationError(f"signal: {value} is not above the current value {current}; "
+                                  f"timeline values only grow")
+        pending = self.device._pending_signal(self)
+        if pending is not None and value >= pending:
+            raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; Vulkan needs every "
+                                  f"signal above the value before it, so signal at most {pending - 1} from the host "
+                                  f"until that submission has run")
+        info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
+                                                  "semaphore": self.handle, "value": value})
+        check(self.device.fn.vkSignalSemaphore(self.device.handle, info), "vkSignalSemaphore")
