@@ -48,7 +48,7 @@ class CommandBuffer:
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
                  "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_races",
                  "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed",
-                 "_direct_buffers", "_submissions", "_table", "_table_epoch", "__weakref__")
+                 "_direct_buffers", "_dispatched", "_submissions", "_table", "_table_epoch", "__weakref__")
 
     def __init__(self, device: Device, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
@@ -83,6 +83,7 @@ class CommandBuffer:
         self._slot_seen = -1
         self._slots_needed = 0
         self._direct_buffers: tuple[Buffer, ...] = ()
+        self._dispatched: dict[Executable, int] | None = None  # executable -> first command; at the first submit
         self._submissions = 0
         self._table: tuple[Buffer, ...] = ()
         self._table_epoch = -1
@@ -390,6 +391,15 @@ class CommandBuffer:
             if b._released:
                 user = next(c.index for c in self._commands for r, _ in c.accesses() if r._buffer is b)
                 raise ValidationError(f"queue_execute: command {user} uses a buffer that was released after recording")
+        if self._dispatched is None:
+            self._dispatched = {}
+            for c in self._commands:
+                if type(c) is Dispatch:
+                    self._dispatched.setdefault(c.executable, c.index)
+        for exe, user in self._dispatched.items():
+            if exe._released:
+                raise ValidationError(f"queue_execute: command {user} dispatches an executable that was released "
+                                      f"after recording; record the command buffer again")
         segments = set()
         for c in self._slot_commands:
             self._check_slot_command(c, table)
@@ -470,6 +480,8 @@ def _bad_export(executable: Any, name: Any, device: Device, index: int) -> None:
     if not isinstance(executable, Executable) or executable.device is not device:
         raise ValidationError(f"command {index} (dispatch): executable must be a hal.Executable loaded "
                               f"on this device, got {executable!r}")
+    if executable._released:
+        raise ValidationError(f"command {index} (dispatch {name}): the executable was released; load it again")
     raise ValidationError(f"command {index} (dispatch): no export {name!r}; the executable has "
                           f"{', '.join(executable._by_name)}")
 

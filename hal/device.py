@@ -65,7 +65,7 @@ class Device:
         self._submit_lock = threading.Lock()
         # The content-keyed executable cache: source key -> Executable, so each source loads once.
         self._executables: dict[Any, Executable] = {}
-        self._release_epoch = 0  # bumped at every buffer release; command buffers re-check bindings then
+        self._release_epoch = 0  # bumped at every buffer or executable release; command buffers re-check then
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
@@ -197,6 +197,12 @@ class Device:
         self._synchronize()
 
     def _buffer_released(self) -> None:
+        self._release_epoch += 1
+
+    def _executable_released(self, executable: Executable) -> None:
+        key = executable.source.key
+        if self._executables.get(key) is executable:
+            del self._executables[key]
         self._release_epoch += 1
 
     # Backend hooks.

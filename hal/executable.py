@@ -174,13 +174,29 @@ def _payload_bytes(payload: Any) -> bytes:
 class Executable:
     """A source loaded on one device. Backends subclass it; `export` looks an entry point up by name."""
 
-    __slots__ = ("device", "source", "exports", "_by_name", "__weakref__")
+    __slots__ = ("device", "source", "exports", "_by_name", "_released", "__weakref__")
 
     def __init__(self, device: Device, source: ExecutableSource) -> None:
         self.device = device
         self.source = source
         self.exports = source.exports
         self._by_name = {e.name: (i, e) for i, e in enumerate(source.exports)}
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Free what the device holds for it (pipelines, modules) once submitted work no longer needs it.
+        Loading the same source again builds it anew; recording a dispatch of it, or submitting a command
+        buffer that recorded one, raises ValidationError. Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        self._by_name = {}  # dispatch's one lookup now fails, and its slow path says why
+        self.device._executable_released(self)
+        self._free()
 
     def export(self, name: str) -> Export:
         try:
@@ -189,7 +205,12 @@ class Executable:
             raise ValidationError(f"no export {name!r}; this executable has {', '.join(self._by_name)}") from None
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {', '.join(self._by_name)} on {self.device.driver}>"
+        names = ", ".join(e.name for e in self.exports)
+        return f"<{type(self).__name__} {names} on {self.device.driver}{' released' if self._released else ''}>"
+
+    # Backend hook.
+    def _free(self) -> None:
+        """Free the device objects (the host backend holds none)."""
 
 
 class DiskCache:

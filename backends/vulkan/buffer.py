@@ -46,14 +46,16 @@ def destroy_buffer(device: VulkanDevice, handle: Any, allocation: Any) -> None:
 
 
 class VulkanBuffer(Buffer):
-    __slots__ = ("handle", "_finalizer")
+    __slots__ = ("handle", "vk_handle", "_finalizer")
 
     def __init__(self, device: VulkanDevice, size: int, usage: BufferUsage) -> None:
         self.handle = None
+        self.vk_handle = 0  # the handle as an integer, for the encoder's stream
         self._finalizer = None
         if size:  # Vulkan has no empty buffers; nothing can bind an empty range anyway
             bits = _TRANSFER | (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT if usage & BufferUsage.DISPATCH_STORAGE else 0)
             self.handle, allocation = create_buffer(device, size, bits, DEVICE_LOCAL)
+            self.vk_handle = device.address(self.handle)
             self._finalizer = device._track(self, destroy_buffer, device, self.handle, allocation)
         super().__init__(device, size, usage)
 

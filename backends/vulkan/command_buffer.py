@@ -64,7 +64,7 @@ def destroy_recording(device: VulkanDevice, pool: Any, arena: DescriptorArena | 
 
 
 class VulkanCommandBuffer(CommandBuffer):
-    __slots__ = ("_recorded", "_by_table", "_open", "_encoder")
+    __slots__ = ("_recorded", "_by_table", "_open", "_encoder", "encodings", "barriers")
 
     def __init__(self, device: VulkanDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
@@ -73,6 +73,8 @@ class VulkanCommandBuffer(CommandBuffer):
         self._by_table: dict[tuple[Buffer, ...], Recording] = {}
         self._open: Recording | None = None  # single_pass: the encoding being recorded
         self._encoder: Encoder | None = None
+        self.encodings = 0  # VkCommandBuffers encoded so far (reuse shows as this not growing)
+        self.barriers = 0  # pipeline barriers in the latest encoding
 
     # Recording hooks.
     def _on_begin(self) -> None:
@@ -88,6 +90,8 @@ class VulkanCommandBuffer(CommandBuffer):
     def _on_end(self) -> None:
         if self._open is not None:
             encoder.end(self.device, self._open.vkcb)
+            self.encodings += 1
+            self.barriers = self._encoder.barriers
             self._recorded, self._open, self._encoder = self._open, None, None
         elif not self._slot_commands:
             self._recorded = self._encode(())
@@ -105,13 +109,14 @@ class VulkanCommandBuffer(CommandBuffer):
         try:
             encoder.begin(self.device, rec.vkcb, self.mode == "one_shot")
             enc = Encoder(self.device, rec.vkcb, self._tracker, table, rec.arena)
-            for seg in self.segments():
-                if seg.commands:
-                    enc.segment(seg.commands)
+            enc.segments(seg.commands for seg in self.segments())
+            enc.flush()
             encoder.end(self.device, rec.vkcb)
         except BaseException:
             rec.finalizer()
             raise
+        self.encodings += 1
+        self.barriers = enc.barriers
         return rec
 
     # Submission.

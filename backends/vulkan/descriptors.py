@@ -18,7 +18,7 @@ DESCRIPTORS_PER_POOL = 2048
 
 
 class DescriptorArena:
-    __slots__ = ("device", "pools", "info", "layout", "last")
+    __slots__ = ("device", "pools", "info", "layout", "out")
 
     def __init__(self, device: VulkanDevice) -> None:
         self.device = device
@@ -27,21 +27,34 @@ class DescriptorArena:
         self.info = ffi.new("VkDescriptorSetAllocateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorSetCount": 1,
             "pSetLayouts": self.layout})
-        self.last = ffi.new("VkDescriptorSet[1]")
+        self.out = ffi.new("VkDescriptorSet[1]")
 
-    def allocate(self, set_layout: Any) -> Any:
-        """A set of `set_layout` (also left in `last`), from the current pool or a new one."""
+    def write(self, set_layout: Any, words: list[int]) -> int:
+        """A new set of `set_layout` holding storage buffers (buffer, offset, range) x n; its handle."""
         self.layout[0] = set_layout
+        handle = self._allocate()
+        n = len(words) // 3
+        infos = ffi.new("VkDescriptorBufferInfo[]", [(ffi.cast("VkBuffer", words[3 * i]), words[3 * i + 1],
+                                                      words[3 * i + 2]) for i in range(n)])
+        write = ffi.new("VkWriteDescriptorSet*", {"sType": vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                                  "dstSet": handle, "descriptorCount": n,
+                                                  "descriptorType": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                  "pBufferInfo": infos})
+        lib.vkUpdateDescriptorSets(self.device.handle, 1, write, 0, ffi.NULL)
+        return int(ffi.cast("uintptr_t", handle))
+
+    def _allocate(self) -> Any:
+        """A set of the layout in `self.layout`, from the current pool or a new one."""
         if self.pools:
             self.info.descriptorPool = self.pools[-1]
-            result = lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.last)
+            result = lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.out)
             if result == vk.VK_SUCCESS:
-                return self.last[0]
+                return self.out[0]
             if result not in (vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL):
                 check(result, "vkAllocateDescriptorSets")
         self.info.descriptorPool = self._new_pool()
-        check(lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.last), "vkAllocateDescriptorSets")
-        return self.last[0]
+        check(lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.out), "vkAllocateDescriptorSets")
+        return self.out[0]
 
     def _new_pool(self) -> Any:
         size = ffi.new("VkDescriptorPoolSize*", {"type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,

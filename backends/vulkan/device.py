@@ -16,13 +16,14 @@ import itertools
 import threading
 import time
 import weakref
+from array import array
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from backends.vulkan import capabilities as caps_module
-from backends.vulkan import encoder
+from backends.vulkan import encoder, native
 from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ffi, lib, vk
 from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
 from backends.vulkan.command_buffer import Recording, VulkanCommandBuffer
@@ -39,10 +40,10 @@ from hal.semaphore import Semaphore
 STAGING_BYTES = 32 << 20  # the most one staging copy moves; larger reads and writes go in pieces
 WAIT_SLICE_NS = 100_000_000  # waits for the GPU are cut in slices to notice a queue that can never run
 ALL_COMMANDS = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
-HOT_FUNCTIONS = ("vkCmdBindPipeline", "vkCmdPushDescriptorSetKHR", "vkCmdBindDescriptorSets", "vkUpdateDescriptorSets",
-                 "vkCmdPushConstants", "vkCmdDispatch", "vkCmdFillBuffer", "vkCmdUpdateBuffer", "vkCmdCopyBuffer",
-                 "vkCmdPipelineBarrier", "vkBeginCommandBuffer", "vkEndCommandBuffer", "vkQueueSubmit",
-                 "vkGetSemaphoreCounterValue", "vkWaitSemaphores", "vkSignalSemaphore")
+HOT_FUNCTIONS = ("vkCmdBindPipeline", "vkCmdPushDescriptorSetKHR", "vkCmdBindDescriptorSets", "vkCmdPushConstants",
+                 "vkCmdDispatch", "vkCmdFillBuffer", "vkCmdUpdateBuffer", "vkCmdCopyBuffer", "vkCmdPipelineBarrier",
+                 "vkBeginCommandBuffer", "vkEndCommandBuffer", "vkQueueSubmit", "vkGetSemaphoreCounterValue",
+                 "vkWaitSemaphores", "vkSignalSemaphore")
 
 
 class VulkanDriver(Driver):
@@ -174,6 +175,10 @@ class VulkanDevice(Device):
         lib.vkGetDeviceQueue(handle, self.physical.queue_family, 0, queue)
         self.queue = queue[0]
         self.fn = Functions(handle)
+        self.native = native.load()
+        if self.native is not None:  # the driver's entry points, as addresses, in encoder.c's order
+            self.native_functions = array("Q", [self.address(getattr(self.fn, name) or ffi.NULL)
+                                                for name in encoder.NATIVE_FUNCTIONS])
         self._memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
                                   self.features.max_memory_allocation_size)
         self._timeline = create_timeline(self, 0)
@@ -200,6 +205,11 @@ class VulkanDevice(Device):
         self.pipeline_cache = cache[0]
         self._staging: tuple[Any, Any, np.ndarray] | None = None  # (VkBuffer, allocation, mapped bytes)
         self._transfer: Recording | None = None
+
+    @staticmethod
+    def address(cdata: Any) -> int:
+        """A handle or pointer as the integer the encoder's stream holds."""
+        return int(ffi.cast("uintptr_t", cdata))
 
     # Accounting and lifetimes.
     def _count(self, kind: str, delta: int) -> None:

@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
 
 COMPUTE = vk.VK_SHADER_STAGE_COMPUTE_BIT
+_LAYOUT_KINDS: dict[tuple[int, int], tuple[int, int]] = {}
 
 
 class VulkanExecutable(Executable):
-    __slots__ = ("pipelines", "layouts", "set_layouts", "_finalizer")
+    __slots__ = ("pipelines", "layouts", "set_layouts", "pipeline_handles", "layout_handles", "compatible",
+                 "_finalizer")
 
     def __init__(self, device: VulkanDevice, source: ExecutableSource) -> None:
         super().__init__(device, source)
@@ -42,6 +44,13 @@ class VulkanExecutable(Executable):
             self._finalizer()
             device._collect()
             raise
+        self.pipeline_handles = tuple(map(device.address, self.pipelines))  # for the encoder's stream
+        self.layout_handles = tuple(map(device.address, self.layouts))
+        # Per export, its layout's kind: pipeline layouts of one kind are compatible for set 0 and push
+        # constants (Vulkan's rule: identical set layouts and push ranges), so state set under one holds for
+        # the others. One object per kind, so the encoder compares them with `is`.
+        self.compatible = tuple(_LAYOUT_KINDS.setdefault((e.bindings, e.constants), (e.bindings, e.constants))
+                                for e in source.exports)
 
     def _create_pipeline(self, device: VulkanDevice, export: Export, code: bytes, entry: str) -> None:
         handle = device.handle

@@ -54,6 +54,7 @@ class Block:
         return None
 
     def give(self, offset: int, size: int) -> None:
+        self.used -= size
         i = bisect.bisect(self.starts, offset)
         if i < len(self.starts) and offset + size == self.starts[i]:  # merge with the hole after
             size += self.sizes[i]
@@ -63,7 +64,6 @@ class Block:
         else:
             self.starts.insert(i, offset)
             self.sizes.insert(i, size)
-        self.used -= size
 
 
 class MemoryPool:

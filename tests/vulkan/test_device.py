@@ -1,0 +1,147 @@
+"""The Vulkan driver and device: selection, capabilities from the device, overrides, the queue."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import hal
+from backends.vulkan import capabilities, instance
+from backends.vulkan.api import check
+from backends.vulkan.api import vk as consts
+from hal.device import get_driver
+
+pytestmark = pytest.mark.vulkan
+
+
+def test_devices_are_ranked_and_described(vk):
+    infos = get_driver("vulkan").devices()
+    assert [d.index for d in infos] == list(range(len(infos)))
+    kinds = [d.kind for d in infos]
+    assert kinds == sorted(kinds, key=lambda k: k != "gpu")  # GPUs before CPU implementations
+    assert infos[0].name == vk.name
+    physical = instance.instance().devices[0]
+    assert physical.api_version >= instance.MIN_API and physical.describe()
+
+
+def test_a_cpu_vulkan_device_is_only_used_when_named(monkeypatch):
+    monkeypatch.delenv("HAL_DEVICE", raising=False)
+    vulkan = get_driver("vulkan").devices()
+    if any(d.kind == "gpu" for d in vulkan) or "cuda" in hal.available_drivers():
+        pytest.skip("a GPU is present: the default device is not the host")
+    with hal.create_device() as dev:
+        assert dev.driver == "host"
+
+
+def test_unknown_index_refused():
+    with pytest.raises(hal.UnsupportedError, match=r"no vulkan device 99"):
+        hal.create_device("vulkan:99")
+
+
+def test_capabilities_come_from_the_device(vk):
+    caps = vk.capabilities
+    assert caps.max_push_constants_size >= 128
+    assert caps.max_storage_buffer_range >= 1 << 27
+    assert caps.max_workgroup_invocations >= 128 and min(caps.max_workgroup_size) >= 64
+    alignment = caps.storage_buffer_offset_alignment
+    assert alignment & (alignment - 1) == 0
+    assert caps.supports_storage_buffer_storage_class
+    assert caps.fill_buffer_alignment == caps.update_buffer_alignment == 4
+    disabled = bool(os.environ.get("HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR"))
+    assert caps.supports_push_descriptor == (vk.features.push_descriptor and not disabled)
+
+
+def test_overrides_apply_on_top_of_the_device(fresh):
+    dev = fresh(max_push_constants_size=8, supports_push_descriptor=False)
+    assert dev.capabilities.max_push_constants_size == 8
+    assert not dev.push_descriptors
+    with pytest.raises(hal.ValidationError, match=r"unknown capability"):
+        hal.create_device("vulkan", capabilities={"warp_drive": True})
+
+
+def test_push_descriptors_cannot_be_claimed_without_the_extension(monkeypatch):
+    physical = instance.instance().devices[0]
+    monkeypatch.setattr(physical, "extensions", physical.extensions - {capabilities.PUSH_DESCRIPTOR})
+    with pytest.raises(hal.UnsupportedError, match=r"supports_push_descriptor cannot be turned on"):
+        hal.create_device("vulkan", capabilities={"supports_push_descriptor": True})
+    with hal.create_device("vulkan") as dev:  # without it, descriptor sets
+        assert not dev.capabilities.supports_push_descriptor
+
+
+def test_info_lists_the_vulkan_device_and_its_capabilities(vk):
+    out = subprocess.run([sys.executable, "-m", "hal", "info"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert vk.name in out.stdout and "max_storage_buffer_range" in out.stdout
+
+
+def test_queue_waiting_for_a_host_signal_nobody_can_give_is_refused(fresh):
+    dev = fresh()
+    gate = dev.create_semaphore(0)
+    buf = dev.allocate(16)
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.fill_buffer(buf, np.uint32(3))
+    dev.queue_execute(cb, wait=[(gate, 1)])
+    with pytest.raises(hal.ValidationError, match=r"no other thread can signal it"):
+        dev.synchronize()
+    gate.signal(1)
+    np.testing.assert_array_equal(buf.read(np.uint32), np.full(4, 3, np.uint32))
+
+
+def test_close_with_a_submission_still_waiting_does_not_hang(fresh):
+    dev = fresh()
+    gate, done = dev.create_semaphore(0), dev.create_semaphore(0)
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.fill_buffer(dev.allocate(16), np.uint32(1))
+    dev.queue_execute(cb, wait=[(gate, 5)], signal=[(done, 1)])
+    waiter_error = []
+
+    def wait():
+        try:
+            done.wait(1)
+        except hal.HalError as e:
+            waiter_error.append(e)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.05)
+    start = time.monotonic()
+    dev.close()
+    thread.join(10)
+    assert time.monotonic() - start < 5 and not thread.is_alive()
+    assert waiter_error == [] or isinstance(waiter_error[0], hal.DeviceLostError)
+    with pytest.raises(hal.DeviceLostError, match=r"closed"):
+        done.query()
+
+
+def test_host_signal_may_not_overtake_a_pending_queue_signal(fresh):
+    dev = fresh()
+    gate, sem = dev.create_semaphore(0), dev.create_semaphore(0)
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.fill_buffer(dev.allocate(16), np.uint32(1))
+    dev.queue_execute(cb, wait=[(gate, 1)], signal=[(sem, 5)])
+    sem.signal(3)  # below what the queue will signal: fine
+    with pytest.raises(hal.ValidationError, match=r"will still signal 5"):
+        sem.signal(5)
+    gate.signal(1)
+    sem.wait(5, timeout=10)
+    sem.signal(6)
+    assert sem.query() == 6
+
+
+def test_vulkan_results_become_hal_errors():
+    with pytest.raises(hal.DeviceLostError, match=r"vkQueueSubmit failed: VK_ERROR_DEVICE_LOST"):
+        check(consts.VK_ERROR_DEVICE_LOST, "vkQueueSubmit")
+    with pytest.raises(hal.OutOfMemoryError, match=r"VK_ERROR_OUT_OF_DEVICE_MEMORY"):
+        check(consts.VK_ERROR_OUT_OF_DEVICE_MEMORY, "vkAllocateMemory")
+    with pytest.raises(hal.DeviceError, match=r"VK_ERROR_INITIALIZATION_FAILED"):
+        check(consts.VK_ERROR_INITIALIZATION_FAILED, "vkCreateDevice")
+    assert check(consts.VK_TIMEOUT, "vkWaitSemaphores") == consts.VK_TIMEOUT
