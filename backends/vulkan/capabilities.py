@@ -26,6 +26,7 @@ class DeviceFeatures:
     max_memory_allocation_size: int
     max_timeline_difference: int
     maintenance4: bool
+    max_push_descriptors: int  # 0 without the extension
 
 
 class FeatureChain:
@@ -80,13 +81,17 @@ def query(device: PhysicalDevice) -> DeviceFeatures:
                    {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES, "pNext": v12p})
     props = ffi.new("VkPhysicalDeviceProperties2*", {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                                      "pNext": v11p})
+    push_descriptor = PUSH_DESCRIPTOR in device.extensions
+    push_props = ffi.new("VkPhysicalDevicePushDescriptorPropertiesKHR*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR, "pNext": props.pNext})
+    if push_descriptor:
+        props.pNext = push_props
     lib.vkGetPhysicalDeviceProperties2(device.handle, props)
     limits = props.properties.limits
     chain = FeatureChain.query(device)
     core, v11, v12 = chain.root.features, chain.v11, chain.v12
     in_compute = v11p.subgroupSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
     subgroup_ops = v11p.subgroupSupportedOperations if in_compute else 0
-    push_descriptor = PUSH_DESCRIPTOR in device.extensions
     caps = Capabilities(
         supported_subgroup_operations=int(subgroup_ops),
         max_push_constants_size=limits.maxPushConstantsSize,
@@ -111,4 +116,5 @@ def query(device: PhysicalDevice) -> DeviceFeatures:
         copy_buffer_alignment=1,
     )
     return DeviceFeatures(caps, push_descriptor, limits.maxMemoryAllocationCount, int(v11p.maxMemoryAllocationSize),
-                          int(v12p.maxTimelineSemaphoreValueDifference), chain.maintenance4)
+                          int(v12p.maxTimelineSemaphoreValueDifference), chain.maintenance4,
+                          push_props.maxPushDescriptors if push_descriptor else 0)

@@ -32,8 +32,8 @@ class DescriptorArena:
     def write(self, set_layout: Any, words: list[int]) -> int:
         """A new set of `set_layout` holding storage buffers (buffer, offset, range) x n; its handle."""
         self.layout[0] = set_layout
-        handle = self._allocate()
         n = len(words) // 3
+        handle = self._allocate(n)
         infos = ffi.new("VkDescriptorBufferInfo[]", [(ffi.cast("VkBuffer", words[3 * i]), words[3 * i + 1],
                                                       words[3 * i + 2]) for i in range(n)])
         write = ffi.new("VkWriteDescriptorSet*", {"sType": vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
@@ -43,8 +43,8 @@ class DescriptorArena:
         lib.vkUpdateDescriptorSets(self.device.handle, 1, write, 0, ffi.NULL)
         return int(ffi.cast("uintptr_t", handle))
 
-    def _allocate(self) -> Any:
-        """A set of the layout in `self.layout`, from the current pool or a new one."""
+    def _allocate(self, descriptors: int) -> Any:
+        """A set of the layout in `self.layout` (with `descriptors` bindings), from the current pool or a new one."""
         if self.pools:
             self.info.descriptorPool = self.pools[-1]
             result = lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.out)
@@ -52,13 +52,13 @@ class DescriptorArena:
                 return self.out[0]
             if result not in (vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL):
                 check(result, "vkAllocateDescriptorSets")
-        self.info.descriptorPool = self._new_pool()
+        self.info.descriptorPool = self._new_pool(max(DESCRIPTORS_PER_POOL, descriptors))
         check(lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.out), "vkAllocateDescriptorSets")
         return self.out[0]
 
-    def _new_pool(self) -> Any:
+    def _new_pool(self, descriptors: int) -> Any:
         size = ffi.new("VkDescriptorPoolSize*", {"type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                                 "descriptorCount": DESCRIPTORS_PER_POOL})
+                                                 "descriptorCount": descriptors})
         info = ffi.new("VkDescriptorPoolCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                                        "maxSets": SETS_PER_POOL, "poolSizeCount": 1,
                                                        "pPoolSizes": size})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import itertools
 import threading
 import time
@@ -125,6 +126,10 @@ class VulkanDevice(Device):
         if caps.supports_push_descriptor and not self.features.push_descriptor:
             raise UnsupportedError(f"{physical.name} has no {caps_module.PUSH_DESCRIPTOR}; supports_push_descriptor "
                                    f"cannot be turned on")
+        if caps.supports_push_descriptor:  # a dispatch pushes all its bindings at once
+            limit = min(caps.max_per_stage_descriptor_storage_buffer, self.features.max_push_descriptors,
+                        encoder.MAX_BINDINGS)
+            caps = dataclasses.replace(caps, max_per_stage_descriptor_storage_buffer=limit)
         super().__init__("vulkan", physical.name, caps)
         self.push_descriptors = caps.supports_push_descriptor
         minor = min(physical.api_version >> 12 & 0x3FF, 3) if physical.api_version >= api_version(1, 3) else 2

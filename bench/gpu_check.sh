@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call on a GPU machine: the Vulkan tests on the GPU's Vulkan driver (push
+# descriptors, then descriptor sets with the Python encoder), the CUDA tests when that backend exists,
+# then the GPU benchmarks. Every log and result lands in $OUT (default bench/results/gpu-check).
+#
+# The machine lacks the Vulkan loader, the shader tools and three wheels; they travel with the tree
+# (README's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools),
+# .whl (vulkan, cffi, pycparser). From the repository root, through the device tool:
+#     bash bench/gpu_check.sh            with carry [".gl", ".tools", ".whl"]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results/gpu-check}
+mkdir -p "$OUT"
+status=0
+
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+mkdir -p /tmp/tools
+for f in .tools/*.deb; do dpkg -x "$f" /tmp/tools; done
+export PATH="/tmp/tools/usr/bin:$PATH"
+export LD_LIBRARY_PATH="/tmp/tools/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+if [ ! -e /usr/share/vulkan/icd.d/nvidia_icd.json ] && [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+
+{
+    echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 --version
+    python3 -m hal info
+} 2>&1 | tee "$OUT/machine.txt"
+
+run() {  # run LOG COMMAND...: tee the output to $OUT/LOG, remember a failure
+    local log=$1
+    shift
+    "$@" 2>&1 | tee "$OUT/$log" || status=1
+}
+
+run tests-vulkan.log env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan -p no:cacheprovider
+run tests-vulkan-descriptor-sets.log env HAL_REQUIRE=vulkan HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR=1 \
+    HAL_VULKAN_DISABLE_NATIVE_ENCODER=1 python3 -m pytest -q -m vulkan -p no:cacheprovider
+if [ -d backends/cuda_graph ]; then
+    run tests-cuda.log env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
+fi
+run bench-vulkan.md python3 -m bench.vulkan --json "$OUT/bench-vulkan.json"
+if [ -f bench/cuda.py ]; then
+    run bench-cuda.md python3 -m bench.cuda --json "$OUT/bench-cuda.json"
+fi
+exit $status

@@ -1,0 +1,279 @@
+"""Vulkan submission styles and recording cost, side by side in one process on one Vulkan device.
+
+A chain of D dispatches of `add` (each reads what the one before wrote, so a barrier sits between any
+two) over n elements, n = 1K (overheads dominate) and 1M (the kernels do), run five ways:
+
+- naive per dispatch: one VkCommandBuffer per dispatch, recorded with the `vulkan` package's wrappers,
+  submitted and waited for (TVM's old runtime; the seed measured 155 µs a dispatch on an H200);
+- naive batched: one VkCommandBuffer for the chain, recorded with the `vulkan` package's wrappers
+  (new structs on every call), submitted once;
+- hal one-shot: record, end (encode) and submit a one_shot command buffer, deferred and single_pass;
+- hal reused: a reusable command buffer recorded once, resubmitted.
+
+Reported per dispatch: host µs to record (+ encode), and wall µs from the start of recording (or of the
+submission, for reuse) to completion. Then the host µs of one resubmission of an unchanged reusable
+command buffer of 10 to 1000 dispatches, taken while the queue waits on a semaphore so the device's
+work never competes with the submitting thread: flat means O(1) in the length.
+
+    python -m bench.vulkan [--device vulkan] [--dispatches 100] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+
+import numpy as np
+import vulkan as vk
+
+import hal
+from tests.kernels import GLSL, WORKGROUP
+
+SIZES = (1 << 10, 1 << 20)
+RESUBMIT_LENGTHS = (10, 100, 1000)
+EXPORT = hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1))
+SOURCE = hal.ExecutableSource.glsl({"add": GLSL["add"]}, [EXPORT])
+ALL_COMMANDS = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+
+
+class Chain:
+    """Four buffers of n uint32: dispatch i writes buffer (i + 2) % 4 from the two before it."""
+
+    def __init__(self, dev: hal.Device, n: int) -> None:
+        self.dev, self.n = dev, n
+        self.exe = dev.load_executable(SOURCE)
+        self.bufs = [dev.upload(np.full(n, i, np.uint32)) for i in range(4)]
+        self.groups = (-(-n // WORKGROUP), 1, 1)
+
+    def operands(self, i: int) -> tuple[hal.Buffer, hal.Buffer, hal.Buffer]:
+        b = self.bufs
+        return b[i % 4], b[(i + 1) % 4], b[(i + 2) % 4]
+
+    def record(self, cb: hal.CommandBuffer, dispatches: int) -> None:
+        for i in range(dispatches):
+            cb.dispatch(self.exe, "add", self.groups, (self.n,), self.operands(i))
+            cb.execution_barrier()
+
+    def release(self) -> None:
+        for b in self.bufs:
+            b.release()
+
+
+class Naive:
+    """What a user of the `vulkan` package writes by hand: its wrappers, new structs for every call."""
+
+    def __init__(self, chain: Chain) -> None:
+        dev = self.dev = chain.dev
+        self.chain = chain
+        self.device = dev.handle
+        self.pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
+            queueFamilyIndex=dev.physical.queue_family), None)
+        self.fence = vk.vkCreateFence(self.device, vk.VkFenceCreateInfo(), None)
+        self.push = vk.vkGetDeviceProcAddr(self.device, "vkCmdPushDescriptorSetKHR")
+        self.pipeline = vk.ffi.cast("VkPipeline", chain.exe.pipeline_handles[0])
+        self.layout = vk.ffi.cast("VkPipelineLayout", chain.exe.layout_handles[0])
+
+    def allocate(self) -> object:
+        return vk.vkAllocateCommandBuffers(self.device, vk.VkCommandBufferAllocateInfo(
+            commandPool=self.pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+
+    def dispatch(self, cb: object, i: int) -> None:
+        chain = self.chain
+        vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline)
+        infos = [vk.VkDescriptorBufferInfo(buffer=b.handle, offset=0, range=b.size) for b in chain.operands(i)]
+        write = vk.VkWriteDescriptorSet(dstBinding=0, descriptorCount=3,
+                                        descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=infos)
+        self.push(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, [write])
+        vk.vkCmdPushConstants(cb, self.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, 4,
+                              vk.ffi.new("uint32_t[1]", [chain.n]))
+        vk.vkCmdDispatch(cb, *chain.groups)
+
+    def barrier(self, cb: object) -> None:
+        access = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+        vk.vkCmdPipelineBarrier(cb, ALL_COMMANDS, ALL_COMMANDS, 0, 1, [vk.VkMemoryBarrier(
+            srcAccessMask=access, dstAccessMask=access)], 0, None, 0, None)
+
+    def submit_and_wait(self, cb: object) -> None:
+        vk.vkQueueSubmit(self.dev.queue, 1, [vk.VkSubmitInfo(commandBufferCount=1, pCommandBuffers=[cb])],
+                         self.fence)
+        vk.vkWaitForFences(self.device, 1, [self.fence], vk.VK_TRUE, 0xFFFFFFFFFFFFFFFF)
+        vk.vkResetFences(self.device, 1, [self.fence])
+
+    def per_dispatch(self, dispatches: int) -> float:
+        """One command buffer per dispatch, each submitted and waited for: wall seconds."""
+        t0 = time.perf_counter()
+        for i in range(dispatches):
+            cb = self.allocate()
+            vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(
+                flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
+            self.dispatch(cb, i)
+            vk.vkEndCommandBuffer(cb)
+            self.submit_and_wait(cb)
+            vk.vkFreeCommandBuffers(self.device, self.pool, 1, [cb])
+        return time.perf_counter() - t0
+
+    def batched(self, dispatches: int) -> tuple[float, float]:
+        """One command buffer for the chain: (recording seconds, wall seconds)."""
+        t0 = time.perf_counter()
+        cb = self.allocate()
+        vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
+        for i in range(dispatches):
+            self.dispatch(cb, i)
+            self.barrier(cb)
+        vk.vkEndCommandBuffer(cb)
+        t1 = time.perf_counter()
+        self.submit_and_wait(cb)
+        t2 = time.perf_counter()
+        vk.vkFreeCommandBuffers(self.device, self.pool, 1, [cb])
+        return t1 - t0, t2 - t0
+
+    def close(self) -> None:
+        vk.vkDestroyFence(self.device, self.fence, None)
+        vk.vkDestroyCommandPool(self.device, self.pool, None)
+
+
+def hal_one_shot(chain: Chain, dispatches: int, strategy: str) -> tuple[float, float]:
+    """(record + end seconds, wall seconds to completion)."""
+    dev = chain.dev
+    t0 = time.perf_counter()
+    cb = dev.create_command_buffer(strategy=strategy)
+    cb.begin()
+    chain.record(cb, dispatches)
+    cb.end()
+    t1 = time.perf_counter()
+    dev.queue_execute(cb)
+    dev.synchronize()
+    return t1 - t0, time.perf_counter() - t0
+
+
+def hal_reused(chain: Chain, cb: hal.CommandBuffer) -> float:
+    dev = chain.dev
+    t0 = time.perf_counter()
+    dev.queue_execute(cb)
+    dev.synchronize()
+    return time.perf_counter() - t0
+
+
+def resubmit_host_us(dev: hal.Device, chain: Chain, length: int, submits: int = 50) -> float:
+    """Host µs of one queue_execute of an unchanged reusable command buffer of `length` dispatches, while
+    the queue waits on a gate: nothing runs on the device until all are submitted."""
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        chain.record(cb, length)
+    dev.queue_execute(cb)
+    dev.synchronize()
+    gate = dev.create_semaphore(0)
+    dev.queue_execute(cb, wait=[(gate, 1)])
+    t0 = time.perf_counter()
+    for _ in range(submits):
+        dev.queue_execute(cb)
+    seconds = time.perf_counter() - t0
+    gate.signal(1)
+    dev.synchronize()
+    return seconds / submits * 1e6
+
+
+def best(repeats: int, f: Callable[..., float | tuple[float, ...]], *args: object) -> tuple[float, ...]:
+    """The element-wise minimum of `repeats` calls of f(*args) (a number or a tuple of numbers)."""
+    results = [f(*args) for _ in range(repeats)]
+    results = [r if isinstance(r, tuple) else (r,) for r in results]
+    return tuple(min(r[k] for r in results) for k in range(len(results[0])))
+
+
+def measure(dev: hal.Device, n: int, dispatches: int, repeats: int) -> dict:
+    """Every style on a chain of `dispatches` over n elements: µs per dispatch."""
+    chain = Chain(dev, n)
+    reused = dev.create_command_buffer(mode="reusable")
+    with reused:
+        chain.record(reused, dispatches)
+    hal_reused(chain, reused)
+    row: dict = dict(elements=n, dispatches=dispatches)
+    per = 1e6 / dispatches
+    if dev.push_descriptors:  # the naive code pushes its descriptors too
+        naive = Naive(chain)
+        naive.per_dispatch(2)
+        row["naive_per_dispatch_wall"] = best(repeats, naive.per_dispatch, dispatches)[0] * per
+        rec, wall = best(repeats, naive.batched, dispatches)
+        row["naive_batched_record"], row["naive_batched_wall"] = rec * per, wall * per
+        naive.close()
+    for strategy in ("deferred", "single_pass"):
+        rec, wall = best(repeats, hal_one_shot, chain, dispatches, strategy)
+        row[f"hal_{strategy}_record"], row[f"hal_{strategy}_wall"] = rec * per, wall * per
+    row["hal_reused_wall"] = best(repeats, hal_reused, chain, reused)[0] * per
+    chain.release()
+    return row
+
+
+def run(device: str = "vulkan", dispatches: int = 100) -> dict:
+    with hal.create_device(device) as dev:
+        if dev.driver != "vulkan":
+            raise SystemExit(f"bench.vulkan needs a Vulkan device, got {dev}")
+        meta = dict(device=dev.name, driver_info=dev.physical.driver, kind=dev.physical.type_name,
+                    push_descriptors=dev.push_descriptors, native_encoder=dev.native is not None,
+                    dispatches=dispatches, date=time.strftime("%Y-%m-%d"))
+        gpu = dev.physical.kind == "gpu"
+        # On a CPU device the 1M-element kernels take seconds: fewer dispatches and repeats there.
+        rows = [measure(dev, n, dispatches if gpu or n < (1 << 20) else max(4, dispatches // 10),
+                        5 if gpu or n < (1 << 20) else 2) for n in SIZES]
+        chain = Chain(dev, 1 << 10)
+        resubmits = [dict(dispatches=length, host_us=min(resubmit_host_us(dev, chain, length) for _ in range(3)))
+                     for length in RESUBMIT_LENGTHS]
+        chain.release()
+    return dict(meta=meta, rows=rows, resubmit=resubmits)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.1f}x" if a and b else "n/a"
+
+
+def report(result: dict) -> str:
+    meta = result["meta"]
+    lines = [f"## Vulkan on {meta['device']} ({meta['kind']}, {meta['driver_info']}), {meta['date']}", "",
+             f"push descriptors: {meta['push_descriptors']}; native encoder: {meta['native_encoder']}. "
+             f"µs per dispatch of a chain (a barrier between dispatches), best of several runs.", "",
+             "| elements | dispatches | style | host record µs | wall µs |", "|---:|---:|---|---:|---:|"]
+    styles = [("naive: one VkCommandBuffer per dispatch", None, "naive_per_dispatch_wall"),
+              ("naive: one batched, `vulkan` wrappers", "naive_batched_record", "naive_batched_wall"),
+              ("hal one-shot, deferred", "hal_deferred_record", "hal_deferred_wall"),
+              ("hal one-shot, single_pass", "hal_single_pass_record", "hal_single_pass_wall"),
+              ("hal reused (resubmitted)", None, "hal_reused_wall")]
+    for r in result["rows"]:
+        for label, rec, wall in styles:
+            if wall in r:
+                lines.append(f"| {r['elements']} | {r['dispatches']} | {label} | "
+                             f"{'-' if rec is None else format(r[rec], '.2f')} | {r[wall]:.2f} |")
+    lines += ["", "| dispatches in the reused command buffer | host µs per resubmission |", "|---:|---:|"]
+    lines += [f"| {s['dispatches']} | {s['host_us']:.1f} |" for s in result["resubmit"]]
+    lines += ["", "Ratios:"]
+    for r in result["rows"]:
+        n = r["elements"]
+        lines.append(f"- {n} elements: one VkCommandBuffer per dispatch / hal reused = "
+                     f"{_ratio(r.get('naive_per_dispatch_wall'), r['hal_reused_wall'])}; / hal one-shot deferred = "
+                     f"{_ratio(r.get('naive_per_dispatch_wall'), r['hal_deferred_wall'])}")
+        lines.append(f"- {n} elements: recording with the `vulkan` wrappers / hal record+end (deferred) = "
+                     f"{_ratio(r.get('naive_batched_record'), r['hal_deferred_record'])}; hal one-shot / hal reused "
+                     f"wall = {_ratio(r['hal_deferred_wall'], r['hal_reused_wall'])}")
+    first, last = result["resubmit"][0], result["resubmit"][-1]
+    lines.append(f"- resubmission host time, {last['dispatches']} vs {first['dispatches']} dispatches: "
+                 f"{_ratio(last['host_us'], first['host_us'])} (1.0x = independent of length)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="vulkan")
+    parser.add_argument("--dispatches", type=int, default=100)
+    parser.add_argument("--json", default=None, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run(args.device, args.dispatches)
+    print(report(result))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
