@@ -65,7 +65,9 @@ class Device:
         self._submit_lock = threading.Lock()
         # The content-keyed executable cache: source key -> Executable, so each source loads once.
         self._executables: dict[Any, Executable] = {}
-        self._release_epoch = 0  # bumped at every buffer release; command buffers re-check bindings then
+        # Replaced at every buffer release: what was checked under an older token (binding tables,
+        # dispatch bindings) is checked again, since one of its buffers may be the released one.
+        self._release_token = object()
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
@@ -197,7 +199,7 @@ class Device:
         self._synchronize()
 
     def _buffer_released(self) -> None:
-        self._release_epoch += 1
+        self._release_token = object()
 
     # Backend hooks.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> Buffer:
