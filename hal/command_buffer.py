@@ -299,16 +299,14 @@ class CommandBuffer:
                                   f"the export takes {export.bindings}")
         token = self.device._release_token
         resolved = []
-        try:
-            for r in bindings:
-                if type(r) is not BufferRef:
-                    r = r._whole  # a Buffer; anything else raises AttributeError or fails the token test
-                if r._bindable is not token:
-                    r = self._ref(bindings[len(resolved)], index, "dispatch", len(resolved), _STORAGE)
-                resolved.append(r)
-        except AttributeError:  # not a Buffer or BufferRef: _ref raises, naming it
-            self._ref(bindings[len(resolved)], index, "dispatch", len(resolved), _STORAGE)
-            raise
+        for r in bindings:
+            if type(r) is not BufferRef:
+                if not isinstance(r, Buffer):
+                    self._ref(r, index, "dispatch", len(resolved), _STORAGE)  # raises: not a buffer or reference
+                r = r._whole
+            if r._bindable is not token:  # not checked as a binding since the last release on the device
+                r = self._ref(r, index, "dispatch", len(resolved), _STORAGE)
+            resolved.append(r)
         # _record, inlined: this is the hot path.
         tail = self._tail
         command = Dispatch(index, tail.index, executable, export, ordinal, workgroups, constants, tuple(resolved))
