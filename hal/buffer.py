@@ -120,9 +120,12 @@ class BufferRef:
     underscored slots directly; `_checked` holds the BufferUsage bits for which recording has already
     validated this reference (range, usage, alignment). None of that can change later, since the
     public fields are read-only, so recording re-checks only that the buffer is still live.
+    `_bindable` is the device's release token (see Device._release_token) under which the reference
+    last passed every check of a dispatch binding: while the token is current, no buffer of the device
+    has been released since, so one identity test settles a binding on the hot path.
     """
 
-    __slots__ = ("_buffer", "_slot", "_offset", "_length", "_end", "_checked")
+    __slots__ = ("_buffer", "_slot", "_offset", "_length", "_end", "_checked", "_bindable")
 
     def __init__(self, buffer: Buffer | None, slot: int, offset: int, length: int | None) -> None:
         self._buffer = buffer
@@ -131,6 +134,7 @@ class BufferRef:
         self._length = length
         self._end = None if length is None else offset + length
         self._checked = 0
+        self._bindable: object = None
 
     buffer = property(lambda self: self._buffer, doc="The Buffer, or None for a slot reference.")
     slot = property(lambda self: self._slot, doc="The binding-table index, or -1 for a direct reference.")

@@ -18,8 +18,8 @@ import networkx as nx
 import numpy as np
 
 from hal.buffer import Buffer, BufferRef, BufferUsage, _bytes_view
-from hal.commands import Command, Copy, Dispatch, Fill, Segment, Update, constant_word
-from hal.dependencies import DependencyTracker, RaceDetector, access_range, to_networkx
+from hal.commands import READ, WRITE, Command, Copy, Dispatch, Fill, Segment, Update, constant_word
+from hal.dependencies import DependencyTracker, RaceDetector, access_range, refs_and_writes, to_networkx
 from hal.errors import ValidationError, integer
 from hal.executable import Executable
 
@@ -32,6 +32,7 @@ _TARGET = int(BufferUsage.TRANSFER_TARGET)
 _STORAGE = int(BufferUsage.DISPATCH_STORAGE)
 _USAGE_NAMES = {_SOURCE: "TRANSFER_SOURCE", _TARGET: "TRANSFER_TARGET", _STORAGE: "DISPATCH_STORAGE"}
 _INITIAL, _RECORDING, _ENDED = "initial", "recording", "ended"
+_WRITE, _READ_WRITE = (WRITE,), (READ, WRITE)  # what fill/update and copy do to their references
 
 
 class CommandBuffer:
@@ -48,7 +49,8 @@ class CommandBuffer:
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
                  "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_races",
                  "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed",
-                 "_direct_buffers", "_dispatched", "_submissions", "_table", "_table_epoch", "__weakref__")
+                 "_direct_buffers", "_dispatched", "_submissions", "_table", "_table_token", "_workgroups_seen",
+                 "_constants_seen", "__weakref__")
 
     def __init__(self, device: Device, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
@@ -69,6 +71,8 @@ class CommandBuffer:
         self.validate = validate
         self._caps = device.capabilities
         self._single_pass = strategy == "single_pass"
+        self._workgroups_seen: tuple[int, int, int] | None = None  # the last workgroups and constants checked
+        self._constants_seen: tuple[Any, ...] | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -86,7 +90,7 @@ class CommandBuffer:
         self._dispatched: dict[Executable, int] | None = None  # executable -> first command; at the first submit
         self._submissions = 0
         self._table: tuple[Buffer, ...] = ()
-        self._table_epoch = -1
+        self._table_token: object = None
 
     # State.
     @property
@@ -183,7 +187,7 @@ class CommandBuffer:
                 f"command {index} (fill_buffer): target offset {t._offset} and length {t._length} must be "
                 f"multiples of {align} (the {len(p)}-byte pattern and the device's fill_buffer_alignment "
                 f"{self._caps.fill_buffer_alignment})")
-        self._record(Fill(index, self._tail.index, t, p))
+        self._record(Fill(index, self._tail.index, t, p), (t,), _WRITE)
 
     def update_buffer(self, target: Buffer | BufferRef, data: Any) -> None:
         """Write `data` (at most 64 KiB, copied now) at the target offset."""
@@ -205,7 +209,7 @@ class CommandBuffer:
                                   f"must be multiples of the device's update_buffer_alignment {align}")
         if t._length != n:
             t = BufferRef(t._buffer, t._slot, t._offset, n)
-        self._record(Update(index, self._tail.index, t, view.tobytes()))
+        self._record(Update(index, self._tail.index, t, view.tobytes()), (t,), _WRITE)
 
     def copy_buffer(self, source: Buffer | BufferRef, target: Buffer | BufferRef) -> None:
         """Copy the source range (or, for a slot of unknown length, the target range's length)."""
@@ -234,25 +238,21 @@ class CommandBuffer:
             s = BufferRef(s._buffer, s._slot, s._offset, n)
         if t._length != n:
             t = BufferRef(t._buffer, t._slot, t._offset, n)
-        self._record(Copy(index, self._tail.index, s, t))
+        self._record(Copy(index, self._tail.index, s, t), (s, t), _READ_WRITE)
 
     def execution_barrier(self) -> None:
         """Everything recorded after waits for everything recorded before."""
         if self._state is not _RECORDING:
             self._not_recording("execution_barrier")
-        self._barriers += 1
+        barriers = self._barriers = self._barriers + 1
         tail = self._tail
         if tail.commands:
-            seg = Segment(self._barriers)
-            tail.next = seg
-            self._tail = seg
-            if self._races._indexed:  # a lone command is never indexed (see RaceDetector)
-                self._races.reset()
+            tail.next = self._tail = Segment(barriers)
             if self._single_pass:
                 self._tracker.barrier()
                 self._on_barrier()
         else:
-            tail.index = self._barriers
+            tail.index = barriers
 
     def dispatch(self, executable: Executable, name: str, workgroups: Any = (1, 1, 1),
                  constants: Sequence[Any] = (), bindings: Sequence[Buffer | BufferRef] = ()) -> None:
@@ -267,41 +267,62 @@ class CommandBuffer:
             mine = False
         if not mine:
             _bad_export(executable, name, self.device, index)
-        caps = self._caps
-        if type(workgroups) is not tuple or len(workgroups) != 3:
-            workgroups = _workgroups(workgroups, index, name, caps.max_workgroup_count)
-        x, y, z = workgroups
-        lx, ly, lz = caps.max_workgroup_count
-        if type(x) is not int or type(y) is not int or type(z) is not int or \
-                not (0 < x <= lx and 0 < y <= ly and 0 < z <= lz):
-            workgroups = _workgroups(workgroups, index, name, caps.max_workgroup_count)
+        # A tuple of ints cannot change: the one checked last (a literal in a recording loop is one object)
+        # needs no second look.
+        if workgroups is not self._workgroups_seen:
+            caps = self._caps
+            if type(workgroups) is not tuple or len(workgroups) != 3:
+                workgroups = _workgroups(workgroups, index, name, caps.max_workgroup_count)
+            x, y, z = workgroups
+            lx, ly, lz = caps.max_workgroup_count
+            if type(x) is not int or type(y) is not int or type(z) is not int or \
+                    not (0 < x <= lx and 0 < y <= ly and 0 < z <= lz):
+                workgroups = _workgroups(workgroups, index, name, caps.max_workgroup_count)
+            self._workgroups_seen = workgroups
         if type(constants) is not tuple:
             constants = _sequence(constants, index, name, "constants")
         if len(constants) != export.constants:
             raise ValidationError(f"command {index} (dispatch {name}): {len(constants)} constants given, "
                                   f"the export takes {export.constants}")
-        if 4 * len(constants) > caps.max_push_constants_size:
-            raise ValidationError(f"command {index} (dispatch {name}): {4 * len(constants)} bytes of constants "
-                                  f"exceed the device's max_push_constants_size {caps.max_push_constants_size}")
-        for c in constants:
-            if type(c) is not int or not -2147483648 <= c <= 4294967295:
-                _check_constants(constants, index, name)
+        if constants is not self._constants_seen:  # as for workgroups: a tuple checked once stays valid
+            limit = self._caps.max_push_constants_size
+            if 4 * len(constants) > limit:
+                raise ValidationError(f"command {index} (dispatch {name}): {4 * len(constants)} bytes of constants "
+                                      f"exceed the device's max_push_constants_size {limit}")
+            for c in constants:
+                if type(c) is not int or not -2147483648 <= c <= 4294967295:
+                    _check_constants(constants, index, name)
+            self._constants_seen = constants
         if type(bindings) is not tuple:
             bindings = _sequence(bindings, index, name, "bindings")
         if len(bindings) != export.bindings:
             raise ValidationError(f"command {index} (dispatch {name}): {len(bindings)} bindings given, "
                                   f"the export takes {export.bindings}")
-        device = self.device
+        token = self.device._release_token
         resolved = []
         for r in bindings:
-            if type(r) is not BufferRef and isinstance(r, Buffer):
+            if type(r) is not BufferRef:
+                if not isinstance(r, Buffer):
+                    self._ref(r, index, "dispatch", len(resolved), _STORAGE)  # raises: not a buffer or reference
                 r = r._whole
-            if type(r) is not BufferRef or not r._checked & _STORAGE or (b := r._buffer) is None \
-                    or b.device is not device or b._released:
+            if r._bindable is not token:  # not checked as a binding since the last release on the device
                 r = self._ref(r, index, "dispatch", len(resolved), _STORAGE)
             resolved.append(r)
-        self._record(Dispatch(index, self._tail.index, executable, export, ordinal, workgroups, constants,
-                              tuple(resolved)))
+        # _record, inlined: this is the hot path.
+        tail = self._tail
+        command = Dispatch(index, tail.index, executable, export, ordinal, workgroups, constants, tuple(resolved))
+        commands = tail.commands
+        if commands and self.validate:  # the first command of a segment cannot race
+            races = self._races
+            if len(commands) == 1:  # the second command: index the first, forgetting the last segment
+                races.rebuild(commands)
+            races.add(command, command.bindings, export.writes, commands)
+        if self._single_pass:
+            self._on_command(command, self._tracker.add(command))
+        commands.append(command)
+        if self._slot_seen == index:
+            self._slot_commands.append(command)
+        self._count = index + 1
 
     def _ref(self, r: Any, index: int, command: str, arg: str | int, usage: int) -> BufferRef:
         """Check reference `r` for use as `arg` (a name, or a binding position) of command `index`;
@@ -333,15 +354,22 @@ class CommandBuffer:
         if not r._checked & usage:
             _check_range(r, b, self._caps, index, command, arg, usage)
             r._checked |= usage
+        if usage == _STORAGE:
+            r._bindable = self.device._release_token
         return r
 
-    def _record(self, command: Command) -> None:
-        tail = self._tail
-        if self.validate and tail.commands:  # the first command of a segment cannot race
-            self._races.check(command, tail.commands)
+    def _record(self, command: Command, refs: tuple[BufferRef, ...], writes: tuple[bool, ...]) -> None:
+        """Append `command`, which accesses `refs` (`writes`: which it writes), to the current segment
+        once it is known not to race. Dispatch inlines this."""
+        commands = self._tail.commands
+        if commands and self.validate:  # the first command of a segment cannot race
+            races = self._races
+            if len(commands) == 1:  # the second command: index the first, forgetting the last segment
+                races.rebuild(commands)
+            races.add(command, refs, writes, commands)
         if self._single_pass:
             self._on_command(command, self._tracker.add(command))
-        tail.commands.append(command)
+        commands.append(command)
         if self._slot_seen == command.index:
             self._slot_commands.append(command)
         self._count += 1
@@ -363,14 +391,14 @@ class CommandBuffer:
             raise ValidationError("queue_execute: a one_shot command buffer runs once; create it with "
                                   "mode='reusable' to submit it again")
         table = binding_table if type(binding_table) is tuple else _table(binding_table)
-        epoch = self.device._release_epoch
+        token = self.device._release_token
         last = self._table
-        if epoch == self._table_epoch and (table is last or (
+        if token is self._table_token and (table is last or (
                 len(table) == len(last) and all(map(operator.is_, table, last)))):
             return table
         self._check_table(table)
         self._table = table
-        self._table_epoch = epoch
+        self._table_token = token
         return table
 
     def _check_table(self, table: tuple[Buffer, ...]) -> None:
@@ -409,7 +437,7 @@ class CommandBuffer:
                 if seg.index in segments:
                     races = RaceDetector()
                     for c in seg.commands:
-                        races.add(c, seg.commands, table)
+                        races.add(c, *refs_and_writes(c), seg.commands, table)
 
     def _check_slot_command(self, c: Command, table: tuple[Buffer, ...]) -> None:
         """The record-time reference checks, for the slot references of `c` resolved through `table`."""

@@ -312,39 +312,46 @@ class _AccessMap:
 class RaceDetector:
     """Per-segment ranges of each buffer (or slot) key: one access as a plain tuple, more as _Ranges.
 
-    The first command of a segment cannot race, so its ranges are indexed only when a second command
-    arrives: a chain of one command per segment pays nothing for the check.
+    The first command of a segment cannot race, so the recorder indexes it (`rebuild`) only when a second
+    command arrives: a chain of one command per segment pays nothing for the check. A reference read with
+    no write of the segment overlapping it stays in `_quiet` until its key is written again, so reading
+    it again (a weight every dispatch of a segment reads) costs one set lookup.
     """
 
-    __slots__ = ("_ranges", "_indexed")
+    __slots__ = ("_ranges", "_quiet")
 
     def __init__(self) -> None:
         self._ranges: dict[object, tuple[int, int, bool] | _Ranges] = {}
-        self._indexed = 0  # how many commands of the segment are in _ranges
+        self._quiet: set[BufferRef] = set()
 
     def reset(self) -> None:
         self._ranges.clear()
-        self._indexed = 0
+        self._quiet.clear()
 
-    def check(self, command: Command, segment: list[Command]) -> None:
-        """Raise ValidationError if `command` races with one of `segment` (the commands recorded before
-        it in its segment, at least one); else remember its ranges."""
-        if self._indexed < len(segment):
-            for c in segment[self._indexed:]:
-                self.add(c, ())
-            self._indexed = len(segment)
-        self.add(command, segment)
-        self._indexed += 1
+    def rebuild(self, segment: Sequence[Command], table: tuple[Buffer, ...] | None = None) -> None:
+        """Index exactly the commands of `segment`, accepted ones: nothing among them is searched for."""
+        self.reset()
+        for c in segment:
+            self.add(c, *refs_and_writes(c), (), table)
 
-    def add(self, command: Command, segment: Sequence[Command], table: tuple[Buffer, ...] | None = None) -> None:
-        """Check `command` against the ranges indexed so far, then index it. With a binding table,
-        slots are keyed by the buffers bound to them; `segment` is searched for the partner of a race.
+    def add(self, command: Command, refs: Sequence[BufferRef], writes: Sequence[bool], segment: Sequence[Command],
+            table: tuple[Buffer, ...] | None = None) -> None:
+        """Check `command`, which accesses `refs[i]` (writing it if `writes[i]`), against the ranges indexed
+        so far, then index it. With a binding table, slots are keyed by the buffers bound to them. On a
+        race, `segment` is searched for the partner and indexed again (the command's earlier accesses are
+        forgotten), then ValidationError is raised.
 
         One pass: ranges are merged as they are checked. An overlap found may be with the command's
         own earlier access (legal); only on that rare path are the other commands searched.
         """
         ranges = self._ranges
-        for r, write in command.accesses():
+        quiet = self._quiet
+        i = -1
+        for r in refs:  # indexing `writes` costs less than zip()
+            i += 1
+            write = writes[i]
+            if not write and r in quiet:
+                continue
             key = r._buffer
             if key is None:
                 key, start, end = access_range(r, table)
@@ -359,18 +366,18 @@ class RaceDetector:
                 s0, e0, w0 = state
                 clash = start < e0 and s0 < end and (write or w0)
                 state = ranges[key] = _Ranges(s0, e0, w0)
-            elif r is state.last_read and not write and state.writes == state.last_read_writes:
-                continue  # the same reference read again, nothing written since: nothing can have changed
             else:  # the extents settle most checks without a search
                 clash = (start < state.whi and state.wlo < end and _overlaps(state.ws, state.we, start, end)) or \
                     (write and start < state.rhi and state.rlo < end and _overlaps(state.rs, state.re, start, end))
             if clash:
                 other = _partner(command, key, start, end, write, segment, table)
                 if other is not None:
-                    self._rebuild(segment, table)
+                    self.rebuild(segment, table)
                     _raise_race(command, key, start, end, write, other)
             if write:
-                state.writes += 1
+                if state.quiet:  # this write may overlap them
+                    quiet.difference_update(state.quiet)
+                    state.quiet.clear()
                 whi = state.whi
                 if start < whi:
                     state.add(start, end, True)
@@ -384,25 +391,19 @@ class RaceDetector:
                         state.wlo = start
                 state.whi = end
             else:
-                state.last_read = r
-                state.last_read_writes = state.writes
+                if not clash:  # an overlap with the command's own write must not be skipped later
+                    quiet.add(r)
+                    state.quiet.append(r)
                 if not (state.rs and state.rs[-1] <= start and end <= state.rhi):  # not inside the last interval
                     state.add(start, end, False)
-
-    def _rebuild(self, segment: Sequence[Command], table: tuple[Buffer, ...] | None) -> None:
-        """Forget a rejected command's ranges: recompute the state from the segment's commands."""
-        self._ranges.clear()
-        for c in segment:
-            self.add(c, (), table)
-        self._indexed = len(segment)
 
 
 class _Ranges:
     """Unions of the written and of the read ranges of one key, as sorted disjoint intervals, with
-    their extents so that the common cases (a new range past everything so far, inside the last
-    interval, or the same reference read again) cost a comparison or two."""
+    their extents so that the common cases (a new range past everything so far, or inside the last
+    interval) cost a comparison or two; `quiet` lists the key's references in RaceDetector._quiet."""
 
-    __slots__ = ("ws", "we", "rs", "re", "wlo", "whi", "rlo", "rhi", "writes", "last_read", "last_read_writes")
+    __slots__ = ("ws", "we", "rs", "re", "wlo", "whi", "rlo", "rhi", "quiet")
 
     def __init__(self, start: int, end: int, write: bool) -> None:
         self.ws: list[int] = []
@@ -411,9 +412,7 @@ class _Ranges:
         self.re: list[int] = []
         self.wlo = self.rlo = END
         self.whi = self.rhi = -1
-        self.writes = 0  # how many writes were added: a repeated read is settled if none came since
-        self.last_read: BufferRef | None = None
-        self.last_read_writes = 0
+        self.quiet: list[BufferRef] = []
         self.add(start, end, write)
 
     def add(self, start: int, end: int, write: bool) -> None:
@@ -423,6 +422,12 @@ class _Ranges:
         else:
             _union(self.rs, self.re, start, end)
             self.rlo, self.rhi = self.rs[0], self.re[-1]
+
+
+def refs_and_writes(command: Command) -> tuple[tuple[BufferRef, ...], tuple[bool, ...]]:
+    """The references `command` accesses and, for each, whether it writes it: RaceDetector.add's arguments."""
+    accesses = tuple(command.accesses())
+    return tuple(r for r, _ in accesses), tuple(w for _, w in accesses)
 
 
 def _overlaps(starts: list[int], ends: list[int], start: int, end: int) -> bool:

@@ -65,7 +65,9 @@ class Device:
         self._submit_lock = threading.Lock()
         # The content-keyed executable cache: source key -> Executable, so each source loads once.
         self._executables: dict[Any, Executable] = {}
-        self._release_epoch = 0  # bumped at every buffer or executable release; command buffers re-check then
+        # Replaced at every buffer or executable release: what was checked under an older token (binding
+        # tables, dispatch bindings, dispatched executables) is checked again, since it may use the released one.
+        self._release_token = object()
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
@@ -197,13 +199,13 @@ class Device:
         self._synchronize()
 
     def _buffer_released(self) -> None:
-        self._release_epoch += 1
+        self._release_token = object()
 
     def _executable_released(self, executable: Executable) -> None:
         key = executable.source.key
         if self._executables.get(key) is executable:
             del self._executables[key]
-        self._release_epoch += 1
+        self._release_token = object()
 
     # Backend hooks.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> Buffer:

@@ -459,6 +459,29 @@ def test_dispatch_workgroups_beyond_overridden_limit(make_device, workgroups, ax
     assert seen == [(1, 1)]
 
 
+def test_workgroups_and_constants_checked_once_are_checked_again_elsewhere(host, make_device):
+    """A command buffer skips the checks of the workgroups and constants tuples it checked last; the
+    same tuples still meet another device's limits and another export's constant count."""
+    workgroups, constants = (9, 1, 1), (4, 3)
+    seen = []
+    exe = probe(host, seen)
+    cb = recording(host)
+    cb.dispatch(exe, "probe", workgroups, constants)
+    cb.dispatch(exe, "probe", workgroups, constants)
+    with pytest.raises(hal.ValidationError,
+                       match=r"command 2 \(dispatch probe\): 2 constants given, the export takes 3"):
+        cb.dispatch(probe(host, seen, constants=3), "probe", workgroups, constants)
+    small = make_device(max_workgroup_count=(8, 4, 2), max_push_constants_size=4)
+    other = recording(small)
+    with pytest.raises(hal.ValidationError, match=r"workgroups\[0\] = 9 .*max_workgroup_count 8"):
+        other.dispatch(probe(small, []), "probe", workgroups, constants)
+    with pytest.raises(hal.ValidationError,
+                       match=r"8 bytes of constants exceed the device's max_push_constants_size 4"):
+        other.dispatch(probe(small, []), "probe", (1, 1, 1), constants)
+    finish_and_check(host, cb)
+    assert seen == [(4, 3), (4, 3)]
+
+
 def test_dispatch_workgroups_as_numpy_integers_accepted(host):
     """_workgroups() converts numpy integers, so a tuple of them must be accepted like a list of them."""
     seen = []
@@ -586,6 +609,42 @@ def test_checked_ref_reused_after_its_buffer_is_released(host):
     cb = recording(host)
     with pytest.raises(hal.ValidationError, match=r"command 0 \(fill_buffer\): target is a released buffer"):
         cb.fill_buffer(r, b"\x02")
+    finish_and_check(host, cb)
+
+
+def test_checked_binding_checked_again_after_a_release(host, exe):
+    """A binding that passed its checks is trusted without them only until a buffer of its device is
+    released: then the released one is refused, and the others pass again."""
+    a, b = host.upload(u32(range(4))), host.upload(u32([10] * 4))
+    keep, gone = host.allocate(16), host.allocate(16)
+    kept, lost = hal.ref(keep, 0, 16), hal.ref(gone, 0, 16)
+    first = recording(host)
+    first.dispatch(exe, "add", (1, 1, 1), constants=(4,), bindings=(a, b, kept))
+    first.execution_barrier()
+    first.dispatch(exe, "add", (1, 1, 1), constants=(4,), bindings=(a, b, lost))
+    first.execution_barrier()
+    first.dispatch(exe, "add", (1, 1, 1), constants=(4,), bindings=(a, gone, keep))
+    first.end()
+    gone.release()
+    cb = recording(host)
+    with pytest.raises(hal.ValidationError, match=r"command 0 \(dispatch\): bindings\[2\] is a released buffer"):
+        cb.dispatch(exe, "add", (1, 1, 1), constants=(4,), bindings=(a, b, lost))
+    with pytest.raises(hal.ValidationError, match=r"command 0 \(dispatch\): bindings\[1\] is a released buffer"):
+        cb.dispatch(exe, "add", (1, 1, 1), constants=(4,), bindings=(a, gone, keep))
+    cb.dispatch(exe, "add", (1, 1, 1), constants=(4,), bindings=(a, b, kept))
+    finish_and_check(host, cb)
+    np.testing.assert_array_equal(keep.read(np.uint32), u32([10, 11, 12, 13]))
+
+
+def test_binding_checked_on_another_device_refused(host, make_device):
+    other = make_device()
+    x = other.upload(u32(range(4)))
+    elsewhere = recording(other)
+    elsewhere.dispatch(other.load_executable(kernels.SOURCE), "scale", (1, 1, 1), constants=(4, 3), bindings=(x,))
+    cb = recording(host)
+    with pytest.raises(hal.ValidationError,
+                       match=r"command 0 \(dispatch\): bindings\[0\] is a buffer of another device"):
+        cb.dispatch(host.load_executable(kernels.SOURCE), "scale", (1, 1, 1), constants=(4, 3), bindings=(x,))
     finish_and_check(host, cb)
 
 
@@ -1036,6 +1095,60 @@ def test_rejected_copy_leaves_no_ranges_behind(host):
     finish_and_check(host, cb)
     np.testing.assert_array_equal(src.read(np.uint32), np.full(4, 5, np.uint32))
     np.testing.assert_array_equal(dst.read(np.uint32), u32([1, 1, 1, 1, 0, 0, 0, 0]))
+
+
+def test_race_with_a_dispatch_that_reads_what_it_writes(host):
+    """A dispatch may read what it writes (here the write comes first); another read of it is a race."""
+    def bump(ctx):
+        ctx.binding(0, np.uint32)[:] += 1
+    source = hal.ExecutableSource.python({"bump": bump, "peek": lambda ctx: None},
+                                         [hal.Export("bump", bindings=2, readonly=(1,)),
+                                          hal.Export("peek", bindings=1, readonly=(0,))])
+    exe = host.load_executable(source)
+    a = host.allocate(16)
+    cb = recording(host)
+    cb.dispatch(exe, "bump", bindings=(a, a))
+    with pytest.raises(hal.ValidationError,
+                       match=r"race: command 1 \(dispatch\) reads bytes \[0, 16\) of one buffer that command 0 "
+                             r"\(dispatch\) writes"):
+        cb.dispatch(exe, "peek", bindings=(a,))
+    finish_and_check(host, cb)
+    np.testing.assert_array_equal(a.read(np.uint32), u32([1] * 4))
+
+
+def test_reads_settled_once_still_race_with_a_later_write(host):
+    """A reference read again with nothing written to its buffer since is settled by one lookup; a later
+    write that overlaps it, even after writes elsewhere in that buffer, is still a race."""
+    src, dst = host.upload(u32(range(8))), host.allocate(64)
+    head = hal.ref(src, 0, 16)
+    cb = recording(host)
+    cb.copy_buffer(head, hal.ref(dst, 0, 16))
+    cb.copy_buffer(head, hal.ref(dst, 16, 16))
+    cb.fill_buffer(hal.ref(src, 16, 16), np.uint32(9))
+    cb.copy_buffer(head, hal.ref(dst, 32, 16))
+    with pytest.raises(hal.ValidationError,
+                       match=r"race: command 4 \(fill\) writes bytes \[8, 16\) of one buffer that command 0 "
+                             r"\(copy\) reads"):
+        cb.fill_buffer(hal.ref(src, 8, 8), np.uint32(7))
+    finish_and_check(host, cb)
+    np.testing.assert_array_equal(dst.read(np.uint32)[:12], np.tile(np.arange(4, dtype=np.uint32), 3))
+    np.testing.assert_array_equal(src.read(np.uint32), u32([0, 1, 2, 3, 9, 9, 9, 9]))
+
+
+def test_a_dispatch_writing_what_it_read_unsettles_the_read(host, exe):
+    """The dispatch reads `head` (settled: nothing of the segment writes it yet), then writes it itself,
+    which is legal; reading `head` again is a race with that write, so it must be checked again."""
+    src, dst = host.upload(u32(range(12))), host.allocate(16)
+    head = hal.ref(src, 0, 16)
+    cb = recording(host)
+    cb.fill_buffer(hal.ref(src, 32, 16), np.uint32(9))
+    cb.dispatch(exe, "xor_copy", (1, 1, 1), constants=(4, 1), bindings=(head, head))
+    with pytest.raises(hal.ValidationError,
+                       match=r"race: command 2 \(copy\) reads bytes \[0, 16\) of one buffer that command 1 "
+                             r"\(dispatch\) writes"):
+        cb.copy_buffer(head, dst)
+    finish_and_check(host, cb, untouched=[dst])
+    np.testing.assert_array_equal(src.read(np.uint32), u32([1, 0, 3, 2, 4, 5, 6, 7, 9, 9, 9, 9]))
 
 
 def test_barrier_between_overlapping_writes_is_legal(host):
