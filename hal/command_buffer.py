@@ -128,15 +128,13 @@ class CommandBuffer:
         try:
             for seg in self.segments():
                 if not self._single_pass:
-                    tracker.barrier()
-                    for c in seg.commands:
-                        tracker.add(c)
+                    tracker.segment(seg.commands)
                 commands.extend(seg.commands)
-            direct: dict[Buffer, None] = {}
+            direct: dict[Buffer | None, None] = {}
             for c in commands:
-                for r, _ in c.accesses():
-                    if r._buffer is not None:
-                        direct[r._buffer] = None
+                for r in c.bindings if type(c) is Dispatch else (r for r, _ in c.accesses()):
+                    direct[r._buffer] = None
+            direct.pop(None, None)  # slot references
             self._direct_buffers = tuple(direct)
             self._slots_needed = max((r._slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
             self._on_end()

@@ -79,6 +79,29 @@ class DependencyTracker:
             self._open = []
             self._group = None
 
+    def segment(self, commands: Sequence[Command]) -> None:
+        """Register a whole segment (after a barrier), as `barrier()` and `add()` of each would: the
+        deferred path of end(), one call per segment."""
+        if self.hazards:
+            self.barrier()
+            for c in commands:
+                self._add_hazards(c)
+            return
+        if not commands:
+            return
+        if self._open or self._group is None:
+            if self._open:
+                self._prev = tuple(self._open)
+            self.groups.append(self._prev)
+            self._group = len(self.groups) - 1
+        g = self._group
+        if len(commands) == 1:  # a chain: no per-segment lists to build
+            self.group_of.append(g)
+            self._open = [commands[0].index]
+        else:
+            self.group_of += [g] * len(commands)
+            self._open = [c.index for c in commands]
+
     def add(self, command: Command) -> int:
         """Register the next command (indices must come in order); returns its group (-1: none)."""
         if not self.hazards:

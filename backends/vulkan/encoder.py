@@ -59,7 +59,7 @@ class Encoder:
         self.stream: list[int] = []
         self.keep: list[Any] = []  # what stream addresses point into, until the stream is replayed
         self.fence = 0  # the index of the first command after the last barrier
-        self.group_max: dict[int, int] = {}  # per dependency group: its latest command
+        self.group_max: list[int] = []  # per dependency group: its latest command (-1: none)
         self.pipeline = 0
         self.compatible: object = None  # the layout kind of the last dispatch (see VulkanExecutable.compatible)
         self.descriptors: list[int] | None = None  # the words of the descriptors last set
@@ -73,20 +73,18 @@ class Encoder:
         segment if one of its commands needs it. The hot loop of encoding: everything is inlined."""
         stream, table, arena = self.stream, self.table, self.arena
         group_of, groups, group_max = self.tracker.group_of, self.tracker.groups, self.group_max
+        group_max += [max(g, default=-1) for g in groups[len(group_max):]]  # single_pass: groups grow
+        hazards = self.tracker.hazards  # in barriers mode the commands of a segment share one group
         pipeline, compatible, descriptors, constants = self.pipeline, self.compatible, self.descriptors, self.constants
         fence = self.fence
         for commands in segments:
-            for c in commands:  # in barriers mode all share one group: the first command decides
+            for c in commands if hazards else commands[:1]:
                 g = group_of[c.index]
-                if g >= 0:
-                    latest = group_max.get(g)
-                    if latest is None:
-                        latest = group_max[g] = max(groups[g])
-                    if latest >= fence:
-                        stream.append(OP_BARRIER)
-                        fence = commands[0].index
-                        self.barriers += 1
-                        break
+                if g >= 0 and group_max[g] >= fence:
+                    stream.append(OP_BARRIER)
+                    fence = commands[0].index
+                    self.barriers += 1
+                    break
             for c in commands:
                 if type(c) is not Dispatch:
                     self._transfer(c)
@@ -103,9 +101,11 @@ class Encoder:
                     words = []
                     for r in bindings:
                         b = r._buffer
-                        if b is None:
+                        if b is not None:  # a direct reference's length is always known
+                            words += (b.vk_handle, r._offset, r._length)
+                        else:
                             b = table[r._slot]
-                        words += (b.vk_handle, r._offset, b.size - r._offset if r._length is None else r._length)
+                            words += (b.vk_handle, r._offset, b.size - r._offset if r._length is None else r._length)
                     if words != descriptors:
                         descriptors = words
                         if arena is None:
