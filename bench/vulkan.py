@@ -13,7 +13,9 @@ two) over n elements, n = 1K (overheads dominate) and 1M (the kernels do), run f
 Reported per dispatch: host µs to record (+ encode), and wall µs from the start of recording (or of the
 submission, for reuse) to completion. Then the host µs of one resubmission of an unchanged reusable
 command buffer of 10 to 1000 dispatches, taken while the queue waits on a semaphore so the device's
-work never competes with the submitting thread: flat means O(1) in the length.
+work never competes with the submitting thread: flat means O(1) in the length. Last, hal's recording
+cost alone: record and end() per dispatch for 1000 dispatches, as a chain (a barrier after each) and
+as a fan (one segment), against the target of 5 µs for record + end.
 
     python -m bench.vulkan [--device vulkan] [--dispatches 100] [--json PATH]
 """
@@ -29,9 +31,12 @@ import numpy as np
 import vulkan as vk
 
 import hal
+from bench import scaling
 from tests.kernels import GLSL, WORKGROUP
 
 SIZES = (1 << 10, 1 << 20)
+RECORD_DISPATCHES = 1000
+TARGET_US = 5.0  # issue 3: host µs per dispatch for record + end on lavapipe
 RESUBMIT_LENGTHS = (10, 100, 1000)
 EXPORT = hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1))
 SOURCE = hal.ExecutableSource.glsl({"add": GLSL["add"]}, [EXPORT])
@@ -221,7 +226,14 @@ def run(device: str = "vulkan", dispatches: int = 100) -> dict:
         resubmits = [dict(dispatches=length, host_us=min(resubmit_host_us(dev, chain, length) for _ in range(3)))
                      for length in RESUBMIT_LENGTHS]
         chain.release()
-    return dict(meta=meta, rows=rows, resubmit=resubmits)
+        recording = []
+        fixture = scaling.Fixture(dev, RECORD_DISPATCHES)
+        for program in ("chain", "fan"):
+            for strategy in ("deferred", "single_pass"):
+                times = scaling.measure(dev, program, fixture, RECORD_DISPATCHES, strategy, repeats=7)
+                recording.append(dict(program=program, strategy=strategy, record=times["record"], end=times["end"]))
+        fixture.release()
+    return dict(meta=meta, rows=rows, resubmit=resubmits, recording=recording)
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -258,6 +270,13 @@ def report(result: dict) -> str:
     first, last = result["resubmit"][0], result["resubmit"][-1]
     lines.append(f"- resubmission host time, {last['dispatches']} vs {first['dispatches']} dispatches: "
                  f"{_ratio(last['host_us'], first['host_us'])} (1.0x = independent of length)")
+    lines += ["", f"hal's recording cost, {RECORD_DISPATCHES} dispatches (µs per dispatch, best of 7):", "",
+              "| program | strategy | record | end | record + end | target |", "|---|---|---:|---:|---:|---|"]
+    for r in result["recording"]:
+        total = r["record"] + r["end"]
+        verdict = "met" if total <= TARGET_US else "MISSED"
+        lines.append(f"| {r['program']} | {r['strategy']} | {r['record']:.2f} | {r['end']:.2f} | {total:.2f} | "
+                     f"<= {TARGET_US:g}: {verdict} |")
     return "\n".join(lines)
 
 

@@ -109,7 +109,7 @@ class VulkanCommandBuffer(CommandBuffer):
         try:
             encoder.begin(self.device, rec.vkcb, self.mode == "one_shot")
             enc = Encoder(self.device, rec.vkcb, self._tracker, table, rec.arena)
-            enc.segments(seg.commands for seg in self.segments())
+            enc.segments(self._head)
             enc.flush()
             encoder.end(self.device, rec.vkcb)
         except BaseException:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from backends.vulkan import native
 from backends.vulkan.api import check, ffi, vk
 from backends.vulkan.descriptors import DescriptorArena
-from hal.commands import Command, Copy, Dispatch, Fill, Update, constant_word
+from hal.commands import Command, Copy, Dispatch, Fill, Segment, Update, constant_word
 from hal.errors import DeviceError
 
 if TYPE_CHECKING:
@@ -68,23 +67,35 @@ class Encoder:
 
     # Barriers go where a command waits for a command at or past `fence`, the first command after the
     # last barrier (commands are encoded in index order).
-    def segments(self, segments: Iterable[Sequence[Command]]) -> None:
-        """Append `segments` (each a run of commands nothing orders) to the stream: a barrier before a
-        segment if one of its commands needs it. The hot loop of encoding: everything is inlined."""
+    def segments(self, segment: Segment | None) -> None:
+        """Append the segments linked from `segment` (each a run of commands nothing orders) to the stream:
+        a barrier before a segment if one of its commands needs it. The hot loop: everything is inlined."""
         stream, table, arena = self.stream, self.table, self.arena
         group_of, groups, group_max = self.tracker.group_of, self.tracker.groups, self.group_max
-        group_max += [max(g, default=-1) for g in groups[len(group_max):]]  # single_pass: groups grow
+        if len(group_max) < len(groups):  # single_pass: the groups grow as commands come
+            group_max += [max(g, default=-1) for g in groups[len(group_max):]]
         hazards = self.tracker.hazards  # in barriers mode the commands of a segment share one group
         pipeline, compatible, descriptors, constants = self.pipeline, self.compatible, self.descriptors, self.constants
         fence = self.fence
-        for commands in segments:
-            for c in commands if hazards else commands[:1]:
-                g = group_of[c.index]
-                if g >= 0 and group_max[g] >= fence:
-                    stream.append(OP_BARRIER)
-                    fence = commands[0].index
-                    self.barriers += 1
-                    break
+        while segment is not None:
+            commands = segment.commands
+            segment = segment.next
+            if not commands:
+                continue
+            if hazards:
+                needs = False
+                for c in commands:
+                    g = group_of[c.index]
+                    if g >= 0 and group_max[g] >= fence:
+                        needs = True
+                        break
+            else:
+                g = group_of[commands[0].index]
+                needs = g >= 0 and group_max[g] >= fence
+            if needs:
+                stream.append(OP_BARRIER)
+                fence = commands[0].index
+                self.barriers += 1
             for c in commands:
                 if type(c) is not Dispatch:
                     self._transfer(c)
@@ -125,7 +136,9 @@ class Encoder:
 
     def single(self, command: Command) -> None:
         """single_pass encoding of one command (a barrier just before it if it needs one); replayed at once."""
-        self.segments(((command,),))
+        segment = Segment(command.segment)
+        segment.commands.append(command)
+        self.segments(segment)
         self.flush()
 
     def _transfer(self, c: Command) -> None:

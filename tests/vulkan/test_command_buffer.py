@@ -131,7 +131,7 @@ def test_state_vulkan_keeps_is_not_set_again(vk, exe):
     cb.end()
     rec = command_buffer.Recording(vk)
     enc = encoder.Encoder(vk, rec.vkcb, cb._tracker, (), None)
-    enc.segments(seg.commands for seg in cb.segments())
+    enc.segments(cb._head)
     P, D, C, X, B = (encoder.OP_BIND_PIPELINE, encoder.OP_PUSH_DESCRIPTORS, encoder.OP_PUSH_CONSTANTS,
                      encoder.OP_DISPATCH, encoder.OP_BARRIER)
     assert opcodes(enc.stream) == [P, D, C, X, B, X, B, C, X, B, P, D, C, X]

@@ -145,3 +145,28 @@ def test_vulkan_results_become_hal_errors():
     with pytest.raises(hal.DeviceError, match=r"VK_ERROR_INITIALIZATION_FAILED"):
         check(consts.VK_ERROR_INITIALIZATION_FAILED, "vkCreateDevice")
     assert check(consts.VK_TIMEOUT, "vkWaitSemaphores") == consts.VK_TIMEOUT
+
+
+def test_a_faulting_kernel_loses_the_device_and_python_goes_on(fresh):
+    dev = fresh()
+    if dev.physical.kind != "gpu":
+        pytest.skip("on a CPU Vulkan device a wild write lands in this process's own memory")
+    code = """#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer X { uint x[]; };
+layout(push_constant) uniform P { uint far; } p;
+void main() { x[p.far + gl_GlobalInvocationID.x] = 1u; }
+"""
+    exe = dev.load_executable(hal.ExecutableSource.glsl(code, [hal.Export("wild", bindings=1, constants=1,
+                                                                          workgroup_size=64)]))
+    x = dev.allocate(256)
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.dispatch(exe, "wild", (4096, 1, 1), (0xF0000000,), (x,))  # 15 GiB past a 256-byte buffer
+    dev.queue_execute(cb)
+    with pytest.raises(hal.DeviceLostError, match=r"VK_ERROR_DEVICE_LOST"):
+        dev.synchronize()
+    with pytest.raises(hal.DeviceLostError, match=r"is lost"):
+        dev.allocate(16)
+    with hal.create_device("vulkan") as other:  # the process, and the driver, go on
+        np.testing.assert_array_equal(other.upload(np.arange(4, dtype=np.uint32)).read(np.uint32), np.arange(4))
