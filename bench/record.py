@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import platform
 import time
 from collections.abc import Callable
 
 import hal
+from bench import emit
 from hal.commands import Dispatch
 
 WORKGROUP = 64
@@ -215,11 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     result = run([int(s) for s in args.sizes.split(",")])
-    print(report(result))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=1)
-    return 0
+    return emit(result, report(result), args.json)
 
 
 if __name__ == "__main__":

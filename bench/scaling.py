@@ -16,13 +16,13 @@ Host memory per recorded command is traced with tracemalloc in a separate pass.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 import tracemalloc
 from collections.abc import Callable
 
 import hal
+from bench import emit
 from tests.kernels import SOURCE, WORKGROUP
 
 ELEMENTS = WORKGROUP  # one workgroup of tiny work per dispatch: the overheads are what is measured
@@ -190,11 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with hal.create_device(args.device) as dev:
         result = run(dev, [int(s) for s in args.sizes.split(",")])
-    print(report(result))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=1)
-    return 0
+    return emit(result, report(result), args.json)
 
 
 if __name__ == "__main__":

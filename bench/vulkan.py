@@ -23,7 +23,6 @@ as a fan (one segment), against the target of 5 µs for record + end.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 
@@ -31,7 +30,7 @@ import numpy as np
 import vulkan as vk
 
 import hal
-from bench import scaling
+from bench import emit, scaling
 from tests.kernels import GLSL, WORKGROUP
 
 SIZES = (1 << 10, 1 << 20)
@@ -287,11 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     result = run(args.device, args.dispatches)
-    print(report(result))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=1)
-    return 0
+    return emit(result, report(result), args.json)
 
 
 if __name__ == "__main__":

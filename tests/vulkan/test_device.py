@@ -80,14 +80,20 @@ def test_info_lists_the_vulkan_device_and_its_capabilities(vk):
     assert vk.name in out.stdout and "max_storage_buffer_range" in out.stdout
 
 
-def test_queue_waiting_for_a_host_signal_nobody_can_give_is_refused(fresh):
-    dev = fresh()
-    gate = dev.create_semaphore(0)
+def submit_fill(dev, value, wait, signal=()):
+    """Queue a fill of a new 16-byte buffer with `value`, waiting and signalling as given; the buffer."""
     buf = dev.allocate(16)
     cb = dev.create_command_buffer()
     with cb:
-        cb.fill_buffer(buf, np.uint32(3))
-    dev.queue_execute(cb, wait=[(gate, 1)])
+        cb.fill_buffer(buf, np.uint32(value))
+    dev.queue_execute(cb, wait=wait, signal=signal)
+    return buf
+
+
+def test_queue_waiting_for_a_host_signal_nobody_can_give_is_refused(fresh):
+    dev = fresh()
+    gate = dev.create_semaphore(0)
+    buf = submit_fill(dev, 3, wait=[(gate, 1)])
     with pytest.raises(hal.ValidationError, match=r"no other thread can signal it"):
         dev.synchronize()
     gate.signal(1)
@@ -97,10 +103,7 @@ def test_queue_waiting_for_a_host_signal_nobody_can_give_is_refused(fresh):
 def test_close_with_a_submission_still_waiting_does_not_hang(fresh):
     dev = fresh()
     gate, done = dev.create_semaphore(0), dev.create_semaphore(0)
-    cb = dev.create_command_buffer()
-    with cb:
-        cb.fill_buffer(dev.allocate(16), np.uint32(1))
-    dev.queue_execute(cb, wait=[(gate, 5)], signal=[(done, 1)])
+    submit_fill(dev, 1, wait=[(gate, 5)], signal=[(done, 1)])
     waiter_error = []
 
     def wait():
@@ -124,10 +127,7 @@ def test_close_with_a_submission_still_waiting_does_not_hang(fresh):
 def test_host_signal_may_not_overtake_a_pending_queue_signal(fresh):
     dev = fresh()
     gate, sem = dev.create_semaphore(0), dev.create_semaphore(0)
-    cb = dev.create_command_buffer()
-    with cb:
-        cb.fill_buffer(dev.allocate(16), np.uint32(1))
-    dev.queue_execute(cb, wait=[(gate, 1)], signal=[(sem, 5)])
+    submit_fill(dev, 1, wait=[(gate, 1)], signal=[(sem, 5)])
     sem.signal(3)  # below what the queue will signal: fine
     with pytest.raises(hal.ValidationError, match=r"will still signal 5"):
         sem.signal(5)
