@@ -30,7 +30,7 @@ from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
 from backends.vulkan.command_buffer import Recording, VulkanCommandBuffer
 from backends.vulkan.executable import VulkanExecutable
 from backends.vulkan.instance import PhysicalDevice, instance
-from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE
+from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
 from hal.buffer import Buffer, BufferUsage
 from hal.device import Device, DeviceInfo, Driver
@@ -41,6 +41,7 @@ from hal.semaphore import Semaphore
 STAGING_BYTES = 32 << 20  # the most one staging copy moves; larger reads and writes go in pieces
 WAIT_SLICE_NS = 100_000_000  # waits for the GPU are cut in slices to notice a queue that can never run
 ALL_COMMANDS = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+MAX_TIMELINE_VALUE = (1 << 64) - 1
 HOT_FUNCTIONS = ("vkCmdBindPipeline", "vkCmdPushDescriptorSetKHR", "vkCmdBindDescriptorSets", "vkCmdPushConstants",
                  "vkCmdDispatch", "vkCmdFillBuffer", "vkCmdUpdateBuffer", "vkCmdCopyBuffer", "vkCmdPipelineBarrier",
                  "vkBeginCommandBuffer", "vkEndCommandBuffer", "vkQueueSubmit", "vkGetSemaphoreCounterValue",
@@ -98,7 +99,7 @@ class Submitter:
             "pWaitSemaphores": self.wait_sems, "pWaitDstStageMask": self.wait_stages, "commandBufferCount": 1,
             "pCommandBuffers": self.cbs, "signalSemaphoreCount": 1, "pSignalSemaphores": self.signal_sems})
 
-    def prepare(self, vkcb: Any, value: int, waits: tuple, signals: tuple) -> Any:
+    def prepare(self, vkcb: Any, value: int, waits: tuple, signals: tuple) -> tuple[Any, Submitter]:
         """The submit info for `vkcb`: wait for timeline value - 1 and the user's waits, signal `value` and theirs."""
         if waits or signals:
             if max(len(waits), len(signals)) + 1 > self.capacity:
@@ -132,8 +133,8 @@ class VulkanDevice(Device):
             caps = dataclasses.replace(caps, max_per_stage_descriptor_storage_buffer=limit)
         super().__init__("vulkan", physical.name, caps)
         self.push_descriptors = caps.supports_push_descriptor
-        minor = min(physical.api_version >> 12 & 0x3FF, 3) if physical.api_version >= api_version(1, 3) else 2
-        self.target_env = f"vulkan1.{minor}"  # what glslc and spirv-val check against
+        # What glslc and spirv-val check against (SPIR-V 1.6 from Vulkan 1.3 on, else 1.5).
+        self.target_env = "vulkan1.3" if physical.api_version >= api_version(1, 3) else "vulkan1.2"
         self._lock = threading.RLock()  # memory pool, object counts, graveyard
         self._queue_lock = threading.Lock()  # vkQueueSubmit
         self._host_access = threading.Lock()  # the staging buffer and its transfer command buffer
@@ -173,8 +174,6 @@ class VulkanDevice(Device):
         return out[0]
 
     def _setup(self) -> None:
-        from backends.vulkan.memory import MemoryPool
-
         handle = self.handle
         queue = ffi.new("VkQueue*")
         lib.vkGetDeviceQueue(handle, self.physical.queue_family, 0, queue)
@@ -241,10 +240,12 @@ class VulkanDevice(Device):
         return finalizer
 
     def _retire(self, key: int) -> None:
-        # May run inside the garbage collector, anywhere: only note the object; _collect() destroys it.
-        entry = self._live.pop(key, None)
-        if entry is not None:
-            self._graveyard.append((self._submitted, *entry))
+        # May run inside the garbage collector, anywhere (the lock is reentrant): only note the object;
+        # _collect() destroys it.
+        with self._lock:
+            entry = self._live.pop(key, None)
+            if entry is not None:
+                self._graveyard.append((self._submitted, *entry))
 
     def _collect(self) -> None:
         """Destroy what the graveyard holds that the GPU has finished with."""
@@ -252,12 +253,12 @@ class VulkanDevice(Device):
             return
         done = self._completed()
         with self._lock:
-            ready = [g for g in self._graveyard if g[0] <= done]
-            if not ready:
-                return
-            self._graveyard = [g for g in self._graveyard if g[0] > done]
-            for _, destroy, args in ready:
-                destroy(*args)
+            graves, self._graveyard = self._graveyard, []  # what is retired meanwhile goes to the new list
+            for grave in graves:
+                if grave[0] <= done:
+                    grave[1](*grave[2])
+                else:
+                    self._graveyard.append(grave)
 
     # Memory, executables, command buffers, semaphores.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> VulkanBuffer:
@@ -282,9 +283,19 @@ class VulkanDevice(Device):
                        waits: tuple[tuple[VulkanSemaphore, int], ...],
                        signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
         self._check_lost()
+        if (waits or signals) and self.features.max_timeline_difference < MAX_TIMELINE_VALUE:
+            for sem, value in waits + signals:
+                self._check_timeline_step(sem, value)
         self._submit(command_buffer._vk_command_buffer(table), waits, signals)
         if self._graveyard:
             self._collect()
+
+    def _check_timeline_step(self, sem: VulkanSemaphore, value: int) -> None:
+        """Vulkan bounds how far a wait or signal may be from a timeline's current value."""
+        current, limit = sem._query(), self.features.max_timeline_difference
+        if abs(value - current) > limit:
+            raise ValidationError(f"semaphore value {value} is more than the device's "
+                                  f"maxTimelineSemaphoreValueDifference {limit} away from the current value {current}")
 
     def _submit(self, vkcb: Any, waits: tuple = (), signals: tuple = ()) -> int:
         """Queue `vkcb` after everything submitted before; returns its timeline value."""

@@ -73,6 +73,8 @@ class VulkanSemaphore(Semaphore):
         if value <= current:
             raise ValidationError(f"signal: {value} is not above the current value {current}; "
                                   f"timeline values only grow")
+        if self.device.features.max_timeline_difference < value - current:
+            self.device._check_timeline_step(self, value)
         pending = self.device._pending_signal(self)
         if pending is not None and value >= pending:
             raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; Vulkan needs every "

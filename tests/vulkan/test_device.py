@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -170,3 +171,15 @@ void main() { x[p.far + gl_GlobalInvocationID.x] = 1u; }
         dev.allocate(16)
     with hal.create_device("vulkan") as other:  # the process, and the driver, go on
         np.testing.assert_array_equal(other.upload(np.arange(4, dtype=np.uint32)).read(np.uint32), np.arange(4))
+
+
+def test_timeline_steps_beyond_the_device_limit_refused(fresh, monkeypatch):
+    dev = fresh()
+    monkeypatch.setattr(dev, "features", dataclasses.replace(dev.features, max_timeline_difference=100))
+    sem = dev.create_semaphore(0)
+    with pytest.raises(hal.ValidationError, match=r"maxTimelineSemaphoreValueDifference 100"):
+        sem.signal(101)
+    with pytest.raises(hal.ValidationError, match=r"maxTimelineSemaphoreValueDifference 100"):
+        submit_fill(dev, 1, wait=[], signal=[(sem, 500)])
+    submit_fill(dev, 1, wait=[], signal=[(sem, 100)])
+    sem.wait(100, timeout=10)
