@@ -9,6 +9,7 @@ plain shared objects (no Python headers, no vendor headers), so any C compiler b
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -16,8 +17,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
-
-import cffi
 
 from hal.executable import DiskCache
 
@@ -30,6 +29,8 @@ class NativeLibrary:
     __slots__ = ("ffi", "lib", "path")
 
     def __init__(self, path: str, declarations: str) -> None:
+        import cffi
+
         self.ffi = cffi.FFI()
         self.ffi.cdef(declarations)
         self.lib: Any = self.ffi.dlopen(path)
@@ -37,7 +38,10 @@ class NativeLibrary:
 
 
 def load(source: Path, declarations: str, what: str) -> NativeLibrary | None:
-    """`source` built and loaded, or None (and why, logged) when no C compiler can build it here."""
+    """`source` built and loaded, or None (and why, logged) when no C compiler or no cffi is here."""
+    if importlib.util.find_spec("cffi") is None:
+        log.warning("cffi is not installed: %s falls back to Python (slower)", what)
+        return None
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         log.warning("no C compiler found: %s falls back to Python (slower)", what)

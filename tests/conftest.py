@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -20,6 +21,18 @@ def open_device(spec: str, **kwargs) -> hal.Device:
         if spec.partition(":")[0] in REQUIRED:
             pytest.fail(f"HAL_REQUIRE names {spec} but it is unavailable: {e}")
         pytest.skip(str(e))
+
+
+def backend_or_skip(name: str, module: str) -> None:
+    """At a test module's top: import backend `module`, or skip the module (fail it when HAL_REQUIRE names
+    `name`) when its packages or driver libraries are missing."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # a missing package (ImportError) or driver library (OSError, ...)
+        if name in REQUIRED:
+            pytest.fail(f"HAL_REQUIRE names {name} but {module} cannot load: {type(e).__name__}: {e}",
+                        pytrace=False)
+        pytest.skip(f"{module} cannot load: {type(e).__name__}: {e}", allow_module_level=True)
 
 
 @pytest.fixture

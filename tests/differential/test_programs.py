@@ -34,7 +34,7 @@ import hal
 from tests import kernels
 from tests.conftest import open_device
 
-DEVICES = ["host", pytest.param("vulkan", marks=pytest.mark.vulkan)]
+DEVICES = ["host", pytest.param("vulkan", marks=pytest.mark.vulkan), pytest.param("cuda", marks=pytest.mark.cuda)]
 STRATEGIES = ("deferred", "single_pass")
 DEPENDENCIES = ("barriers", "hazards")
 BINDING_ALIGN = 256  # dispatch binding offsets: the strictest storage_buffer_offset_alignment in practice

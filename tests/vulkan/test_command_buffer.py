@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 
 import hal
+from tests import kernels
+from tests.conftest import backend_or_skip
+from tests.kernels import groups
+
+backend_or_skip("vulkan", "backends.vulkan")
+
 from backends.vulkan import command_buffer, encoder
 from backends.vulkan import native as native_module
-from tests import kernels
-from tests.kernels import groups
 
 pytestmark = pytest.mark.vulkan
 

@@ -13,10 +13,14 @@ import numpy as np
 import pytest
 
 import hal
+from hal.device import get_driver
+from tests.conftest import backend_or_skip
+
+backend_or_skip("vulkan", "backends.vulkan")
+
 from backends.vulkan import capabilities, instance
 from backends.vulkan.api import check
 from backends.vulkan.api import vk as consts
-from hal.device import get_driver
 
 pytestmark = pytest.mark.vulkan
 

@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 
 import hal
-from backends.vulkan import shaders, spirv
+from tests.conftest import backend_or_skip
 from tests.vulkan.conftest import assemble
+
+backend_or_skip("vulkan", "backends.vulkan")
+
+from backends.vulkan import shaders, spirv
 
 pytestmark = pytest.mark.vulkan
 

@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 
 import hal
-from backends.vulkan import memory
 from tests import kernels
+from tests.conftest import backend_or_skip
+
+backend_or_skip("vulkan", "backends.vulkan")
+
+from backends.vulkan import memory
 
 pytestmark = pytest.mark.vulkan
 

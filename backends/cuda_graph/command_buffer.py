@@ -1,0 +1,297 @@
+"""CUDA graph command buffers: rediscovered dependencies become graph edges; instantiate once, then
+only patch what changed.
+
+- deferred: at end() every command becomes a node (kernel, memset, memcpy from pinned staging) in one
+  call of graph.c, with edges from the dependency groups; an m-to-n step goes through one empty join
+  node when m > 1 and n > 1. The graph is instantiated once and uploaded; a submit is one launch.
+- single_pass: each command becomes a node as it is recorded, waiting for the open nodes since the
+  last barrier (through a join node when there are several), as IREE's CUDA driver does.
+- Binding tables: a command buffer that uses slots is built at its first submit; a later table
+  patches only the nodes whose resolved addresses changed (cuGraphExec*NodeSetParams), found through
+  the slots that changed. An unchanged table costs nothing.
+- Re-recording after reset(): the old exec is updated in place (cuGraphExecUpdate) when the topology
+  allows; only otherwise is the graph instantiated again.
+- One-shot deferred command buffers skip the graph: their commands are launched on the stream in
+  order, which costs less than building and instantiating a graph that runs once (see bench/cuda.py).
+"""
+
+from __future__ import annotations
+
+import collections
+from array import array
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+from cuda.bindings import driver
+
+from backends.cuda_graph import stream as words
+from backends.cuda_graph.api import call
+from backends.cuda_graph.buffer import host_alloc
+from hal.buffer import Buffer
+from hal.command_buffer import CommandBuffer
+from hal.commands import Command, Update
+
+if TYPE_CHECKING:
+    from backends.cuda_graph.device import CudaDevice
+
+ARENA_BYTES = 1 << 20
+
+
+class PinnedArena:
+    """Pinned host memory holding a command buffer's update data, where the GPU copies it from."""
+
+    __slots__ = ("device", "chunks", "used", "finalizers", "__weakref__")
+
+    def __init__(self, device: CudaDevice) -> None:
+        self.device = device
+        self.chunks: list[tuple[int, int, Any]] = []
+        self.used = 0
+        self.finalizers: list[Any] = []
+
+    def put(self, data: bytes) -> int:
+        """Copy `data` in; its device address."""
+        n = len(data)
+        if not self.chunks or self.used + n > len(self.chunks[-1][2]):
+            chunk = host_alloc(max(ARENA_BYTES, n))
+            self.chunks.append(chunk)
+            self.finalizers.append(self.device._track(self, "host", chunk[0]))
+            self.used = 0
+        _, device_address, view = self.chunks[-1]
+        view[self.used:self.used + n] = memoryview(data)
+        address = device_address + self.used
+        self.used += -(-n // 16) * 16
+        return address
+
+    def release(self) -> None:
+        """Free the chunks once the work submitted so far is done."""
+        for finalizer in self.finalizers:
+            finalizer()
+
+
+class CudaCommandBuffer(CommandBuffer):
+    __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_nodes", "_slot_of", "_joins",
+                 "_built", "_arena", "_staging", "_table_seen", "_users", "_node_words", "_stream_launch",
+                 "instantiations", "updates", "patched")
+
+    def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
+                 validate: bool) -> None:
+        super().__init__(device, mode, binding_capacity, strategy, dependencies, validate)
+        self._exec: Any = None
+        self._exec_finalizer: Any = None
+        self.instantiations = 0  # graphs instantiated (a re-recording that updates the exec adds none)
+        self.updates = 0  # re-recordings absorbed by cuGraphExecUpdate
+        self.patched = 0  # nodes patched by the latest submit
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop the recording's graph and nodes (the exec stays, for cuGraphExecUpdate)."""
+        self._graph: Any = None
+        self._graph_finalizer: Any = None
+        self._nodes = array("Q")
+        self._slot_of: list[int] = []  # command index -> node slot
+        self._joins: dict[int, int] = {}  # dependency group -> join node slot
+        self._built = False
+        self._arena: PinnedArena | None = None
+        self._staging: dict[int, int] = {}  # update command index -> device address of its data
+        self._table_seen: tuple[Buffer, ...] | None = None
+        self._users: dict[int, list[Command]] = {}  # slot index -> commands using it
+        self._node_words: dict[int, list[int]] = {}  # command index -> words its node was last given
+        self._stream_launch = False
+
+    # Recording hooks.
+    def _on_begin(self) -> None:
+        if self._single_pass and not self.binding_capacity:
+            self._new_graph()
+
+    def _on_command(self, command: Command, group: int) -> None:
+        if self._graph is not None:
+            if type(command) is Update:
+                self._stage(command)
+            stream = self._encode([command], (), single=True)
+            self._run_build(stream)
+
+    def _stage(self, update: Update) -> None:
+        """Copy an update's data to pinned memory, where its memcpy node reads it."""
+        if self._arena is None:
+            self._arena = PinnedArena(self.device)
+        self._staging[update.index] = self._arena.put(update.data)
+
+    def _on_end(self) -> None:
+        for c in self._commands:
+            if type(c) is Update and c.index not in self._staging:
+                self._stage(c)
+        if self._graph is not None:  # single_pass: the nodes are there
+            self._built = True
+            self._instantiate()
+        elif self.mode == "one_shot" and not self._single_pass:
+            self._stream_launch = True  # launched in order at submit: no graph for a single run
+        elif not self._slot_commands:
+            self._build(())
+
+    def _on_reset(self) -> None:
+        self._drop_graph()
+        if self._arena is not None:
+            self._arena.release()
+        self._forget()
+
+    # Building.
+    def _new_graph(self) -> None:
+        self._graph = call(driver.cuGraphCreate, 0)
+        self._graph_finalizer = self.device._track(self, "graph", int(self._graph))
+
+    def _drop_graph(self) -> None:
+        if self._graph_finalizer is not None:
+            self._graph_finalizer()
+            self.device._collect()
+
+    def _slot(self) -> int:
+        self._nodes.append(0)
+        return len(self._nodes) - 1
+
+    def _encode(self, commands: list[Command], table: tuple[Buffer, ...], single: bool = False) -> list[int]:
+        """Words building `commands`' nodes, with their edges (and join nodes where a group is shared)."""
+        tracker = self._tracker
+        group_of, groups, joins, slot_of = tracker.group_of, tracker.groups, self._joins, self._slot_of
+        uses = None if single else collections.Counter(group_of[c.index] for c in commands)
+        encoder = words.Words(table, self._staging)
+        stream: list[int] = []
+        for c in commands:
+            g = group_of[c.index]
+            deps: list[int] = []
+            if g >= 0:
+                preds = groups[g]
+                if len(preds) > 1 and (single or uses[g] > 1):
+                    join = joins.get(g)
+                    if join is None:
+                        join = joins[g] = self._slot()
+                        stream += (words.OP_EMPTY, join, len(preds))
+                        stream += [slot_of[p] for p in preds]
+                    deps = [join]
+                else:
+                    deps = [slot_of[p] for p in preds]
+            slot = self._slot()
+            slot_of.append(slot)
+            stream += encoder.command(c, slot)
+            stream.append(len(deps))
+            stream += deps
+        return stream
+
+    def _run_build(self, stream: list[int]) -> None:
+        device = self.device
+        words.run(words.BUILD, int(self._graph), stream, device.functions, self._nodes, device.context_handle)
+
+    def _build(self, table: tuple[Buffer, ...]) -> None:
+        """The whole graph from the recorded commands, resolved through `table`; instantiated (or the old
+        exec updated)."""
+        self._new_graph()
+        stream = self._encode(self._commands, table)
+        self._run_build(stream)
+        self._built = True
+        if self._slot_commands:
+            self._table_seen = table[:self._slots_needed]
+            encoder = words.Words(table, self._staging)
+            for c in self._slot_commands:
+                self._node_words[c.index] = encoder.command(c, self._slot_of[c.index])
+                for r, _ in c.accesses():
+                    if r._buffer is None:
+                        users = self._users.setdefault(r._slot, [])
+                        if not users or users[-1] is not c:
+                            users.append(c)
+        self._instantiate()
+
+    def _instantiate(self) -> None:
+        device = self.device
+        if self._exec is not None:
+            err, info = driver.cuGraphExecUpdate(self._exec, self._graph)
+            if err == driver.CUresult.CUDA_SUCCESS:
+                self.updates += 1
+                call(driver.cuGraphUpload, self._exec, device.stream)
+                return
+            self._exec_finalizer()  # another topology: instantiate anew
+        self._exec = call(driver.cuGraphInstantiate, self._graph, 0)
+        self._exec_finalizer = device._track(self, "exec", int(self._exec))
+        self.instantiations += 1
+        call(driver.cuGraphUpload, self._exec, device.stream)
+
+    # Submission.
+    def _submit(self, table: tuple[Buffer, ...]) -> None:
+        """Queue the recorded work on the device's stream, resolved through `table` (already checked)."""
+        device = self.device
+        if self._stream_launch:
+            stream = self._encode_launch(table)
+            words.run(words.LAUNCH, device.stream_handle, stream, device.functions, None)
+            return
+        if not self._built:
+            self._build(table)
+        elif self._slot_commands and table[:self._slots_needed] != self._table_seen:
+            self._patch(table)
+        else:
+            self.patched = 0
+        lib = words.native()
+        if lib is not None:
+            err = lib.lib.hal_cu_graph_launch(int(self._exec), device.stream_handle, device.functions.buffer_info()[0])
+            if err:
+                raise words.fail(err, "cuGraphLaunch")
+        else:
+            call(driver.cuGraphLaunch, self._exec, device.stream)
+
+    def _encode_launch(self, table: tuple[Buffer, ...]) -> list[int]:
+        encoder = words.Words(table, self._staging)
+        stream: list[int] = []
+        for c in self._commands:
+            stream += encoder.command(c, 0)
+            stream.append(0)
+        return stream
+
+    def _patch(self, table: tuple[Buffer, ...]) -> None:
+        """Set new parameters on the nodes whose resolved addresses changed: those of the slots whose
+        buffer changed, and of them only the ones whose words differ."""
+        seen = self._table_seen
+        table = table[:self._slots_needed]
+        changed = [i for i, (a, b) in enumerate(zip(table, seen)) if a is not b]
+        encoder = words.Words(table, self._staging)
+        stream: list[int] = []
+        done: set[int] = set()
+        count = 0
+        for i in changed:
+            for c in self._users.get(i, ()):
+                if c.index in done:
+                    continue
+                done.add(c.index)
+                new = encoder.command(c, self._slot_of[c.index])
+                if new != self._node_words[c.index]:
+                    self._node_words[c.index] = new
+                    stream += new
+                    stream.append(0)
+                    count += 1
+        if stream:
+            words.run(words.PATCH, int(self._exec), stream, self.device.functions, self._nodes,
+                      self.device.context_handle)
+        self._table_seen = table
+        self.patched = count
+
+    # Inspection.
+    def emitted_graph(self) -> nx.DiGraph:
+        """The CUDA graph as built, read back from the driver (cuGraphGetNodes, cuGraphGetEdges): nodes are
+        command indices, and ("join", slot) for join nodes; edge u -> v: v waits for u."""
+        if self._graph is None:
+            raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
+                             "command buffers with slots build at their first submit)")
+        command_of = {slot: i for i, slot in enumerate(self._slot_of)}
+        handle_of = {int(self._nodes[s]): s for s in range(len(self._nodes))}
+        nodes, _ = call(driver.cuGraphGetNodes, self._graph, len(self._nodes))
+        result = call(driver.cuGraphGetEdges, self._graph, 0)
+        count = result[-1]
+        result = call(driver.cuGraphGetEdges, self._graph, count)
+        sources, targets = result[0], result[1]
+        graph = nx.DiGraph()
+
+        def name(node: Any) -> Any:
+            slot = handle_of[int(node)]
+            return command_of.get(slot, ("join", slot))
+
+        for node in nodes:
+            graph.add_node(name(node))
+        for u, v in zip(sources[:count], targets[:count]):
+            graph.add_edge(name(u), name(v))
+        return graph

@@ -1,0 +1,414 @@
+"""The CUDA driver and device: the primary context, one stream, the stream-ordered memory pool.
+
+Everything a device does goes on its one stream, in submission order: graph launches, stream
+launches of one-shot command buffers, semaphore waits and signals (stream memory operations, so a
+submission waits for another's signal without a host round trip), staging copies and frees. Host
+access waits for the stream. What must outlive in-flight work (modules, pinned staging) is retired
+with an event and destroyed once the event has passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver
+
+from backends.cuda_graph import stream as words
+from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
+from backends.cuda_graph.buffer import CudaBuffer, host_alloc
+from backends.cuda_graph.command_buffer import CudaCommandBuffer
+from backends.cuda_graph.executable import CudaExecutable
+from backends.cuda_graph.semaphore import CudaSemaphore
+from hal.buffer import Buffer, BufferUsage
+from hal.capabilities import Capabilities
+from hal.device import Device, DeviceInfo, Driver
+from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
+from hal.executable import ExecutableSource
+from hal.semaphore import Semaphore
+
+A = driver.CUdevice_attribute
+PARAMETER_BYTES = 4096  # the kernel parameter limit: bindings (8 bytes each) and constants (4) share it
+STAGING_BYTES = 32 << 20
+POLL_S = 0.0002  # the host's polling period while the stream waits for a semaphore
+
+
+class CudaDriver(Driver):
+    name = "cuda"
+
+    def __init__(self) -> None:
+        err, = driver.cuInit(0)
+        if err != SUCCESS:
+            raise UnsupportedError(f"cuInit failed: {fail(err, 'cuInit')}; no usable NVIDIA driver or GPU")
+
+    def devices(self) -> list[DeviceInfo]:
+        count = call(driver.cuDeviceGetCount)
+        if not count:
+            raise UnsupportedError("the CUDA driver sees no GPU")
+        return [DeviceInfo("cuda", i, call(driver.cuDeviceGetName, 256, call(driver.cuDeviceGet, i))
+                           .split(b"\0", 1)[0].decode(), "gpu") for i in range(count)]
+
+    def create_device(self, index: int | None, capabilities: Mapping[str, Any] | None) -> CudaDevice:
+        return CudaDevice(index or 0, capabilities)
+
+
+def query_capabilities(device: Any) -> Capabilities:
+    def attr(a: Any) -> int:
+        return int(call(driver.cuDeviceGetAttribute, a, device))
+
+    return Capabilities(
+        supported_subgroup_operations=0xFF,  # warps do all of Vulkan's subgroup operations
+        max_push_constants_size=PARAMETER_BYTES,
+        max_uniform_buffer_range=attr(A.CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY),
+        max_storage_buffer_range=int(call(driver.cuDeviceTotalMem, device)),
+        max_per_stage_descriptor_storage_buffer=PARAMETER_BYTES // 8,
+        supports_storage_buffer_storage_class=True,
+        supports_storage_buffer_8bit_access=True,
+        supports_storage_buffer_16bit_access=True,
+        supports_float16=True,
+        supports_float64=True,
+        supports_int8=True,
+        supports_int16=True,
+        supports_int64=True,
+        supports_push_descriptor=False,
+        max_workgroup_count=(attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+                             attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)),
+        max_workgroup_size=(attr(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X), attr(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                            attr(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)),
+        max_workgroup_invocations=attr(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+        storage_buffer_offset_alignment=16,  # what vector loads of 16 bytes need
+        fill_buffer_alignment=1,  # memset nodes take 1-, 2- and 4-byte elements at their own alignment
+        update_buffer_alignment=1,
+        copy_buffer_alignment=1,
+    )
+
+
+class CudaDevice(Device):
+    def __init__(self, ordinal: int, overrides: Mapping[str, Any] | None) -> None:
+        self.ordinal = ordinal
+        self.cu_device = call(driver.cuDeviceGet, ordinal)
+        name = call(driver.cuDeviceGetName, 256, self.cu_device).split(b"\0", 1)[0].decode()
+        self.compute_capability = (
+            int(call(driver.cuDeviceGetAttribute, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.cu_device)),
+            int(call(driver.cuDeviceGetAttribute, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.cu_device)))
+        super().__init__("cuda", name, query_capabilities(self.cu_device).with_overrides(overrides))
+        self.context = call(driver.cuDevicePrimaryCtxRetain, self.cu_device)
+        self.context_handle = int(self.context)
+        self._activate()
+        self.stream = call(driver.cuStreamCreate, driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        self.stream_handle = int(self.stream)
+        self.pool = call(driver.cuDeviceGetDefaultMemPool, self.cu_device)
+        call(driver.cuMemPoolSetAttribute, self.pool, driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+             driver.cuuint64_t(0xFFFFFFFFFFFFFFFF))  # keep freed memory for reuse instead of returning it
+        self.functions = words.functions()
+        self._lock = threading.RLock()  # the graveyard and the pending list
+        self._staging: tuple[int, int, np.ndarray] | None = None
+        self._staging_lock = threading.Lock()
+        # A pinned timeline the stream writes after each submission that waits or signals: the host reads
+        # which of those are done without a driver call.
+        self._marks = host_alloc(8)
+        self._marks[2][:] = 0
+        self._submitted = 0
+        self._pending: list[tuple[int, tuple, tuple]] = []  # (mark, waits, signals) of unfinished submissions
+        self._graveyard: list[tuple[Any, Callable[..., None], tuple]] = []  # (event, destroy, args)
+        self._owned: dict[int, tuple[str, int]] = {}  # what hal objects hold: (kind, handle), by key
+        self._unreferenced: list[tuple[str, int]] = []  # released or collected: destroy at the next safe point
+        self._keys = itertools.count()
+        self._waiters = 0
+        self._lost: HalError | None = None
+
+    # Context and lifetimes.
+    def _activate(self) -> None:
+        """Make the device's context current in this thread (driver calls without a handle need it)."""
+        current = call(driver.cuCtxGetCurrent)
+        if int(current) != int(self.context):
+            call(driver.cuCtxSetCurrent, self.context)
+
+    def _track(self, owner: object, kind: str, handle: int) -> weakref.finalize:
+        """Free `handle` (kind: memory, host, module, graph, exec) once `owner` is released (call the
+        result) or collected, when the work submitted until then no longer needs it; or at close."""
+        key = next(self._keys)
+        self._owned[key] = (kind, handle)
+        finalizer = weakref.finalize(owner, self._disown, key)
+        finalizer.atexit = False
+        return finalizer
+
+    def _disown(self, key: int) -> None:
+        # May run inside the garbage collector, in any thread: only note it; _collect() frees it.
+        item = self._owned.pop(key, None)
+        if item is not None:
+            self._unreferenced.append(item)
+
+    def _free(self, kind: str, handle: int, idle: bool) -> None:
+        """Free a handle; `idle`: nothing submitted still uses it (else what needs it is retired)."""
+        if kind == "memory":
+            call(driver.cuMemFreeAsync, handle, self.stream)  # stream-ordered: after the work submitted so far
+        elif kind == "exec":
+            call(driver.cuGraphExecDestroy, driver.CUgraphExec(handle))  # an in-flight exec is freed when done
+        elif kind == "graph":
+            call(driver.cuGraphDestroy, driver.CUgraph(handle))
+        elif kind == "host":
+            (call if idle else self._retire)(driver.cuMemFreeHost, handle)
+        elif kind == "module":
+            (call if idle else self._retire)(driver.cuModuleUnload, driver.CUmodule(handle))
+
+    def _retire(self, destroy: Callable[..., None], *args: Any) -> None:
+        """Run destroy(*args) once the work submitted so far is done (an event on the stream tells)."""
+        event = call(driver.cuEventCreate, driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        call(driver.cuEventRecord, event, self.stream)
+        with self._lock:
+            self._graveyard.append((event, destroy, args))
+
+    def _collect(self) -> None:
+        """Free what was released or collected, and what retired work has finished with."""
+        if self._unreferenced:
+            with self._lock:
+                items, self._unreferenced = self._unreferenced, []
+            for kind, handle in items:
+                self._free(kind, handle, idle=False)
+        if not self._graveyard:
+            return
+        with self._lock:
+            graves, self._graveyard = self._graveyard, []
+            for grave in graves:
+                if driver.cuEventQuery(grave[0])[0] == NOT_READY:
+                    self._graveyard.append(grave)
+                else:
+                    call(grave[1], *grave[2])
+                    driver.cuEventDestroy(grave[0])
+
+    # Memory.
+    def _allocate(self, nbytes: int, usage: BufferUsage) -> CudaBuffer:
+        self._check_lost()
+        self._activate()
+        self._collect()
+        return CudaBuffer(self, nbytes, usage)
+
+    def _allocate_memory(self, nbytes: int) -> int:
+        return int(call(driver.cuMemAllocAsync, nbytes, self.stream))
+
+    def import_buffer(self, obj: Any, usage: BufferUsage | int = BufferUsage.DEFAULT) -> CudaBuffer:
+        """A hal buffer over the memory of `obj` (a PyTorch or CuPy tensor, or anything speaking DLPack or
+        the CUDA Array Interface), without a copy. `obj` stays alive while the buffer does; it must be
+        contiguous and on this device. Work `obj`'s stream had queued is ordered before this device's."""
+        self._check_open()
+        view = _strided_view(obj, self.stream_handle)
+        if view.device_id != self.ordinal or not view.is_device_accessible:
+            raise ValidationError(f"import_buffer: the memory is on device {view.device_id}, "
+                                  f"not on cuda:{self.ordinal}")
+        itemsize = np.dtype(view.dtype).itemsize if view.dtype is not None else 1
+        shape = tuple(view.shape)
+        strides = view.strides
+        contiguous = strides is None or all(
+            s == int(np.prod(shape[i + 1:], dtype=np.int64)) for i, s in enumerate(strides))
+        if not contiguous:
+            raise ValidationError(f"import_buffer: the memory is strided {strides} for shape {shape}; give a "
+                                  f"contiguous tensor (e.g. tensor.contiguous())")
+        size = int(np.prod(shape, dtype=np.int64)) * itemsize
+        return CudaBuffer(self, size, BufferUsage(usage), address=int(view.ptr), owner=obj)
+
+    def _core_view(self, buffer: CudaBuffer) -> Any:
+        """A cuda.core Buffer over `buffer`'s memory, for DLPack export."""
+        core = _cuda_core()
+        return core.Buffer.from_handle(buffer.address, buffer.size, owner=buffer)
+
+    def _order_consumer(self, stream: Any) -> None:
+        """Make the consumer's `stream` (a DLPack stream value) wait for the work submitted here."""
+        if stream == -1:
+            return
+        if stream is None:
+            self._synchronize()
+            return
+        event = call(driver.cuEventCreate, driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        call(driver.cuEventRecord, event, self.stream)
+        call(driver.cuStreamWaitEvent, driver.CUstream(int(stream)), event, 0)
+        call(driver.cuEventDestroy, event)
+
+    def _staging_copy(self, address: int, host: np.ndarray, to_device: bool) -> None:
+        """Copy between `host` and device memory at `address` through pinned staging, piece by piece, in
+        stream order; waits for each piece."""
+        self._check_lost()
+        self._activate()
+        with self._staging_lock:
+            if self._staging is None:
+                self._staging = host_alloc(STAGING_BYTES)
+            _, staging, view = self._staging
+            for start in range(0, len(host), STAGING_BYTES):
+                piece = host[start:start + STAGING_BYTES]
+                n = len(piece)
+                if to_device:
+                    view[:n] = piece
+                    call(driver.cuMemcpyAsync, address + start, staging, n, self.stream)
+                else:
+                    call(driver.cuMemcpyAsync, staging, address + start, n, self.stream)
+                self._wait_stream()
+                if not to_device:
+                    piece[:] = view[:n]
+
+    # Executables, command buffers, semaphores.
+    def _load_executable(self, source: ExecutableSource) -> CudaExecutable:
+        self._check_lost()
+        self._activate()
+        return CudaExecutable(self, source)
+
+    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
+                               validate: bool) -> CudaCommandBuffer:
+        self._activate()
+        return CudaCommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate)
+
+    def _create_semaphore(self, initial: int) -> CudaSemaphore:
+        self._activate()
+        return CudaSemaphore(self, initial)
+
+    # The queue.
+    def _queue_execute(self, command_buffer: CudaCommandBuffer, table: tuple[Buffer, ...],
+                       waits: tuple[tuple[CudaSemaphore, int], ...],
+                       signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
+        if self._lost is not None:
+            self._check_lost()
+        stream = self.stream
+        for sem, value in waits:
+            call(driver.cuStreamWaitValue64, stream, sem.device_address, value,
+                 driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        try:
+            command_buffer._submit(table)
+        except DeviceLostError as e:
+            self._lost = e
+            raise
+        self._submitted += 1
+        if waits or signals:
+            for sem, value in signals:
+                call(driver.cuStreamWriteValue64, stream, sem.device_address, value, 0)
+            call(driver.cuStreamWriteValue64, stream, self._marks[1], self._submitted, 0)
+            with self._lock:
+                self._pending.append((self._submitted, waits, signals))
+        if self._graveyard or self._unreferenced:
+            self._collect()
+
+    def _done_mark(self) -> int:
+        return int(self._marks[2].view(np.uint64)[0])
+
+    def _unfinished(self) -> list[tuple[int, tuple, tuple]]:
+        """The submissions with waits or signals the stream has not finished."""
+        done = self._done_mark()
+        with self._lock:
+            self._pending = [p for p in self._pending if p[0] > done]
+            return list(self._pending)
+
+    def _pending_signal(self, sem: Semaphore) -> int | None:
+        """The smallest value an unfinished submission will still signal on `sem`."""
+        values = [v for _, _, signals in self._unfinished() for s, v in signals if s is sem]
+        return min(values) if values else None
+
+    def _wait_stream(self) -> None:
+        """Wait for everything on the stream. While a submission waits for a semaphore, poll instead of
+        blocking, and refuse to wait for a host signal no other thread could give."""
+        with self._waiting():
+            while True:
+                self._check_lost()
+                unfinished = self._unfinished()
+                if not any(s.value < v for _, waits, _ in unfinished for s, v in waits):
+                    err, = driver.cuStreamSynchronize(self.stream)
+                    if err != SUCCESS:
+                        self._lost = fail(err, "cuStreamSynchronize")
+                        raise self._lost
+                    break
+                err, = driver.cuStreamQuery(self.stream)
+                if err == SUCCESS:
+                    break
+                if err != NOT_READY:
+                    self._lost = fail(err, "cuStreamQuery")
+                    raise self._lost
+                self._refuse_certain_deadlock(unfinished)
+                time.sleep(POLL_S)
+        self._collect()
+
+    def _refuse_certain_deadlock(self, unfinished: list[tuple[int, tuple, tuple]]) -> None:
+        """The first unfinished submission with a wait that neither the current values nor the signals
+        of the submissions before it reach can only run after a host signal; without another thread,
+        waiting would never end."""
+        if any(t is not threading.current_thread() for t in threading.enumerate()):
+            return  # another thread may signal
+        promised: dict[CudaSemaphore, int] = {}
+        for _, waits, signals in unfinished:
+            for sem, value in waits:
+                if max(sem.value, promised.get(sem, 0)) < value:
+                    raise ValidationError(
+                        f"the queue waits for a semaphore to reach {value} (it is at {sem.value}) and no other "
+                        f"thread can signal it, so waiting for submitted work would never end; signal it first "
+                        f"(sem.signal({value})), then read, write or synchronize")
+            for sem, value in signals:
+                promised[sem] = max(promised.get(sem, 0), value)
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        with self._lock:
+            self._waiters += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiters -= 1
+
+    def _synchronize(self) -> None:
+        self._activate()
+        self._wait_stream()
+
+    def _check_lost(self) -> None:
+        if self._lost is not None:
+            raise DeviceLostError(f"the CUDA device {self.name!r} is lost ({self._lost}); create a new one")
+
+    def _close(self) -> None:
+        with contextlib.suppress(HalError):
+            self._activate()
+        for _, waits, _ in self._unfinished():  # let a queue stuck on a host signal drain
+            for sem, value in waits:
+                if sem.value < value:
+                    sem.value = value
+        while self._waiters:  # semaphore waits end within a poll once they see the device closed
+            time.sleep(0.001)
+        driver.cuStreamSynchronize(self.stream)
+        for event, destroy, args in self._graveyard:
+            destroy(*args)
+            driver.cuEventDestroy(event)
+        self._graveyard.clear()
+        items = self._unreferenced + list(self._owned.values())
+        self._unreferenced, self._owned = [], {}
+        for kind, handle in items:
+            with contextlib.suppress(HalError):
+                self._free(kind, handle, idle=True)
+        for host in (self._staging, self._marks):
+            if host is not None:
+                driver.cuMemFreeHost(host[0])
+        self._staging = None
+        driver.cuStreamSynchronize(self.stream)
+        driver.cuStreamDestroy(self.stream)
+        driver.cuDevicePrimaryCtxRelease(self.cu_device)
+
+
+def _cuda_core() -> Any:
+    try:
+        import cuda.core as core
+        core.Buffer  # noqa: B018 - older releases keep it under cuda.core.experimental
+    except (ImportError, AttributeError):
+        import cuda.core.experimental as core
+    return core
+
+
+def _strided_view(obj: Any, stream: int) -> Any:
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError:
+        from cuda.core.experimental.utils import StridedMemoryView
+    try:
+        make = getattr(StridedMemoryView, "from_any_interface", None)
+        return make(obj, stream_ptr=stream) if make is not None else StridedMemoryView(obj, stream_ptr=stream)
+    except Exception as e:  # whatever the producer raises: not an array this device can take
+        raise ValidationError(f"import_buffer: {type(obj).__name__} exposes no CUDA memory through DLPack or "
+                              f"the CUDA Array Interface ({e})") from e

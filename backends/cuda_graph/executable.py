@@ -1,0 +1,179 @@
+"""CUDA executables: CUDA C (NVRTC), PTX or cubin, with imports linked by nvJitLink; one module load.
+
+NVRTC compiles for the device's own architecture, so the driver gets a cubin (no JIT at load); the
+cubin is kept on disk by content, architecture and compiler version. Imports (PTX, cubin, fatbin or
+LTO-IR: hand-written microkernels, inline assembly) are linked with nvJitLink; the main program is
+then compiled relocatable (and to LTO-IR when an import is LTO-IR). Each kernel's parameter list is
+read back from the module and must match its Export: the bindings as 8-byte pointers, then the
+constants as 4-byte values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from cuda.bindings import driver, nvrtc
+
+from backends.cuda_graph.api import call, fail
+from hal.errors import CompileError, UnsupportedError, ValidationError
+from hal.executable import DiskCache, Executable, ExecutableSource, Export
+
+if TYPE_CHECKING:
+    from backends.cuda_graph.device import CudaDevice
+
+_cubin_cache = DiskCache("cuda")
+
+
+class CudaExecutable(Executable):
+    __slots__ = ("module", "functions", "_finalizer")
+
+    def __init__(self, device: CudaDevice, source: ExecutableSource) -> None:
+        super().__init__(device, source)
+        image = _image(device, source)
+        self.module = call(driver.cuModuleLoadData, image)
+        self._finalizer = device._track(self, "module", int(self.module))
+        try:
+            self.functions = tuple(int(_function(self.module, e)) for e in source.exports)
+        except BaseException:
+            self._free()
+            raise
+
+    def _free(self) -> None:
+        self._finalizer()
+        self.device._collect()
+
+
+def _function(module: Any, export: Export) -> Any:
+    err, func = driver.cuModuleGetFunction(module, export.name.encode())
+    if err == driver.CUresult.CUDA_ERROR_NOT_FOUND:
+        raise ValidationError(f"export {export.name!r}: the module has no kernel of that name; declare it "
+                              f'extern "C" __global__ so its name is not mangled')
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise fail(err, f"cuModuleGetFunction({export.name!r})")
+    sizes = []
+    while True:
+        err, _, size = driver.cuFuncGetParamInfo(func, len(sizes))
+        if err != driver.CUresult.CUDA_SUCCESS:
+            break
+        sizes.append(int(size))
+    want = [8] * export.bindings + [4] * export.constants
+    if sizes != want:
+        raise ValidationError(f"export {export.name!r}: the kernel takes parameters of {sizes} bytes; the Export "
+                              f"({export.bindings} bindings, {export.constants} constants) needs {want}: each "
+                              f"binding a pointer, then each constant a 32-bit value")
+    return func
+
+
+def _image(device: CudaDevice, source: ExecutableSource) -> bytes:
+    """What cuModuleLoadData takes: a cubin (compiled or linked here), or PTX for the driver to compile."""
+    arch = "sm_{}{}".format(*device.compute_capability)
+    if source.format == "cubin":
+        return source.payload
+    if source.format == "ptx":
+        if not source.imports:
+            return source.payload.encode() + b"\0"
+        return _cached(source, arch, lambda: link([("main.ptx", source.payload.encode())] + _imports(source), arch))
+    if source.format != "cuda":
+        raise UnsupportedError(f"the CUDA device runs CUDA C, PTX or cubin, not {source.format!r}; give "
+                               f"ExecutableSource.cuda/.ptx/.cubin(...) or .multi(cuda=...)")
+    return _cached(source, arch, lambda: compile_cuda(source, arch))
+
+
+def _cached(source: ExecutableSource, arch: str, build: Any) -> bytes:
+    version = "{}.{}".format(*call(nvrtc.nvrtcVersion)) + "-driver-" + str(call(driver.cuDriverGetVersion))
+    key = hashlib.sha256(f"{source.key}\0{arch}\0{version}".encode()).hexdigest() + ".cubin"
+    cubin = _cubin_cache.get(key)
+    if cubin is None:
+        cubin = build()
+        _cubin_cache.put(key, cubin)
+    return cubin
+
+
+def _imports(source: ExecutableSource) -> list[tuple[str, bytes]]:
+    return [(f"import{i}", item.encode() if isinstance(item, str) else bytes(item))
+            for i, item in enumerate(source.imports)]
+
+
+def _nvrtc(result: tuple, what: str, program: Any = None) -> Any:
+    err = result[0]
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        log = program_log(program) if program is not None else ""
+        raise CompileError(f"NVRTC: {what} failed: {err.name}", log)
+    return result[1] if len(result) > 1 else None
+
+
+def program_log(program: Any) -> str:
+    size = _nvrtc(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(program, log)
+    return log.rstrip(b"\0 ").decode(errors="replace")
+
+
+def compile_cuda(source: ExecutableSource, arch: str) -> bytes:
+    """A cubin of the CUDA C source for `arch`, linked with its imports."""
+    imports = _imports(source)
+    lto = any(_input_type(data) == "LTOIR" for _, data in imports)
+    options = [f"--gpu-architecture={arch}", "--std=c++17"]
+    if imports:
+        options.append("--relocatable-device-code=true")
+    if lto:
+        options.append("-dlto")
+    options += list(source.options)
+    program = _nvrtc(nvrtc.nvrtcCreateProgram(source.payload.encode(), b"hal.cu", 0, [], []), "nvrtcCreateProgram")
+    try:
+        err, = nvrtc.nvrtcCompileProgram(program, len(options), [o.encode() for o in options])
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC rejected the CUDA source ({err.name}; options {' '.join(options)})",
+                               program_log(program))
+        if lto:
+            size = _nvrtc(nvrtc.nvrtcGetLTOIRSize(program), "nvrtcGetLTOIRSize")
+            main, get = b" " * size, nvrtc.nvrtcGetLTOIR
+        else:
+            size = _nvrtc(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+            main, get = b" " * size, nvrtc.nvrtcGetCUBIN
+        _nvrtc(get(program, main), get.__name__, program)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    if not imports:
+        return main
+    return link([("hal.ltoir" if lto else "hal.cubin", main)] + imports, arch, lto)
+
+
+def _input_type(data: bytes) -> str:
+    if data[:4] == b"\x7fELF":
+        return "CUBIN"
+    if data[:4] == b"\x50\xed\x55\xba":
+        return "FATBIN"
+    head = data[:256].lstrip()
+    if head.startswith((b"//", b".version", b".target")):
+        return "PTX"
+    return "LTOIR"
+
+
+def link(inputs: list[tuple[str, bytes]], arch: str, lto: bool = False) -> bytes:
+    """One cubin from PTX, cubin, fatbin and LTO-IR inputs, with nvJitLink."""
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError as e:  # pragma: no cover - part of cuda-python since 12.4
+        raise UnsupportedError("linking imports needs nvJitLink (cuda-python 12.4 or newer)") from e
+    options = [f"-arch={arch}"] + (["-lto"] if lto else [])
+    handle = nvjitlink.create(len(options), options)
+    try:
+        try:
+            for name, data in inputs:
+                kind = _input_type(data)
+                if kind == "PTX" and not data.endswith(b"\0"):
+                    data += b"\0"
+                nvjitlink.add_data(handle, getattr(nvjitlink.InputType, kind), data, len(data), name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as e:
+            log = bytearray(nvjitlink.get_error_log_size(handle))
+            nvjitlink.get_error_log(handle, log)
+            raise CompileError(f"nvJitLink could not link the executable with its imports ({e})",
+                               log.rstrip(b"\0 ").decode(errors="replace")) from None
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return bytes(cubin)
+    finally:
+        nvjitlink.destroy(handle)

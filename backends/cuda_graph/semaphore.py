@@ -1,0 +1,75 @@
+"""CUDA timeline semaphores: a 64-bit value in pinned host memory the GPU can address.
+
+The stream waits for it with cuStreamWaitValue64 and signals it with cuStreamWriteValue64, so one
+submission waits for another's signal (or for the host's) without a host round trip; the host reads
+and writes the same memory directly. Values only grow: a host signal may not reach a value a
+submitted signal has yet to write, or that write would move the value back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from backends.cuda_graph.buffer import host_alloc
+from hal.errors import DeviceLostError, TimeoutError, ValidationError
+from hal.semaphore import Semaphore
+
+if TYPE_CHECKING:
+    from backends.cuda_graph.device import CudaDevice
+
+SPIN_S = 50e-6  # poll without sleeping this long first: waits on a GPU are often short
+SLEEP_S = 100e-6
+
+
+class CudaSemaphore(Semaphore):
+    __slots__ = ("host_address", "device_address", "_cell")
+
+    def __init__(self, device: CudaDevice, initial: int) -> None:
+        super().__init__(device)
+        self.host_address, self.device_address, view = host_alloc(8)
+        self._cell = view.view(np.uint64)
+        self._cell[0] = initial
+        device._track(self, "host", self.host_address)
+
+    @property
+    def value(self) -> int:
+        return int(self._cell[0])
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self._cell[0] = value
+
+    def _query(self) -> int:
+        if self.device._closed:
+            raise DeviceLostError("semaphore query: the device was closed")
+        self.device._check_lost()
+        return self.value
+
+    def _wait(self, value: int, timeout: float | None) -> None:
+        device = self.device
+        start = time.monotonic()
+        with device._waiting():
+            while self._cell[0] < value:
+                if device._closed:
+                    raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
+                device._check_lost()
+                elapsed = time.monotonic() - start
+                if timeout is not None and elapsed >= timeout:
+                    raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} after "
+                                       f"{timeout} s")
+                if elapsed > SPIN_S:
+                    time.sleep(SLEEP_S if timeout is None else min(SLEEP_S, max(0.0, timeout - elapsed)))
+
+    def _signal(self, value: int) -> None:
+        current = self._query()
+        if value <= current:
+            raise ValidationError(f"signal: {value} is not above the current value {current}; "
+                                  f"timeline values only grow")
+        pending = self.device._pending_signal(self)
+        if pending is not None and value >= pending:
+            raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; signal at most "
+                                  f"{pending - 1} from the host until that submission has run")
+        self._cell[0] = value

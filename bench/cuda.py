@@ -1,0 +1,402 @@
+"""CUDA graphs side by side in one process: hal against raw launches, a raw graph, PyTorch and IREE's policy.
+
+Programs: a chain (each kernel reads what the one before wrote) and a fan-out/fan-in (one producer,
+n - 2 independent consumers, one reducer) of n = 10, 100, 1000 tiny kernels (`add` over 64 elements, one
+block). Competitors, all on one GPU in one process:
+
+- raw stream: cuda-python cuLaunchKernel per kernel, parameters packed beforehand (no graph);
+- raw graph: cuda-python cuGraphAddKernelNode per node (edges by hand), cuGraphInstantiate, cuGraphLaunch;
+- torch: PyTorch CUDA graph capture of torch.add(out=) per kernel (capture ends with instantiation), replay;
+- IREE policy: nodes added while recording (hal single_pass), instantiated at every end(), and with a
+  binding table the commands replayed as stream launches at every submit;
+- hal deferred and hal single_pass: reusable command buffers.
+
+Reported per kernel (µs): record (host), end (host: graph build and instantiation), submit (host time of
+one resubmission of the unchanged work, taken while the stream waits on a flag so the GPU never competes),
+GPU time per node (events around one launch, divided by n); and the cost per patched node of a rebind
+that changes k of 1000 nodes. Targets: resubmission within 20% of one raw cuGraphLaunch; GPU time per
+node within 10% of the raw graph; record + end per kernel at most PyTorch's capture + instantiate; a
+rebind O(k) and at most 3 µs a node. Last, one-shot work: stream launches against a graph used once.
+
+    python -m bench.cuda [--sizes 10,100,1000] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver
+
+import hal
+from backends.cuda_graph import stream as words
+from backends.cuda_graph.api import call
+from backends.cuda_graph.buffer import host_alloc
+from bench import emit
+from tests.kernels import CUDA_CODE, WORKGROUP
+
+ELEMENTS = WORKGROUP
+EXPORT = hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1))
+SOURCE = hal.ExecutableSource.cuda(CUDA_CODE, [EXPORT, hal.Export("scale", bindings=1, constants=2,
+                                                                  workgroup_size=WORKGROUP),
+                                               hal.Export("xor_copy", bindings=2, constants=2,
+                                                          workgroup_size=WORKGROUP, readonly=(0,))])
+REBIND_NODES = 1000
+REBIND_CHANGED = (1, 10, 100)
+SUBMITS = 50
+
+
+class Fixture:
+    """Buffers of 64 uint32 for n kernels; kernel i reads inputs(i) and writes output(i)."""
+
+    def __init__(self, dev: hal.Device, n: int, program: str) -> None:
+        self.dev, self.n, self.program = dev, n, program
+        self.exe = dev.load_executable(SOURCE)
+        self.bufs = [dev.upload(np.full(ELEMENTS, i % 7, np.uint32)) for i in range(n + 1)]
+
+    def operands(self, i: int) -> tuple[hal.Buffer, hal.Buffer, hal.Buffer]:
+        b, n = self.bufs, self.n
+        if self.program == "chain":
+            return b[i], b[i], b[i + 1]
+        if i == 0:
+            return b[0], b[0], b[1]
+        if i == n - 1:
+            return b[1], b[n - 1], b[n]
+        return b[1], b[1], b[i + 1]
+
+    def segments(self) -> list[list[int]]:
+        """Kernel indices per segment (a barrier between segments)."""
+        if self.program == "chain":
+            return [[i] for i in range(self.n)]
+        return [[0], list(range(1, self.n - 1)), [self.n - 1]]
+
+    def record(self, cb: hal.CommandBuffer) -> None:
+        for k, segment in enumerate(self.segments()):
+            if k:
+                cb.execution_barrier()
+            for i in segment:
+                cb.dispatch(self.exe, "add", (1, 1, 1), (ELEMENTS,), self.operands(i))
+
+    def params(self, i: int) -> tuple[array, array]:
+        """Packed kernel parameters of kernel i, and the pointers to them (kernelParams)."""
+        a, b, c = self.operands(i)
+        values = array("Q", [a.address, b.address, c.address, ELEMENTS])
+        return values, array("Q", [values.buffer_info()[0] + 8 * k for k in range(4)])
+
+    def release(self) -> None:
+        for b in self.bufs:
+            b.release()
+
+
+class Gate:
+    """A pinned flag the stream waits on: submissions pile up while the host times them."""
+
+    def __init__(self) -> None:
+        self.host, self.device, view = host_alloc(8)
+        self.cell = view.view(np.uint64)
+        self.cell[0] = 0
+        self.value = 0
+
+    def close(self, stream: Any) -> None:
+        self.value += 1
+        call(driver.cuStreamWaitValue64, stream, self.device, self.value,
+             driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+
+    def open(self) -> None:
+        self.cell[0] = self.value
+
+
+def gated_us(stream: Any, gate: Gate, submit: Callable[[], None], sync: Callable[[], None]) -> float:
+    """Host µs of one submit() while the stream waits on the gate."""
+    gate.close(stream)
+    t0 = time.perf_counter()
+    for _ in range(SUBMITS):
+        submit()
+    seconds = time.perf_counter() - t0
+    gate.open()
+    sync()
+    return seconds / SUBMITS * 1e6
+
+
+def gpu_us(stream: Any, launch: Callable[[], None], sync: Callable[[], None], n: int) -> float:
+    """GPU µs per node of one launch, between two events, best of several."""
+    start, stop = (call(driver.cuEventCreate, 0) for _ in range(2))
+    best = float("inf")
+    for _ in range(5):
+        sync()
+        call(driver.cuEventRecord, start, stream)
+        launch()
+        call(driver.cuEventRecord, stop, stream)
+        call(driver.cuEventSynchronize, stop)
+        best = min(best, call(driver.cuEventElapsedTime, start, stop) * 1e3)
+    for e in (start, stop):
+        call(driver.cuEventDestroy, e)
+    return best / n
+
+
+def raw_stream(f: Fixture, gate: Gate) -> dict:
+    dev, stream = f.dev, f.dev.stream
+    func = driver.CUfunction(f.exe.functions[0])
+    params = [f.params(i) for i in range(f.n)]
+
+    def launch() -> None:
+        for _, pointers in params:
+            call(driver.cuLaunchKernel, func, 1, 1, 1, ELEMENTS, 1, 1, 0, stream, pointers.buffer_info()[0], 0)
+
+    return dict(record=0.0, end=0.0, submit=gated_us(stream, gate, launch, dev.synchronize),
+                gpu=gpu_us(stream, launch, dev.synchronize, f.n))
+
+
+def raw_graph(f: Fixture, gate: Gate) -> dict:
+    dev, stream = f.dev, f.dev.stream
+    func = driver.CUfunction(f.exe.functions[0])
+    params = [f.params(i) for i in range(f.n)]
+    t0 = time.perf_counter()
+    graph = call(driver.cuGraphCreate, 0)
+    nodes: dict[int, Any] = {}
+    previous: list[Any] = []
+    for segment in f.segments():
+        current = []
+        for i in segment:
+            p = driver.CUDA_KERNEL_NODE_PARAMS()
+            p.func, p.gridDimX, p.gridDimY, p.gridDimZ = func, 1, 1, 1
+            p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes = ELEMENTS, 1, 1, 0
+            p.kernelParams = params[i][1].buffer_info()[0]
+            nodes[i] = call(driver.cuGraphAddKernelNode, graph, previous, len(previous), p)
+            current.append(nodes[i])
+        previous = current
+    t1 = time.perf_counter()
+    graph_exec = call(driver.cuGraphInstantiate, graph, 0)
+    t2 = time.perf_counter()
+
+    def launch() -> None:
+        call(driver.cuGraphLaunch, graph_exec, stream)
+
+    launch()
+    result = dict(record=(t1 - t0) / f.n * 1e6, end=(t2 - t1) / f.n * 1e6,
+                  submit=gated_us(stream, gate, launch, dev.synchronize),
+                  gpu=gpu_us(stream, launch, dev.synchronize, f.n))
+    call(driver.cuGraphExecDestroy, graph_exec)
+    call(driver.cuGraphDestroy, graph)
+    return result
+
+
+def torch_graph(f: Fixture, gate: Gate) -> dict | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    tensors = [torch.full((ELEMENTS,), i % 7, dtype=torch.int32, device="cuda") for i in range(f.n + 1)]
+
+    def operands(i: int) -> tuple:
+        a, b, c = f.operands(i)
+        return tuple(tensors[f.bufs.index(x)] for x in (a, b, c))
+
+    ops = [operands(i) for i in range(f.n)]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # warm up outside the capture, as PyTorch asks
+        for a, b, c in ops[:2]:
+            torch.add(a, b, out=c)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    t0 = time.perf_counter()
+    with torch.cuda.graph(g):
+        for a, b, c in ops:
+            torch.add(a, b, out=c)
+    t1 = time.perf_counter()  # capture and instantiation: PyTorch instantiates when the capture ends
+    stream = driver.CUstream(torch.cuda.current_stream().cuda_stream)
+    g.replay()
+    torch.cuda.synchronize()
+    return dict(record=(t1 - t0) / f.n * 1e6, end=0.0,
+                submit=gated_us(stream, gate, g.replay, torch.cuda.synchronize),
+                gpu=gpu_us(stream, g.replay, torch.cuda.synchronize, f.n))
+
+
+def hal_graph(f: Fixture, gate: Gate, strategy: str) -> dict:
+    dev = f.dev
+    cb = dev.create_command_buffer(mode="reusable", strategy=strategy)
+    t0 = time.perf_counter()
+    cb.begin()
+    f.record(cb)
+    t1 = time.perf_counter()
+    cb.end()
+    t2 = time.perf_counter()
+
+    def launch() -> None:
+        dev.queue_execute(cb)
+
+    launch()
+    return dict(record=(t1 - t0) / f.n * 1e6, end=(t2 - t1) / f.n * 1e6,
+                submit=gated_us(dev.stream, gate, launch, dev.synchronize),
+                gpu=gpu_us(dev.stream, launch, dev.synchronize, f.n))
+
+
+def one_shot(f: Fixture, strategy: str) -> float:
+    """Wall µs per kernel from recording a one-shot command buffer to its completion (best of 5):
+    deferred launches on the stream, single_pass builds and instantiates a graph."""
+    best = float("inf")
+    for _ in range(5):
+        f.dev.synchronize()
+        t0 = time.perf_counter()
+        cb = f.dev.create_command_buffer(strategy=strategy)
+        with cb:
+            f.record(cb)
+        f.dev.queue_execute(cb)
+        f.dev.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best / f.n * 1e6
+
+
+def rebind(dev: hal.Device, gate: Gate) -> list[dict]:
+    """Per patched node, host µs of a submit whose table change touches k of REBIND_NODES nodes (hal), and
+    per node of IREE's stream replay of all of them."""
+    exe = dev.load_executable(SOURCE)
+    fixed = [dev.allocate(4 * ELEMENTS) for _ in range(2)]
+    tables = [(dev.allocate(4 * ELEMENTS),) for _ in range(2)]
+    rows = []
+    for k in REBIND_CHANGED:
+        cb = dev.create_command_buffer(mode="reusable", binding_capacity=1)
+        with cb:
+            for i in range(REBIND_NODES):
+                source = hal.slot(0) if i < k else fixed[0]
+                cb.dispatch(exe, "add", (1, 1, 1), (ELEMENTS,), (source, source, fixed[1]))
+        dev.queue_execute(cb, binding_table=tables[0])
+        unchanged = gated_us(dev.stream, gate, lambda c=cb: dev.queue_execute(c, binding_table=tables[0]),
+                             dev.synchronize)
+        flip = iter(tables * SUBMITS)
+        changed = gated_us(dev.stream, gate, lambda c=cb: dev.queue_execute(c, binding_table=next(flip)),
+                           dev.synchronize)
+        assert cb.patched == k
+        encoder = words.Words(tables[0], {})
+        t0 = time.perf_counter()
+        stream: list[int] = []
+        for c in cb.commands:
+            stream += encoder.command(c, 0)
+            stream.append(0)
+        words.run(words.LAUNCH, dev.stream_handle, stream, dev.functions, None)
+        iree = (time.perf_counter() - t0) / REBIND_NODES * 1e6
+        dev.synchronize()
+        rows.append(dict(changed=k, hal_per_node=(changed - unchanged) / k, hal_submit=changed,
+                         iree_replay_per_node=iree))
+    return rows
+
+
+def rerecord(f: Fixture) -> dict:
+    """µs per kernel to record the same work again: hal resets a command buffer and updates its exec in
+    place (cuGraphExecUpdate); IREE's policy records anew and instantiates at every end."""
+    dev = f.dev
+    cb = dev.create_command_buffer(mode="reusable")
+    hal_best = iree_best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        cb.reset()
+        with cb:
+            f.record(cb)
+        hal_best = min(hal_best, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        fresh = dev.create_command_buffer(mode="reusable", strategy="single_pass")
+        with fresh:
+            f.record(fresh)
+        iree_best = min(iree_best, time.perf_counter() - t0)
+    assert cb.instantiations == 1
+    return dict(hal=hal_best / f.n * 1e6, iree=iree_best / f.n * 1e6)
+
+
+def run(sizes: list[int]) -> dict:
+    rows = []
+    with hal.create_device("cuda") as dev:
+        if dev.driver != "cuda":
+            raise SystemExit("bench.cuda needs a CUDA device")
+        gate = Gate()
+        meta = dict(device=dev.name, compute_capability=dev.compute_capability,
+                    driver=call(driver.cuDriverGetVersion), native=words.native() is not None,
+                    date=time.strftime("%Y-%m-%d"))
+        for program in ("chain", "fan"):
+            for n in sizes:
+                f = Fixture(dev, n, program)
+                competitors: dict[str, dict | None] = {
+                    "raw stream": raw_stream(f, gate), "raw graph": raw_graph(f, gate), "torch": torch_graph(f, gate),
+                    "hal deferred": hal_graph(f, gate, "deferred"),
+                    "hal single_pass": hal_graph(f, gate, "single_pass")}
+                for name, r in competitors.items():
+                    if r is not None:
+                        rows.append(dict(program=program, kernels=n, competitor=name, **r))
+                rows.append(dict(program=program, kernels=n, competitor="one-shot: stream launches (hal deferred)",
+                                 wall=one_shot(f, "deferred")))
+                rows.append(dict(program=program, kernels=n, competitor="one-shot: graph (hal single_pass)",
+                                 wall=one_shot(f, "single_pass")))
+                rows.append(dict(program=program, kernels=n, competitor="re-record", **rerecord(f)))
+                f.release()
+        rebinds = rebind(dev, gate)
+        call(driver.cuMemFreeHost, gate.host)
+    return dict(meta=meta, rows=rows, rebind=rebinds)
+
+
+def _row(rows: list[dict], program: str, n: int, name: str) -> dict | None:
+    return next((r for r in rows if (r["program"], r["kernels"], r["competitor"]) == (program, n, name)), None)
+
+
+def report(result: dict) -> str:
+    meta = result["meta"]
+    arch = "sm_{}{}".format(*meta["compute_capability"])
+    lines = [f"## CUDA graphs on {meta['device']} ({arch}, driver {meta['driver']}), {meta['date']}", "",
+             f"native graph builder: {meta['native']}. µs per kernel; submit = host µs of one resubmission "
+             f"(the whole submit, not per kernel); gpu = µs per node on the GPU.", "",
+             "| program | kernels | competitor | record | end | record+end | submit | gpu/node |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        if "gpu" in r:
+            lines.append(f"| {r['program']} | {r['kernels']} | {r['competitor']} | {r['record']:.2f} | "
+                         f"{r['end']:.2f} | {r['record'] + r['end']:.2f} | {r['submit']:.2f} | {r['gpu']:.3f} |")
+    lines += ["", "One-shot work, wall µs per kernel from recording to completion:", "",
+              "| program | kernels | path | wall |", "|---|---:|---|---:|"]
+    lines += [f"| {r['program']} | {r['kernels']} | {r['competitor'][10:]} | {r['wall']:.2f} |"
+              for r in result["rows"] if "wall" in r]
+    lines += ["", "Recording the same work again (after reset), µs per kernel: hal updates its exec in place, "
+              "IREE's policy instantiates at every end:", "", "| program | kernels | hal | IREE policy |",
+              "|---|---:|---:|---:|"]
+    lines += [f"| {r['program']} | {r['kernels']} | {r['hal']:.2f} | {r['iree']:.2f} |"
+              for r in result["rows"] if r["competitor"] == "re-record"]
+    lines += ["", f"Rebinding {REBIND_NODES} nodes, k of them through the changed slot (IREE's policy replays all "
+              f"of them as stream launches):", "",
+              "| k | hal µs per patched node | hal submit µs | IREE stream replay µs per node |",
+              "|---:|---:|---:|---:|"]
+    lines += [f"| {r['changed']} | {r['hal_per_node']:.2f} | {r['hal_submit']:.1f} | "
+              f"{r['iree_replay_per_node']:.2f} |" for r in result["rebind"]]
+    lines += ["", "Targets:"]
+    rows = result["rows"]
+    for program in ("chain", "fan"):
+        for n in sorted({r["kernels"] for r in rows}):
+            hal_row, raw, torch = (_row(rows, program, n, c) for c in ("hal deferred", "raw graph", "torch"))
+            submit = hal_row["submit"] / raw["submit"]
+            gpu = hal_row["gpu"] / raw["gpu"]
+            lines.append(f"- {program} {n}: resubmit / raw cuGraphLaunch = {submit:.2f} (<= 1.2: "
+                         f"{'met' if submit <= 1.2 else 'MISSED'}); gpu per node / raw graph = {gpu:.2f} (<= 1.1: "
+                         f"{'met' if gpu <= 1.1 else 'MISSED'})" + (
+                             "" if torch is None else
+                             f"; record+end {hal_row['record'] + hal_row['end']:.2f} vs torch capture+instantiate "
+                             f"{torch['record']:.2f} µs/kernel ("
+                             f"{'met' if hal_row['record'] + hal_row['end'] <= torch['record'] else 'MISSED'})"))
+    worst = max(r["hal_per_node"] for r in result["rebind"])
+    small, large = result["rebind"][1], result["rebind"][-1]
+    lines.append(f"- rebind: at most {worst:.2f} µs per patched node (<= 3: {'met' if worst <= 3 else 'MISSED'}); "
+                 f"per-node cost at k={large['changed']} / k={small['changed']} = "
+                 f"{large['hal_per_node'] / small['hal_per_node']:.2f} (1.0 = O(k))")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--json", default=None, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run([int(s) for s in args.sizes.split(",")])
+    return emit(result, report(result), args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""The emitted CUDA graph: its nodes and edges are the rediscovered DAG (plus join nodes); instantiated
+once; re-recording updates the exec; a new binding table patches only the nodes it changes."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import hal
+from tests.conftest import backend_or_skip
+from tests.kernels import groups
+
+backend_or_skip("cuda", "backends.cuda_graph")
+
+pytestmark = pytest.mark.cuda
+
+N = 256
+
+
+def u32(values):
+    return np.asarray(values, np.uint32)
+
+
+def contract_joins(graph: nx.DiGraph) -> nx.DiGraph:
+    """The graph with each join node replaced by edges from its predecessors to its successors."""
+    out = graph.copy()
+    for node in [n for n in graph if isinstance(n, tuple)]:
+        for u in out.predecessors(node):
+            for v in out.successors(node):
+                out.add_edge(u, v)
+        out.remove_node(node)
+    return out
+
+
+def joins(graph: nx.DiGraph) -> int:
+    return sum(isinstance(n, tuple) for n in graph)
+
+
+def record_wide(cb, exe, bufs, m, n):
+    """m producers, a barrier, n consumers, a barrier, one reducer."""
+    for i in range(m):
+        cb.dispatch(exe, "scale", groups(N), (N, 3), (bufs[i],))
+    cb.execution_barrier()
+    for j in range(n):
+        cb.dispatch(exe, "add", groups(N), (N,), (bufs[j % m], bufs[(j + 1) % m], bufs[m + j]))
+    cb.execution_barrier()
+    cb.fill_buffer(bufs[0], np.uint32(7))
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+@pytest.mark.parametrize("deps", ["barriers", "hazards"])
+@pytest.mark.parametrize("m, n", [(1, 4), (3, 1), (3, 4)])
+def test_emitted_graph_is_the_dependency_graph_plus_joins(gpu, exe, strategy, deps, m, n):
+    bufs = [gpu.upload(np.full(N, i + 1, np.uint32)) for i in range(m + n)]
+    cb = gpu.create_command_buffer(mode="reusable", strategy=strategy, dependencies=deps)
+    with cb:
+        record_wide(cb, exe, bufs, m, n)
+    emitted = cb.emitted_graph()
+    expected = cb.dependency_graph()
+    assert set(contract_joins(emitted).edges) == set(expected.edges)
+    assert set(contract_joins(emitted).nodes) == set(expected.nodes)
+    if deps == "barriers":
+        # m -> n goes through one join when m > 1 and n > 1 (single_pass joins whenever m > 1); n -> 1 never
+        # needs one in deferred mode.
+        want = int(m > 1 and (n > 1 or strategy == "single_pass")) + int(strategy == "single_pass" and n > 1)
+        assert joins(emitted) == want
+    gpu.queue_execute(cb)
+    gpu.synchronize()
+    assert cb.instantiations == 1
+
+
+def test_resubmitting_an_unchanged_command_buffer_instantiates_once(gpu, exe):
+    x = gpu.upload(u32([1, 2, 3, 4]))
+    cb = gpu.create_command_buffer(mode="reusable")
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
+    for _ in range(10):
+        gpu.queue_execute(cb)
+    assert cb.instantiations == 1 and cb.patched == 0
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 1024)
+
+
+def test_re_recording_the_same_topology_updates_the_exec(gpu, exe):
+    x = gpu.upload(u32([1, 2, 3, 4]))
+    cb = gpu.create_command_buffer(mode="reusable")
+    for k in (3, 5, 7):
+        cb.reset()
+        with cb:
+            cb.dispatch(exe, "scale", (1, 1, 1), (4, k), (x,))
+        gpu.queue_execute(cb)
+    assert cb.instantiations == 1 and cb.updates == 2
+    cb.reset()
+    with cb:  # another topology: instantiated anew
+        cb.fill_buffer(x, np.uint32(1))
+        cb.execution_barrier()
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
+    gpu.queue_execute(cb)
+    assert cb.instantiations == 2
+    np.testing.assert_array_equal(x.read(np.uint32), u32([2, 2, 2, 2]))
+
+
+def test_a_new_binding_table_patches_only_the_nodes_it_changes(gpu, exe):
+    n = 64
+    fixed = gpu.upload(np.full(n, 1000, np.uint32))
+    others = [gpu.allocate(4 * n) for _ in range(5)]
+    cb = gpu.create_command_buffer(mode="reusable", binding_capacity=2)
+    with cb:
+        for other in others:  # five nodes that no table changes
+            cb.dispatch(exe, "scale", groups(n), (n, 1), (other,))
+        cb.execution_barrier()
+        cb.dispatch(exe, "add", groups(n), (n,), (hal.slot(0), fixed, hal.slot(1)))
+        cb.execution_barrier()
+        for _ in range(3):
+            cb.dispatch(exe, "scale", groups(n), (n, 2), (hal.slot(1),))
+            cb.execution_barrier()
+    a1, a2 = gpu.upload(np.arange(n, dtype=np.uint32)), gpu.upload(np.arange(n, dtype=np.uint32) * 10)
+    o1, o2 = gpu.allocate(4 * n), gpu.allocate(4 * n)
+    gpu.queue_execute(cb, binding_table=(a1, o1))
+    assert cb.instantiations == 1
+    gpu.queue_execute(cb, binding_table=(a1, o1))
+    assert cb.patched == 0
+    gpu.queue_execute(cb, binding_table=(a2, o1))
+    assert cb.patched == 1  # only the node reading slot 0
+    gpu.queue_execute(cb, binding_table=(a2, o2))
+    assert cb.patched == 4  # the nodes using slot 1
+    assert cb.instantiations == 1
+    np.testing.assert_array_equal(o1.read(np.uint32), (np.arange(n, dtype=np.uint32) * 10 + 1000) * 8)
+    np.testing.assert_array_equal(o2.read(np.uint32), (np.arange(n, dtype=np.uint32) * 10 + 1000) * 8)
+
+
+def test_one_shot_deferred_launches_on_the_stream(gpu, exe):
+    x = gpu.upload(u32([1, 2, 3, 4]))
+    cb = gpu.create_command_buffer()
+    with cb:
+        cb.update_buffer(hal.ref(x, 4, 8), u32([10, 20]))
+        cb.execution_barrier()
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 3), (x,))
+    with pytest.raises(ValueError, match=r"launch on the stream"):
+        cb.emitted_graph()
+    gpu.queue_execute(cb)
+    assert cb.instantiations == 0
+    np.testing.assert_array_equal(x.read(np.uint32), u32([3, 30, 60, 12]))
+
+
+def test_update_data_is_staged_in_pinned_memory_for_every_path(gpu, exe):
+    for mode, strategy in (("reusable", "deferred"), ("reusable", "single_pass"), ("one_shot", "single_pass")):
+        x = gpu.allocate(4 * 4096)
+        data = np.random.default_rng(5).integers(0, 2**32, 4096, dtype=np.uint32)
+        cb = gpu.create_command_buffer(mode=mode, strategy=strategy)
+        with cb:
+            cb.update_buffer(x, data)
+        gpu.queue_execute(cb)
+        np.testing.assert_array_equal(x.read(np.uint32), data)
