@@ -268,7 +268,7 @@ def rebind(dev: hal.Device, gate: Gate) -> list[dict]:
         unchanged = gated_us(dev.stream, gate, lambda c=cb: dev.queue_execute(c, binding_table=tables[0]),
                              dev.synchronize)
         flip = iter(tables * SUBMITS)
-        changed = gated_us(dev.stream, gate, lambda c=cb: dev.queue_execute(c, binding_table=next(flip)),
+        changed = gated_us(dev.stream, gate, lambda c=cb, t=flip: dev.queue_execute(c, binding_table=next(t)),
                            dev.synchronize)
         assert cb.patched == k
         encoder = words.Words(tables[0], {})
