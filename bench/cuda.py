@@ -12,7 +12,7 @@ block). Competitors, all on one GPU in one process:
 - hal deferred and hal single_pass: reusable command buffers.
 
 Reported per kernel (µs): record (host), end (host: graph build and instantiation), submit (host time of
-one resubmission of the unchanged work, taken while the stream waits on a flag so the GPU never competes),
+one resubmission of the unchanged work, started on an idle GPU so no queue back-pressure counts),
 GPU time per node (events around one launch, divided by n); and the cost per patched node of a rebind
 that changes k of 1000 nodes. Targets: resubmission within 20% of one raw cuGraphLaunch; GPU time per
 node within 10% of the raw graph; record + end per kernel at most PyTorch's capture + instantiate; a
@@ -47,7 +47,6 @@ SOURCE = hal.ExecutableSource.cuda(CUDA_CODE, [EXPORT, hal.Export("scale", bindi
                                                           workgroup_size=WORKGROUP, readonly=(0,))])
 REBIND_NODES = 1000
 REBIND_CHANGED = (1, 10, 100)
-SUBMITS = 50
 
 
 class Fixture:
@@ -92,14 +91,25 @@ class Fixture:
             b.release()
 
 
+def submit_us(submit: Callable[[], None], sync: Callable[[], None], repeats: int = 20) -> float:
+    """Host µs of one submit(), each started on an idle GPU (so no queue back-pressure): best of `repeats`."""
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        submit()
+        best = min(best, time.perf_counter() - t0)
+    sync()
+    return best * 1e6
+
+
 class Gate:
-    """A pinned flag the stream waits on: submissions pile up while the host times them."""
+    """A pinned flag the stream waits on, so that what is queued behind it starts at once when it opens."""
 
     def __init__(self) -> None:
         self.host, self.device, view = host_alloc(8)
         self.cell = view.view(np.uint64)
-        self.cell[0] = 0
-        self.value = 0
+        self.cell[0] = self.value = 0
 
     def close(self, stream: Any) -> None:
         self.value += 1
@@ -109,36 +119,32 @@ class Gate:
     def open(self) -> None:
         self.cell[0] = self.value
 
-
-def gated_us(stream: Any, gate: Gate, submit: Callable[[], None], sync: Callable[[], None]) -> float:
-    """Host µs of one submit() while the stream waits on the gate."""
-    gate.close(stream)
-    t0 = time.perf_counter()
-    for _ in range(SUBMITS):
-        submit()
-    seconds = time.perf_counter() - t0
-    gate.open()
-    sync()
-    return seconds / SUBMITS * 1e6
+    def release(self) -> None:
+        call(driver.cuMemFreeHost, self.host)
 
 
 def gpu_us(stream: Any, launch: Callable[[], None], sync: Callable[[], None], n: int) -> float:
-    """GPU µs per node of one launch, between two events, best of several."""
+    """GPU µs per node of one launch, between two events, best of several. The stream waits on a gate
+    while the events and the launch are queued, so the host's own submission time is not counted."""
+    gate = Gate()
     start, stop = (call(driver.cuEventCreate, 0) for _ in range(2))
     best = float("inf")
-    for _ in range(5):
+    for _ in range(20):
         sync()
+        gate.close(stream)
         call(driver.cuEventRecord, start, stream)
         launch()
         call(driver.cuEventRecord, stop, stream)
+        gate.open()
         call(driver.cuEventSynchronize, stop)
         best = min(best, call(driver.cuEventElapsedTime, start, stop) * 1e3)
     for e in (start, stop):
         call(driver.cuEventDestroy, e)
+    gate.release()
     return best / n
 
 
-def raw_stream(f: Fixture, gate: Gate) -> dict:
+def raw_stream(f: Fixture) -> dict:
     dev, stream = f.dev, f.dev.stream
     func = driver.CUfunction(f.exe.functions[0])
     params = [f.params(i) for i in range(f.n)]
@@ -147,11 +153,11 @@ def raw_stream(f: Fixture, gate: Gate) -> dict:
         for _, pointers in params:
             call(driver.cuLaunchKernel, func, 1, 1, 1, ELEMENTS, 1, 1, 0, stream, pointers.buffer_info()[0], 0)
 
-    return dict(record=0.0, end=0.0, submit=gated_us(stream, gate, launch, dev.synchronize),
+    return dict(record=0.0, end=0.0, submit=submit_us(launch, dev.synchronize),
                 gpu=gpu_us(stream, launch, dev.synchronize, f.n))
 
 
-def raw_graph(f: Fixture, gate: Gate) -> dict:
+def raw_graph(f: Fixture) -> dict:
     dev, stream = f.dev, f.dev.stream
     func = driver.CUfunction(f.exe.functions[0])
     params = [f.params(i) for i in range(f.n)]
@@ -178,14 +184,14 @@ def raw_graph(f: Fixture, gate: Gate) -> dict:
 
     launch()
     result = dict(record=(t1 - t0) / f.n * 1e6, end=(t2 - t1) / f.n * 1e6,
-                  submit=gated_us(stream, gate, launch, dev.synchronize),
+                  submit=submit_us(launch, dev.synchronize),
                   gpu=gpu_us(stream, launch, dev.synchronize, f.n))
     call(driver.cuGraphExecDestroy, graph_exec)
     call(driver.cuGraphDestroy, graph)
     return result
 
 
-def torch_graph(f: Fixture, gate: Gate) -> dict | None:
+def torch_graph(f: Fixture) -> dict | None:
     try:
         import torch
     except ImportError:
@@ -212,11 +218,11 @@ def torch_graph(f: Fixture, gate: Gate) -> dict | None:
     g.replay()
     torch.cuda.synchronize()
     return dict(record=(t1 - t0) / f.n * 1e6, end=0.0,
-                submit=gated_us(stream, gate, g.replay, torch.cuda.synchronize),
+                submit=submit_us(g.replay, torch.cuda.synchronize),
                 gpu=gpu_us(stream, g.replay, torch.cuda.synchronize, f.n))
 
 
-def hal_graph(f: Fixture, gate: Gate, strategy: str) -> dict:
+def hal_graph(f: Fixture, strategy: str) -> dict:
     dev = f.dev
     cb = dev.create_command_buffer(mode="reusable", strategy=strategy)
     t0 = time.perf_counter()
@@ -231,7 +237,7 @@ def hal_graph(f: Fixture, gate: Gate, strategy: str) -> dict:
 
     launch()
     return dict(record=(t1 - t0) / f.n * 1e6, end=(t2 - t1) / f.n * 1e6,
-                submit=gated_us(dev.stream, gate, launch, dev.synchronize),
+                submit=submit_us(launch, dev.synchronize),
                 gpu=gpu_us(dev.stream, launch, dev.synchronize, f.n))
 
 
@@ -251,7 +257,7 @@ def one_shot(f: Fixture, strategy: str) -> float:
     return best / f.n * 1e6
 
 
-def rebind(dev: hal.Device, gate: Gate) -> list[dict]:
+def rebind(dev: hal.Device) -> list[dict]:
     """Per patched node, host µs of a submit whose table change touches k of REBIND_NODES nodes (hal), and
     per node of IREE's stream replay of all of them."""
     exe = dev.load_executable(SOURCE)
@@ -264,12 +270,11 @@ def rebind(dev: hal.Device, gate: Gate) -> list[dict]:
             for i in range(REBIND_NODES):
                 source = hal.slot(0) if i < k else fixed[0]
                 cb.dispatch(exe, "add", (1, 1, 1), (ELEMENTS,), (source, source, fixed[1]))
+                cb.execution_barrier()
         dev.queue_execute(cb, binding_table=tables[0])
-        unchanged = gated_us(dev.stream, gate, lambda c=cb: dev.queue_execute(c, binding_table=tables[0]),
-                             dev.synchronize)
-        flip = iter(tables * SUBMITS)
-        changed = gated_us(dev.stream, gate, lambda c=cb, t=flip: dev.queue_execute(c, binding_table=next(t)),
-                           dev.synchronize)
+        unchanged = submit_us(lambda c=cb: dev.queue_execute(c, binding_table=tables[0]), dev.synchronize)
+        flip = iter(tables * 20)
+        changed = submit_us(lambda c=cb, t=flip: dev.queue_execute(c, binding_table=next(t)), dev.synchronize)
         assert cb.patched == k
         encoder = words.Words(tables[0], {})
         t0 = time.perf_counter()
@@ -311,7 +316,7 @@ def run(sizes: list[int]) -> dict:
     with hal.create_device("cuda") as dev:
         if dev.driver != "cuda":
             raise SystemExit("bench.cuda needs a CUDA device")
-        gate = Gate()
+        words.native()  # built (or loaded from the disk cache) once per process, before anything is timed
         meta = dict(device=dev.name, compute_capability=dev.compute_capability,
                     driver=call(driver.cuDriverGetVersion), native=words.native() is not None,
                     date=time.strftime("%Y-%m-%d"))
@@ -319,9 +324,8 @@ def run(sizes: list[int]) -> dict:
             for n in sizes:
                 f = Fixture(dev, n, program)
                 competitors: dict[str, dict | None] = {
-                    "raw stream": raw_stream(f, gate), "raw graph": raw_graph(f, gate), "torch": torch_graph(f, gate),
-                    "hal deferred": hal_graph(f, gate, "deferred"),
-                    "hal single_pass": hal_graph(f, gate, "single_pass")}
+                    "raw stream": raw_stream(f), "raw graph": raw_graph(f), "torch": torch_graph(f),
+                    "hal deferred": hal_graph(f, "deferred"), "hal single_pass": hal_graph(f, "single_pass")}
                 for name, r in competitors.items():
                     if r is not None:
                         rows.append(dict(program=program, kernels=n, competitor=name, **r))
@@ -331,8 +335,7 @@ def run(sizes: list[int]) -> dict:
                                  wall=one_shot(f, "single_pass")))
                 rows.append(dict(program=program, kernels=n, competitor="re-record", **rerecord(f)))
                 f.release()
-        rebinds = rebind(dev, gate)
-        call(driver.cuMemFreeHost, gate.host)
+        rebinds = rebind(dev)
     return dict(meta=meta, rows=rows, rebind=rebinds)
 
 

@@ -460,9 +460,6 @@ class CommandBuffer:
             raise ValidationError(f"queue_execute: command {c.index} (copy_buffer) copies between overlapping "
                                   f"ranges of one buffer through the binding table")
 
-    def _submitted(self) -> None:
-        self._submissions += 1
-
     # Backend hooks.
     def _on_begin(self) -> None:
         """Recording starts."""

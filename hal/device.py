@@ -135,15 +135,19 @@ class Device:
 
         Never blocks on the device. Submissions to one device run in submission order.
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()
         if not isinstance(command_buffer, CommandBuffer) or command_buffer.device is not self:
             raise ValidationError("queue_execute: expected a command buffer created by this device")
         with self._submit_lock:  # one-shot claims and promised signal values stay consistent across threads
             table = command_buffer._prepare_submit(binding_table)
-            waits = self._semaphore_pairs(wait, "wait")
-            signals = self._semaphore_pairs(signal, "signal")
+            if type(wait) is tuple and type(signal) is tuple and not wait and not signal:
+                waits = signals = ()  # the defaults need no checking: the common case is free
+            else:
+                waits = self._semaphore_pairs(wait, "wait")
+                signals = self._semaphore_pairs(signal, "signal")
             self._queue_execute(command_buffer, table, waits, signals)
-            command_buffer._submitted()
+            command_buffer._submissions += 1
             for sem, value in signals:
                 sem._promised = value
 

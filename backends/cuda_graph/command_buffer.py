@@ -18,6 +18,7 @@ only patch what changed.
 from __future__ import annotations
 
 import collections
+import functools
 from array import array
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ import networkx as nx
 from cuda.bindings import driver
 
 from backends.cuda_graph import stream as words
-from backends.cuda_graph.api import call
+from backends.cuda_graph.api import call, fail
 from backends.cuda_graph.buffer import host_alloc
 from hal.buffer import Buffer
 from hal.command_buffer import CommandBuffer
@@ -70,7 +71,7 @@ class PinnedArena:
 
 class CudaCommandBuffer(CommandBuffer):
     __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_nodes", "_slot_of", "_joins",
-                 "_built", "_arena", "_staging", "_table_seen", "_users", "_node_words", "_stream_launch",
+                 "_built", "_arena", "_staging", "_table_seen", "_users", "_node_words", "_stream_launch", "_launch",
                  "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
@@ -97,6 +98,7 @@ class CudaCommandBuffer(CommandBuffer):
         self._users: dict[int, list[Command]] = {}  # slot index -> commands using it
         self._node_words: dict[int, list[int]] = {}  # command index -> words its node was last given
         self._stream_launch = False
+        self._launch: Any = None  # launches the exec: returns a CUresult, 0 on success
 
     # Recording hooks.
     def _on_begin(self) -> None:
@@ -201,39 +203,44 @@ class CudaCommandBuffer(CommandBuffer):
 
     def _instantiate(self) -> None:
         device = self.device
+        updated = False
         if self._exec is not None:
-            err, info = driver.cuGraphExecUpdate(self._exec, self._graph)
-            if err == driver.CUresult.CUDA_SUCCESS:
+            err, _ = driver.cuGraphExecUpdate(self._exec, self._graph)
+            updated = err == driver.CUresult.CUDA_SUCCESS
+            if updated:
                 self.updates += 1
-                call(driver.cuGraphUpload, self._exec, device.stream)
-                return
-            self._exec_finalizer()  # another topology: instantiate anew
-        self._exec = call(driver.cuGraphInstantiate, self._graph, 0)
-        self._exec_finalizer = device._track(self, "exec", int(self._exec))
-        self.instantiations += 1
+            else:
+                self._exec_finalizer()  # another topology: instantiate anew
+        if not updated:
+            self._exec = call(driver.cuGraphInstantiate, self._graph, 0)
+            self._exec_finalizer = device._track(self, "exec", int(self._exec))
+            self.instantiations += 1
         call(driver.cuGraphUpload, self._exec, device.stream)
+        lib = words.native()
+        if lib is not None:
+            self._launch = functools.partial(lib.lib.hal_cu_graph_launch, int(self._exec), device.stream_handle,
+                                             device.functions.buffer_info()[0])
+        else:
+            self._launch = functools.partial(_launch_graph, self._exec, device.stream)
 
     # Submission.
     def _submit(self, table: tuple[Buffer, ...]) -> None:
-        """Queue the recorded work on the device's stream, resolved through `table` (already checked)."""
-        device = self.device
-        if self._stream_launch:
-            stream = self._encode_launch(table)
-            words.run(words.LAUNCH, device.stream_handle, stream, device.functions, None)
-            return
-        if not self._built:
-            self._build(table)
-        elif self._slot_commands and table[:self._slots_needed] != self._table_seen:
-            self._patch(table)
-        else:
-            self.patched = 0
-        lib = words.native()
-        if lib is not None:
-            err = lib.lib.hal_cu_graph_launch(int(self._exec), device.stream_handle, device.functions.buffer_info()[0])
-            if err:
-                raise words.fail(err, "cuGraphLaunch")
-        else:
-            call(driver.cuGraphLaunch, self._exec, device.stream)
+        """Queue the recorded work on the device's stream, resolved through `table` (already checked).
+        Built, without slots: one launch."""
+        if self._launch is None or self._slot_commands:
+            if self._stream_launch:
+                device = self.device
+                words.run(words.LAUNCH, device.stream_handle, self._encode_launch(table), device.functions, None)
+                return
+            if not self._built:
+                self._build(table)
+            elif table[:self._slots_needed] != self._table_seen:
+                self._patch(table)
+            else:
+                self.patched = 0
+        err = self._launch()
+        if err:
+            raise fail(err, "cuGraphLaunch")
 
     def _encode_launch(self, table: tuple[Buffer, ...]) -> list[int]:
         encoder = words.Words(table, self._staging)
@@ -295,3 +302,8 @@ class CudaCommandBuffer(CommandBuffer):
         for u, v in zip(sources[:count], targets[:count]):
             graph.add_edge(name(u), name(v))
         return graph
+
+
+def _launch_graph(graph_exec: Any, stream: Any) -> int:
+    """cuGraphLaunch through cuda-python (without the native helper): its CUresult."""
+    return int(driver.cuGraphLaunch(graph_exec, stream)[0])
