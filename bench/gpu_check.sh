@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on a GPU machine: the Vulkan tests on the GPU's Vulkan driver (push
-# descriptors, then descriptor sets with the Python encoder), the CUDA tests when that backend exists,
-# then the GPU benchmarks. Every log and result lands in $OUT (default bench/results/gpu-check).
+# descriptors and the native encoder, then descriptor sets and the Python encoder), the CUDA tests (with
+# the native graph builder, then through cuda-python alone), then the GPU benchmarks. Every log and
+# result lands in $OUT (default bench/results/gpu-check).
 #
 # The machine lacks the Vulkan loader, the shader tools and three wheels; they travel with the tree
 # (README's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools),
@@ -32,20 +33,21 @@ fi
     python3 -m hal info
 } 2>&1 | tee "$OUT/machine.txt"
 
-run() {  # run LOG COMMAND...: tee the output to $OUT/LOG, remember a failure
-    local log=$1
-    shift
-    "$@" 2>&1 | tee "$OUT/$log" || status=1
+run() {  # run LOG TITLE COMMAND...: append the output to $OUT/LOG under TITLE, remember a failure
+    local log=$1 title=$2
+    shift 2
+    echo "## $title" >> "$OUT/$log"
+    "$@" 2>&1 | tee -a "$OUT/$log" || status=1
 }
 
-run tests-vulkan.log env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan -p no:cacheprovider
-run tests-vulkan-descriptor-sets.log env HAL_REQUIRE=vulkan HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR=1 \
+rm -f "$OUT"/tests-*.log
+run tests-vulkan.log "push descriptors, native encoder" env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan \
+    -p no:cacheprovider
+run tests-vulkan.log "descriptor sets, Python encoder" env HAL_REQUIRE=vulkan HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR=1 \
     HAL_VULKAN_DISABLE_NATIVE_ENCODER=1 python3 -m pytest -q -m vulkan -p no:cacheprovider
-if [ -d backends/cuda_graph ]; then
-    run tests-cuda.log env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
-fi
-run bench-vulkan.md python3 -m bench.vulkan --json "$OUT/bench-vulkan.json"
-if [ -f bench/cuda.py ]; then
-    run bench-cuda.md python3 -m bench.cuda --json "$OUT/bench-cuda.json"
-fi
+run tests-cuda.log "native graph builder" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
+run tests-cuda.log "cuda-python only" env HAL_REQUIRE=cuda HAL_CUDA_DISABLE_NATIVE=1 python3 -m pytest -q -m cuda \
+    -p no:cacheprovider
+run bench-vulkan.md "bench.vulkan" python3 -m bench.vulkan --json "$OUT/bench-vulkan.json"
+run bench-cuda.md "bench.cuda" python3 -m bench.cuda --json "$OUT/bench-cuda.json"
 exit $status

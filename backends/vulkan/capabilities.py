@@ -68,7 +68,6 @@ class FeatureChain:
         out.v12.shaderFloat16 = v12.shaderFloat16
         out.v12.shaderInt8 = v12.shaderInt8
         out.v12.timelineSemaphore = v12.timelineSemaphore
-        out.v12.bufferDeviceAddress = v12.bufferDeviceAddress  # shaders may follow raw device pointers
         if out.v13 is not None:
             out.v13.maintenance4 = self.v13.maintenance4
         return out
