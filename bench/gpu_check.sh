@@ -37,7 +37,7 @@ run() {  # run LOG TITLE COMMAND...: append the output to $OUT/LOG under TITLE, 
     local log=$1 title=$2
     shift 2
     echo "## $title" >> "$OUT/$log"
-    "$@" 2>&1 | tee -a "$OUT/$log" || status=1
+    timeout 240 "$@" 2>&1 | tee -a "$OUT/$log" || { status=1; echo "## failed or timed out" >> "$OUT/$log"; }
 }
 
 rm -f "$OUT"/tests-*.log
