@@ -47,7 +47,7 @@ class CommandBuffer:
     """
 
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
-                 "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_races",
+                 "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_analysed", "_races",
                  "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed",
                  "_direct_buffers", "_dispatched", "_submissions", "_table", "_table_token", "_workgroups_seen",
                  "_constants_seen", "__weakref__")
@@ -81,6 +81,7 @@ class CommandBuffer:
         self._count = 0
         self._barriers = 0
         self._tracker = DependencyTracker(self.dependencies)
+        self._analysed = self._single_pass  # single_pass feeds the tracker as commands come
         self._races = RaceDetector()
         self._commands: list[Command] = []
         self._slot_commands: list[Command] = []
@@ -118,18 +119,21 @@ class CommandBuffer:
 
     def end(self) -> None:
         """Finish recording: a deferred command buffer rediscovers its dependencies here, in one pass
-        over the segments, and the backend emits its commands; single_pass ones only close up."""
+        over the segments (unless its backend does without them: then dependency_graph() does it), and
+        the backend emits its commands; single_pass ones only close up."""
         if self._state is not _RECORDING:
             raise ValidationError(f"end: the command buffer is {self._state}, not recording")
         commands = self._commands
         tracker = self._tracker
+        analyse = not self._analysed and self._wants_dependencies()
         collecting = gc.isenabled()
         gc.disable()  # the analysis only adds long-lived objects: scanning them again and again is waste
         try:
             for seg in self.segments():
-                if not self._single_pass:
+                if analyse:
                     tracker.segment(seg.commands)
                 commands.extend(seg.commands)
+            self._analysed = self._analysed or analyse
             direct: dict[Buffer | None, None] = {}
             for c in commands:
                 for r in c.bindings if type(c) is Dispatch else (r for r, _ in c.accesses()):
@@ -142,6 +146,7 @@ class CommandBuffer:
             self._commands = []
             if not self._single_pass:
                 self._tracker = DependencyTracker(self.dependencies)
+                self._analysed = False
             raise
         finally:
             if collecting:
@@ -165,6 +170,10 @@ class CommandBuffer:
         """The rediscovered DAG: nodes are command indices (`kind`, `segment`), edge u -> v: v waits for u."""
         if self._state is not _ENDED:
             raise ValidationError(f"dependency_graph: the command buffer is {self._state}; call end() first")
+        if not self._analysed:
+            for seg in self.segments():
+                self._tracker.segment(seg.commands)
+            self._analysed = True
         return to_networkx(self._commands, self._tracker)
 
     def __repr__(self) -> str:
@@ -470,8 +479,13 @@ class CommandBuffer:
     def _on_barrier(self) -> None:
         """single_pass: a barrier closed a non-empty segment."""
 
+    def _wants_dependencies(self) -> bool:
+        """Does `_on_end` read the tracker's groups? (A backend that orders work by the barriers alone
+        skips the analysis; dependency_graph() still has it.)"""
+        return True
+
     def _on_end(self) -> None:
-        """Recording is complete: `commands` and the tracker's groups are final."""
+        """Recording is complete: `commands` and, if `_wants_dependencies()`, the tracker's groups are final."""
 
     def _on_reset(self) -> None:
         """Release what the backend built; the command buffer will be recorded again."""

@@ -77,6 +77,9 @@ class VulkanCommandBuffer(CommandBuffer):
         self.barriers = 0  # pipeline barriers in the latest encoding
 
     # Recording hooks.
+    def _wants_dependencies(self) -> bool:
+        return self.dependencies == "hazards"  # barriers mode puts a barrier between every two segments
+
     def _on_begin(self) -> None:
         if self._single_pass and not self.binding_capacity:
             self._open = Recording(self.device)

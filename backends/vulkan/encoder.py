@@ -45,7 +45,7 @@ class Encoder:
     """Encodes into `vkcb` (begun); `table` resolves slot references. One per recording."""
 
     __slots__ = ("device", "vkcb", "tracker", "table", "arena", "native", "stream", "keep", "fence", "group_max",
-                 "pipeline", "compatible", "descriptors", "constants", "barriers")
+                 "last_segment", "pipeline", "compatible", "descriptors", "constants", "barriers")
 
     def __init__(self, device: VulkanDevice, vkcb: Any, tracker: DependencyTracker, table: tuple[Buffer, ...],
                  arena: DescriptorArena | None) -> None:
@@ -58,25 +58,28 @@ class Encoder:
         self.stream: list[int] = []
         self.keep: list[Any] = []  # what stream addresses point into, until the stream is replayed
         self.fence = 0  # the index of the first command after the last barrier
-        self.group_max: list[int] = []  # per dependency group: its latest command (-1: none)
+        self.group_max: list[int] = []  # hazards: per dependency group, its latest command (-1: none)
+        self.last_segment = -1  # the segment of the last command encoded
         self.pipeline = 0
         self.compatible: object = None  # the layout kind of the last dispatch (see VulkanExecutable.compatible)
         self.descriptors: list[int] | None = None  # the words of the descriptors last set
         self.constants: list[int] | None = None  # the push constants last set, as 32-bit words
         self.barriers = 0
 
-    # Barriers go where a command waits for a command at or past `fence`, the first command after the
-    # last barrier (commands are encoded in index order).
+    # Barriers: in barriers mode, before every segment after the first; in hazards mode, where a command
+    # waits for a command at or past `fence`, the first command after the last barrier (commands are
+    # encoded in index order).
     def segments(self, segment: Segment | None) -> None:
         """Append the segments linked from `segment` (each a run of commands nothing orders) to the stream:
         a barrier before a segment if one of its commands needs it. The hot loop: everything is inlined."""
         stream, table, arena = self.stream, self.table, self.arena
-        group_of, groups, group_max = self.tracker.group_of, self.tracker.groups, self.group_max
-        if len(group_max) < len(groups):  # single_pass: the groups grow as commands come
-            group_max += [max(g, default=-1) for g in groups[len(group_max):]]
-        hazards = self.tracker.hazards  # in barriers mode the commands of a segment share one group
+        hazards = self.tracker.hazards  # in barriers mode every segment after the first waits: no groups needed
+        if hazards:
+            group_of, groups, group_max = self.tracker.group_of, self.tracker.groups, self.group_max
+            if len(group_max) < len(groups):  # single_pass: the groups grow as commands come
+                group_max += [max(g, default=-1) for g in groups[len(group_max):]]
         pipeline, compatible, descriptors, constants = self.pipeline, self.compatible, self.descriptors, self.constants
-        fence = self.fence
+        fence, last_segment = self.fence, self.last_segment
         while segment is not None:
             commands = segment.commands
             segment = segment.next
@@ -90,8 +93,8 @@ class Encoder:
                         needs = True
                         break
             else:
-                g = group_of[commands[0].index]
-                needs = g >= 0 and group_max[g] >= fence
+                needs = last_segment != commands[0].segment and last_segment >= 0
+            last_segment = commands[0].segment
             if needs:
                 stream.append(OP_BARRIER)
                 fence = commands[0].index
@@ -132,7 +135,7 @@ class Encoder:
                         stream += words
                 stream += (OP_DISPATCH, *c.workgroups)
         self.pipeline, self.compatible, self.descriptors, self.constants = pipeline, compatible, descriptors, constants
-        self.fence = fence
+        self.fence, self.last_segment = fence, last_segment
 
     def single(self, command: Command) -> None:
         """single_pass encoding of one command (a barrier just before it if it needs one); replayed at once."""
