@@ -24,6 +24,7 @@ rebind O(k) and at most 3 µs a node. Last, one-shot work: stream launches again
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from array import array
 from collections.abc import Callable
@@ -323,10 +324,13 @@ def run(sizes: list[int]) -> dict:
         for program in ("chain", "fan"):
             for n in sizes:
                 f = Fixture(dev, n, program)
-                competitors: dict[str, dict | None] = {
-                    "raw stream": raw_stream(f), "raw graph": raw_graph(f), "torch": torch_graph(f),
-                    "hal deferred": hal_graph(f, "deferred"), "hal single_pass": hal_graph(f, "single_pass")}
-                for name, r in competitors.items():
+                competitors: dict[str, Callable[[], dict | None]] = {
+                    "raw stream": lambda f=f: raw_stream(f), "raw graph": lambda f=f: raw_graph(f),
+                    "torch": lambda f=f: torch_graph(f), "hal deferred": lambda f=f: hal_graph(f, "deferred"),
+                    "hal single_pass": lambda f=f: hal_graph(f, "single_pass")}
+                for name, measure in competitors.items():
+                    gc.collect()  # each starts with the collector settled: a full collection of PyTorch's heap
+                    r = measure()  # takes tens of ms, and would land on whoever allocates when it comes due
                     if r is not None:
                         rows.append(dict(program=program, kernels=n, competitor=name, **r))
                 rows.append(dict(program=program, kernels=n, competitor="one-shot: stream launches (hal deferred)",
