@@ -31,6 +31,8 @@ fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     python3 --version
     python3 -m hal info
+    python3 -m hal demo
+    python3 -m hal demo --device vulkan
 } 2>&1 | tee "$OUT/machine.txt"
 
 run() {  # run LOG TITLE COMMAND...: append the output to $OUT/LOG under TITLE, remember a failure
