@@ -7,11 +7,12 @@ works from a source tree (`PYTHONPATH=.`) without being installed. `hal/` never 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any, ClassVar
 
@@ -68,6 +69,8 @@ class Device:
         # Replaced at every buffer or executable release: what was checked under an older token (binding
         # tables, dispatch bindings, dispatched executables) is checked again, since it may use the released one.
         self._release_token = object()
+        self._waiters = 0  # threads inside _waiting()
+        self._waiters_lock = threading.Lock()
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
@@ -202,6 +205,18 @@ class Device:
         """Called before a buffer read or write: host access is ordered after submitted work."""
         self._synchronize()
 
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """Marks a thread waiting on the device (for backends whose close() must let such waits end
+        before destroying what they wait on: see `_waiters`)."""
+        with self._waiters_lock:
+            self._waiters += 1
+        try:
+            yield
+        finally:
+            with self._waiters_lock:
+                self._waiters -= 1
+
     def _buffer_released(self) -> None:
         self._release_token = object()
 
@@ -234,6 +249,14 @@ class Device:
 
     def _close(self) -> None:
         raise NotImplementedError
+
+
+def queue_deadlock(value: int, current: int) -> ValidationError:
+    """The error for waiting on submitted work that waits for a semaphore value only the host can give,
+    when no other thread exists to give it: waiting would never end."""
+    return ValidationError(f"the queue waits for a semaphore to reach {value} (it is at {current}) and no other "
+                           f"thread can signal it, so waiting for submitted work would never end; signal it "
+                           f"first (sem.signal({value})), then read, write or synchronize")
 
 
 # The registry.

@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from backends.cuda_graph.executable import CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
-from hal.device import Device, DeviceInfo, Driver
+from hal.device import Device, DeviceInfo, Driver, queue_deadlock
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.semaphore import Semaphore
@@ -120,7 +120,6 @@ class CudaDevice(Device):
         self._owned: dict[int, tuple[str, int]] = {}  # what hal objects hold: (kind, handle), by key
         self._unreferenced: list[tuple[str, int]] = []  # released or collected: destroy at the next safe point
         self._keys = itertools.count()
-        self._waiters = 0
         self._lost: HalError | None = None
 
     # Context and lifetimes.
@@ -339,22 +338,9 @@ class CudaDevice(Device):
         for _, waits, signals in unfinished:
             for sem, value in waits:
                 if max(sem.value, promised.get(sem, 0)) < value:
-                    raise ValidationError(
-                        f"the queue waits for a semaphore to reach {value} (it is at {sem.value}) and no other "
-                        f"thread can signal it, so waiting for submitted work would never end; signal it first "
-                        f"(sem.signal({value})), then read, write or synchronize")
+                    raise queue_deadlock(value, sem.value)
             for sem, value in signals:
                 promised[sem] = max(promised.get(sem, 0), value)
-
-    @contextlib.contextmanager
-    def _waiting(self) -> Iterator[None]:
-        with self._lock:
-            self._waiters += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._waiters -= 1
 
     def _synchronize(self) -> None:
         self._activate()

@@ -20,7 +20,7 @@ from backends.host.semaphore import HostSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.commands import Command
-from hal.device import Device, DeviceInfo, Driver
+from hal.device import Device, DeviceInfo, Driver, queue_deadlock
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 
@@ -128,9 +128,7 @@ class HostDevice(Device):
         if any(t is not me and t.name != WORKER_NAME for t in threading.enumerate()):
             return  # another thread may signal
         sem, value = unmet[0]
-        raise ValidationError(f"the queue waits for a semaphore to reach {value} (it is at {sem.value}) and no "
-                              f"other thread can signal it, so waiting for submitted work would never end; "
-                              f"signal it first (sem.signal({value})), then read, write or synchronize")
+        raise queue_deadlock(value, sem.value)
 
     def _order_host_access(self) -> None:
         """Reads and writes wait for submitted work but leave its failures to synchronize()."""

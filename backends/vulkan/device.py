@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
 from hal.buffer import Buffer, BufferUsage
-from hal.device import Device, DeviceInfo, Driver
+from hal.device import Device, DeviceInfo, Driver, queue_deadlock
 from hal.errors import DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.semaphore import Semaphore
@@ -143,7 +143,6 @@ class VulkanDevice(Device):
         self._keys = itertools.count()
         self._graveyard: list[tuple[int, Callable[..., None], tuple]] = []
         self._pending: collections.deque[tuple[int, tuple, tuple]] = collections.deque()  # (value, waits, signals)
-        self._waiters = 0
         self._submitted = 0
         self._lost: BaseException | None = None
         self.handle = self._create_logical_device()
@@ -361,20 +360,7 @@ class VulkanDevice(Device):
         if not unmet or any(t is not me for t in threading.enumerate()):
             return  # another thread may signal
         sem, value = unmet[0]
-        raise ValidationError(f"the queue waits for a semaphore to reach {value} (it is at {self._value(sem.handle)}) "
-                              f"and no other thread can signal it, so waiting for submitted work would never end; "
-                              f"signal it first (sem.signal({value})), then read, write or synchronize")
-
-    @contextlib.contextmanager
-    def _waiting(self) -> Iterator[None]:
-        """Marks a thread waiting on the device; close() lets such waits end before destroying anything."""
-        with self._lock:
-            self._waiters += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._waiters -= 1
+        raise queue_deadlock(value, self._value(sem.handle))
 
     def _synchronize(self) -> None:
         self._wait_for(self._submitted)
@@ -434,11 +420,8 @@ class VulkanDevice(Device):
 
     def _close(self) -> None:
         self._release_stuck_submissions()
-        with self._lock:
-            while self._waiters:  # waits end within a slice once they see the device closed
-                self._lock.release()
-                time.sleep(0.01)
-                self._lock.acquire()
+        while self._waiters:  # waits end within a slice once they see the device closed
+            time.sleep(0.01)
         lib.vkDeviceWaitIdle(self.handle)
         if self._staging is not None:
             self._unmap_staging()
