@@ -107,7 +107,7 @@ class CudaDevice(Device):
         call(driver.cuMemPoolSetAttribute, self.pool, driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
              driver.cuuint64_t(0xFFFFFFFFFFFFFFFF))  # keep freed memory for reuse instead of returning it
         self.functions = words.functions()
-        self._lock = threading.RLock()  # the graveyard and the pending list
+        self._lock = threading.RLock()  # what is owned, unreferenced or retired, and the pending list
         self._staging: tuple[int, int, np.ndarray] | None = None
         self._staging_lock = threading.Lock()
         # A pinned timeline the stream writes after each submission that waits or signals: the host reads
@@ -139,10 +139,12 @@ class CudaDevice(Device):
         return finalizer
 
     def _disown(self, key: int) -> None:
-        # May run inside the garbage collector, in any thread: only note it; _collect() frees it.
-        item = self._owned.pop(key, None)
-        if item is not None:
-            self._unreferenced.append(item)
+        # May run inside the garbage collector, in any thread (the lock is reentrant): only note it;
+        # _collect() frees it.
+        with self._lock:
+            item = self._owned.pop(key, None)
+            if item is not None:
+                self._unreferenced.append(item)
 
     def _free(self, kind: str, handle: int, idle: bool) -> None:
         """Free a handle; `idle`: nothing submitted still uses it (else what needs it is retired)."""
