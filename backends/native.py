@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -42,24 +43,28 @@ def load(source: Path, declarations: str, what: str) -> NativeLibrary | None:
     if importlib.util.find_spec("cffi") is None:
         log.warning("cffi is not installed: %s falls back to Python (slower)", what)
         return None
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+    compiler = shlex.split(os.environ.get("CC", "")) or [c for c in (shutil.which("cc") or shutil.which("gcc"),) if c]
+    if not compiler:
         log.warning("no C compiler found: %s falls back to Python (slower)", what)
         return None
-    key = hashlib.sha256(source.read_bytes() + compiler.encode()).hexdigest()[:32] + ".so"
+    key = hashlib.sha256(source.read_bytes() + " ".join(compiler).encode()).hexdigest()[:32] + ".so"
     cache = DiskCache("native")
     cached = None if cache.directory is None else cache.directory / key
-    if cached is not None and cached.exists():
-        return NativeLibrary(str(cached), declarations)
-    with tempfile.TemporaryDirectory(prefix="hal-native-") as tmp:
-        out = Path(tmp) / key
-        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(source)],
-                              capture_output=True, text=True)
-        if done.returncode:
-            log.warning("%s did not compile; falling back to Python:\n%s", what, done.stderr)
-            return None
-        if cached is not None:
-            cache.put(key, out.read_bytes())
-            if cached.exists():
-                return NativeLibrary(str(cached), declarations)
-        return NativeLibrary(str(out), declarations)  # loaded before the directory goes: Linux keeps it mapped
+    try:
+        if cached is not None and cached.exists():
+            return NativeLibrary(str(cached), declarations)
+        with tempfile.TemporaryDirectory(prefix="hal-native-") as tmp:
+            out = Path(tmp) / key
+            done = subprocess.run(compiler + ["-O2", "-shared", "-fPIC", "-o", str(out), str(source)],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                log.warning("%s did not compile; falling back to Python:\n%s", what, done.stderr)
+                return None
+            if cached is not None:
+                cache.put(key, out.read_bytes())
+                if cached.exists():
+                    return NativeLibrary(str(cached), declarations)
+            return NativeLibrary(str(out), declarations)  # loaded before the directory goes: Linux keeps it
+    except OSError as e:  # no such compiler, or a library the loader refuses (a noexec directory, say)
+        log.warning("%s cannot be built or loaded (%s); falling back to Python", what, e)
+        return None

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from hal.errors import ValidationError, integer
+from hal.errors import UnsupportedError, ValidationError, integer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +54,26 @@ class Capabilities:
                 raise ValidationError(f"unknown capability {name!r}; known: {', '.join(sorted(fields))}")
             clean[name] = _checked(name, getattr(self, name), value)
         return dataclasses.replace(self, **clean)
+
+    def check_within(self, device: Capabilities, name: str) -> None:
+        """Refuse a table that claims more than `device` (the real one) has: a feature it lacks, a larger
+        limit, a looser alignment, subgroup operations it lacks. A GPU backend would otherwise hand its
+        driver work it cannot do; overrides may only make such a device smaller."""
+        for f in dataclasses.fields(self):
+            mine, real = getattr(self, f.name), getattr(device, f.name)
+            if isinstance(real, bool):
+                looser = mine and not real
+            elif isinstance(real, tuple):
+                looser = any(m > r for m, r in zip(mine, real))
+            elif f.name.endswith("_alignment"):
+                looser = mine % real != 0
+            elif f.name == "supported_subgroup_operations":
+                looser = bool(mine & ~real)
+            else:
+                looser = mine > real
+            if looser:
+                raise UnsupportedError(f"capability {f.name}={mine!r} claims more than {name} has ({real!r}); "
+                                       f"overrides can only make this device smaller")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -48,7 +48,7 @@ class CommandBuffer:
 
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
                  "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_analysed", "_races",
-                 "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed",
+                 "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed", "_begun_token",
                  "_direct_buffers", "_dispatched", "_submissions", "_table", "_table_token", "_workgroups_seen",
                  "_constants_seen", "__weakref__")
 
@@ -88,7 +88,8 @@ class CommandBuffer:
         self._slot_seen = -1
         self._slots_needed = 0
         self._direct_buffers: tuple[Buffer, ...] = ()
-        self._dispatched: dict[Executable, int] | None = None  # executable -> first command; at the first submit
+        self._dispatched: dict[Executable, int] | None = None  # executable -> first command, when first needed
+        self._begun_token: object = None  # the device's release token when recording began
         self._submissions = 0
         self._table: tuple[Buffer, ...] = ()
         self._table_token: object = None
@@ -115,6 +116,7 @@ class CommandBuffer:
         if self._state is not _INITIAL:
             raise ValidationError(f"begin: the command buffer is {self._state}; call reset() to record it again")
         self._state = _RECORDING
+        self._begun_token = self.device._release_token
         self._on_begin()
 
     def end(self) -> None:
@@ -140,10 +142,13 @@ class CommandBuffer:
                     direct[r._buffer] = None
             direct.pop(None, None)  # slot references
             self._direct_buffers = tuple(direct)
+            if self.device._release_token is not self._begun_token:
+                self._check_released("end")
             self._slots_needed = max((r._slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
             self._on_end()
         except BaseException:  # the backend failed to emit: stay recording, as before end()
             self._commands = []
+            self._dispatched = None
             if not self._single_pass:
                 self._tracker = DependencyTracker(self.dependencies)
                 self._analysed = False
@@ -422,19 +427,7 @@ class CommandBuffer:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a buffer of another device")
             if b._released:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
-        for b in self._direct_buffers:
-            if b._released:
-                user = next(c.index for c in self._commands for r, _ in c.accesses() if r._buffer is b)
-                raise ValidationError(f"queue_execute: command {user} uses a buffer that was released after recording")
-        if self._dispatched is None:
-            self._dispatched = {}
-            for c in self._commands:
-                if type(c) is Dispatch:
-                    self._dispatched.setdefault(c.executable, c.index)
-        for exe, user in self._dispatched.items():
-            if exe._released:
-                raise ValidationError(f"queue_execute: command {user} dispatches an executable that was released "
-                                      f"after recording; record the command buffer again")
+        self._check_released("queue_execute")
         segments = set()
         for c in self._slot_commands:
             self._check_slot_command(c, table)
@@ -445,6 +438,23 @@ class CommandBuffer:
                     races = RaceDetector()
                     for c in seg.commands:
                         races.add(c, *refs_and_writes(c), seg.commands, table)
+
+    def _check_released(self, what: str) -> None:
+        """Refuse a recording that uses a buffer or an executable released since it was recorded."""
+        for b in self._direct_buffers:
+            if b._released:
+                user = next(c.index for c in self._commands for r, _ in c.accesses() if r._buffer is b)
+                raise ValidationError(f"{what}: command {user} uses a buffer that was released after recording; "
+                                      f"record the command buffer again")
+        if self._dispatched is None:
+            self._dispatched = {}
+            for c in self._commands:
+                if type(c) is Dispatch:
+                    self._dispatched.setdefault(c.executable, c.index)
+        for exe, user in self._dispatched.items():
+            if exe._released:
+                raise ValidationError(f"{what}: command {user} dispatches an executable that was released after "
+                                      f"recording; record the command buffer again")
 
     def _check_slot_command(self, c: Command, table: tuple[Buffer, ...]) -> None:
         """The record-time reference checks, for the slot references of `c` resolved through `table`."""

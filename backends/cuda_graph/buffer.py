@@ -34,6 +34,8 @@ class CudaBuffer(Buffer):
             address = device._allocate_memory(size) if size else 0
             if address:
                 self._finalizer = device._track(self, "memory", address)
+        elif owner is not None:  # released or collected: the owner is let go once hal's work is done
+            self._finalizer = device._track(self, "owner", owner)
         self.address = address
         self.owner = owner  # imported: the object whose memory this is; never freed by hal
         self._core: Any = None  # a cuda.core view, made for the first DLPack export
@@ -53,7 +55,7 @@ class CudaBuffer(Buffer):
         self.device._staging_copy(self.address + offset, np.frombuffer(data, np.uint8), to_device=True)
 
     def _free(self) -> None:
-        self.owner = None
+        self.owner = None  # the device keeps it until the work submitted so far is done
         self._core = None
         if self._finalizer is not None:
             self._finalizer()

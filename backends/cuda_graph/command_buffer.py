@@ -107,6 +107,7 @@ class CudaCommandBuffer(CommandBuffer):
 
     def _on_command(self, command: Command, group: int) -> None:
         if self._graph is not None:
+            self.device._activate()
             if type(command) is Update:
                 self._stage(command)
             stream = self._encode([command], (), single=True)
@@ -119,12 +120,13 @@ class CudaCommandBuffer(CommandBuffer):
         self._staging[update.index] = self._arena.put(update.data)
 
     def _on_end(self) -> None:
+        self.device._activate()
         for c in self._commands:
             if type(c) is Update and c.index not in self._staging:
                 self._stage(c)
         if self._graph is not None:  # single_pass: the nodes are there
-            self._built = True
             self._instantiate()
+            self._built = True
         elif self.mode == "one_shot" and not self._single_pass:
             self._stream_launch = True  # launched in order at submit: no graph for a single run
         elif not self._slot_commands:
@@ -188,7 +190,6 @@ class CudaCommandBuffer(CommandBuffer):
         self._new_graph()
         stream = self._encode(self._commands, table)
         self._run_build(stream)
-        self._built = True
         if self._slot_commands:
             self._table_seen = table[:self._slots_needed]
             encoder = words.Words(table, self._staging)
@@ -200,6 +201,7 @@ class CudaCommandBuffer(CommandBuffer):
                         if not users or users[-1] is not c:
                             users.append(c)
         self._instantiate()
+        self._built = True
 
     def _instantiate(self) -> None:
         device = self.device
@@ -211,6 +213,7 @@ class CudaCommandBuffer(CommandBuffer):
                 self.updates += 1
             else:
                 self._exec_finalizer()  # another topology: instantiate anew
+                self._exec = self._exec_finalizer = None
         if not updated:
             self._exec = call(driver.cuGraphInstantiate, self._graph, 0)
             self._exec_finalizer = device._track(self, "exec", int(self._exec))
@@ -228,6 +231,7 @@ class CudaCommandBuffer(CommandBuffer):
         """Queue the recorded work on the device's stream, resolved through `table` (already checked).
         Built, without slots: one launch."""
         if self._launch is None or self._slot_commands:
+            self.device._activate()
             if self._stream_launch:
                 device = self.device
                 words.run(words.LAUNCH, device.stream_handle, self._encode_launch(table), device.functions, None)

@@ -24,7 +24,7 @@ from backends.cuda_graph import stream as words
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
 from backends.cuda_graph.command_buffer import CudaCommandBuffer
-from backends.cuda_graph.executable import CudaExecutable
+from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
@@ -34,7 +34,6 @@ from hal.executable import ExecutableSource
 from hal.semaphore import Semaphore
 
 A = driver.CUdevice_attribute
-PARAMETER_BYTES = 4096  # the kernel parameter limit: bindings (8 bytes each) and constants (4) share it
 STAGING_BYTES = 32 << 20
 POLL_S = 0.0002  # the host's polling period while the stream waits for a semaphore
 
@@ -97,7 +96,10 @@ class CudaDevice(Device):
         self.compute_capability = (
             int(call(driver.cuDeviceGetAttribute, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.cu_device)),
             int(call(driver.cuDeviceGetAttribute, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.cu_device)))
-        super().__init__("cuda", name, query_capabilities(self.cu_device).with_overrides(overrides))
+        real = query_capabilities(self.cu_device)
+        caps = real.with_overrides(overrides)
+        caps.check_within(real, name)
+        super().__init__("cuda", name, caps)
         self.context = call(driver.cuDevicePrimaryCtxRetain, self.cu_device)
         self.context_handle = int(self.context)
         self._activate()
@@ -116,22 +118,23 @@ class CudaDevice(Device):
         self._marks[2][:] = 0
         self._submitted = 0
         self._pending: list[tuple[int, tuple, tuple]] = []  # (mark, waits, signals) of unfinished submissions
-        self._graveyard: list[tuple[Any, Callable[..., None], tuple]] = []  # (event, destroy, args)
-        self._owned: dict[int, tuple[str, int]] = {}  # what hal objects hold: (kind, handle), by key
-        self._unreferenced: list[tuple[str, int]] = []  # released or collected: destroy at the next safe point
+        self._graveyard: list[tuple[Any, Callable[[], None]]] = []  # (event, destroy)
+        self._owned: dict[int, tuple[str, Any]] = {}  # what hal objects hold: (kind, handle), by key
+        self._unreferenced: list[tuple[str, Any]] = []  # released or collected: freed at the next safe point
         self._keys = itertools.count()
         self._lost: HalError | None = None
 
     # Context and lifetimes.
     def _activate(self) -> None:
-        """Make the device's context current in this thread (driver calls without a handle need it)."""
-        current = call(driver.cuCtxGetCurrent)
-        if int(current) != int(self.context):
+        """Make the device's context current in this thread (driver calls without a handle need it). A
+        thread remembers the device it last activated, so the common case costs one attribute read."""
+        if getattr(_current, "device", None) is not self:
             call(driver.cuCtxSetCurrent, self.context)
+            _current.device = self
 
-    def _track(self, owner: object, kind: str, handle: int) -> weakref.finalize:
-        """Free `handle` (kind: memory, host, module, graph, exec) once `owner` is released (call the
-        result) or collected, when the work submitted until then no longer needs it; or at close."""
+    def _track(self, owner: object, kind: str, handle: Any) -> weakref.finalize:
+        """Free `handle` (kind: memory, host, module, graph, exec, owner) once `owner` is released (call
+        the result) or collected, when the work submitted until then no longer needs it; or at close."""
         key = next(self._keys)
         self._owned[key] = (kind, handle)
         finalizer = weakref.finalize(owner, self._disown, key)
@@ -146,8 +149,9 @@ class CudaDevice(Device):
             if item is not None:
                 self._unreferenced.append(item)
 
-    def _free(self, kind: str, handle: int, idle: bool) -> None:
-        """Free a handle; `idle`: nothing submitted still uses it (else what needs it is retired)."""
+    def _free(self, kind: str, handle: Any, idle: bool) -> None:
+        """Free a handle; `idle`: nothing submitted still uses it (else what needs it is retired). Kind
+        "owner" is an imported buffer's owner object: kept alive until the work submitted so far is done."""
         if kind == "memory":
             call(driver.cuMemFreeAsync, handle, self.stream)  # stream-ordered: after the work submitted so far
         elif kind == "exec":
@@ -155,19 +159,27 @@ class CudaDevice(Device):
         elif kind == "graph":
             call(driver.cuGraphDestroy, driver.CUgraph(handle))
         elif kind == "host":
-            (call if idle else self._retire)(driver.cuMemFreeHost, handle)
+            self._after_work(lambda: call(driver.cuMemFreeHost, handle), idle)
         elif kind == "module":
-            (call if idle else self._retire)(driver.cuModuleUnload, driver.CUmodule(handle))
+            self._after_work(lambda: call(driver.cuModuleUnload, driver.CUmodule(handle)), idle)
+        elif kind == "owner":
+            self._after_work(lambda owner=handle: None, idle)  # the closure holds the owner until then
 
-    def _retire(self, destroy: Callable[..., None], *args: Any) -> None:
-        """Run destroy(*args) once the work submitted so far is done (an event on the stream tells)."""
+    def _after_work(self, destroy: Callable[[], None], idle: bool) -> None:
+        """Run destroy() now if `idle`, else once the work submitted so far is done (an event tells)."""
+        if idle:
+            destroy()
+            return
         event = call(driver.cuEventCreate, driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         call(driver.cuEventRecord, event, self.stream)
         with self._lock:
-            self._graveyard.append((event, destroy, args))
+            self._graveyard.append((event, destroy))
 
     def _collect(self) -> None:
         """Free what was released or collected, and what retired work has finished with."""
+        if not (self._unreferenced or self._graveyard) or self._closed:
+            return
+        self._activate()
         if self._unreferenced:
             with self._lock:
                 items, self._unreferenced = self._unreferenced, []
@@ -181,7 +193,7 @@ class CudaDevice(Device):
                 if driver.cuEventQuery(grave[0])[0] == NOT_READY:
                     self._graveyard.append(grave)
                 else:
-                    call(grave[1], *grave[2])
+                    grave[1]()
                     driver.cuEventDestroy(grave[0])
 
     # Memory.
@@ -212,6 +224,11 @@ class CudaDevice(Device):
             raise ValidationError(f"import_buffer: the memory is strided {strides} for shape {shape}; give a "
                                   f"contiguous tensor (e.g. tensor.contiguous())")
         size = int(np.prod(shape, dtype=np.int64)) * itemsize
+        alignment = self.capabilities.storage_buffer_offset_alignment
+        if int(view.ptr) % alignment:
+            raise ValidationError(f"import_buffer: the memory starts at 0x{int(view.ptr):x}, not a multiple of the "
+                                  f"device's storage_buffer_offset_alignment {alignment}; import the whole tensor "
+                                  f"and bind a range of it with hal.ref()")
         return CudaBuffer(self, size, BufferUsage(usage), address=int(view.ptr), owner=obj)
 
     def _core_view(self, buffer: CudaBuffer) -> Any:
@@ -273,6 +290,7 @@ class CudaDevice(Device):
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
         if self._lost is not None:
             self._check_lost()
+        self._activate()
         stream = self.stream
         for sem, value in waits:
             call(driver.cuStreamWaitValue64, stream, sem.device_address, value,
@@ -290,7 +308,8 @@ class CudaDevice(Device):
             with self._lock:
                 self._pending.append((self._submitted, waits, signals))
         if self._graveyard or self._unreferenced:
-            self._collect()
+            with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
+                self._collect()
 
     def _done_mark(self) -> int:
         return int(self._marks[2].view(np.uint64)[0])
@@ -355,15 +374,19 @@ class CudaDevice(Device):
     def _close(self) -> None:
         with contextlib.suppress(HalError):
             self._activate()
-        for _, waits, _ in self._unfinished():  # let a queue stuck on a host signal drain
+        promised: dict[CudaSemaphore, int] = {}
+        for _, waits, signals in self._unfinished():  # let a queue stuck on a host signal drain, in order
             for sem, value in waits:
-                if sem.value < value:
+                if max(sem.value, promised.get(sem, 0)) < value:
                     sem.value = value
+            for sem, value in signals:
+                promised[sem] = max(promised.get(sem, 0), value)
         while self._waiters:  # semaphore waits end within a poll once they see the device closed
             time.sleep(0.001)
         driver.cuStreamSynchronize(self.stream)
-        for event, destroy, args in self._graveyard:
-            destroy(*args)
+        for event, destroy in self._graveyard:
+            with contextlib.suppress(HalError):
+                destroy()
             driver.cuEventDestroy(event)
         self._graveyard.clear()
         items = self._unreferenced + list(self._owned.values())
@@ -378,6 +401,9 @@ class CudaDevice(Device):
         driver.cuStreamSynchronize(self.stream)
         driver.cuStreamDestroy(self.stream)
         driver.cuDevicePrimaryCtxRelease(self.cu_device)
+
+
+_current = threading.local()  # per thread: the device whose context it made current
 
 
 def _cuda_core() -> Any:

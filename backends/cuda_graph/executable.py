@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from backends.cuda_graph.device import CudaDevice
 
 _cubin_cache = DiskCache("cuda")
+PARAMETER_BYTES = 4096  # the kernel parameter limit: bindings (8 bytes each) and constants (4) share it
 
 
 class CudaExecutable(Executable):
@@ -45,6 +46,10 @@ class CudaExecutable(Executable):
 
 
 def _function(module: Any, export: Export) -> Any:
+    need = 8 * export.bindings + 4 * export.constants
+    if need > PARAMETER_BYTES:
+        raise ValidationError(f"export {export.name!r}: {export.bindings} bindings and {export.constants} constants "
+                              f"take {need} bytes of kernel parameters; the limit is {PARAMETER_BYTES}")
     err, func = driver.cuModuleGetFunction(module, export.name.encode())
     if err == driver.CUresult.CUDA_ERROR_NOT_FOUND:
         raise ValidationError(f"export {export.name!r}: the module has no kernel of that name; declare it "

@@ -21,7 +21,7 @@ from backends.cuda_graph.api import call, fail
 from backends.native import NativeLibrary
 from backends.native import load as load_library
 from hal.commands import Command, Copy, Dispatch, Fill, Update, constant_word
-from hal.errors import DeviceError
+from hal.errors import DeviceError, UnsupportedError
 
 if TYPE_CHECKING:
     from hal.buffer import Buffer
@@ -53,8 +53,11 @@ def native() -> NativeLibrary | None:
 def functions() -> array:
     """The driver entry points graph.c calls, in its order."""
     flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-    return array("Q", [int(call(driver.cuGetProcAddress, name.encode(), ABI_VERSION, flags)[0])
-                       for name in FUNCTIONS])
+    addresses = [int(call(driver.cuGetProcAddress, name.encode(), ABI_VERSION, flags)[0]) for name in FUNCTIONS]
+    missing = [name for name, address in zip(FUNCTIONS, addresses) if not address]
+    if missing:
+        raise UnsupportedError(f"the CUDA driver lacks {', '.join(missing)}; hal needs a CUDA 12 driver or newer")
+    return array("Q", addresses)
 
 
 class Words:

@@ -104,7 +104,7 @@ class Submitter:
         if waits or signals:
             if max(len(waits), len(signals)) + 1 > self.capacity:
                 fresh = Submitter(self.wait_sems[0], 2 * max(len(waits), len(signals)) + 2)
-                return fresh.prepare(vkcb, value, waits, signals), fresh
+                return fresh.prepare(vkcb, value, waits, signals)
             for i, (sem, v) in enumerate(waits, 1):
                 self.wait_sems[i], self.wait_values[i] = sem.handle, v
             for i, (sem, v) in enumerate(signals, 1):
@@ -124,9 +124,7 @@ class VulkanDevice(Device):
         self.physical = physical
         self.features = caps_module.query(physical)
         caps = self.features.capabilities.with_overrides(overrides)
-        if caps.supports_push_descriptor and not self.features.push_descriptor:
-            raise UnsupportedError(f"{physical.name} has no {caps_module.PUSH_DESCRIPTOR}; supports_push_descriptor "
-                                   f"cannot be turned on")
+        caps.check_within(self.features.capabilities, physical.name)
         if caps.supports_push_descriptor:  # a dispatch pushes all its bindings at once
             limit = min(caps.max_per_stage_descriptor_storage_buffer, self.features.max_push_descriptors,
                         encoder.MAX_BINDINGS)
@@ -438,13 +436,17 @@ class VulkanDevice(Device):
 
     def _release_stuck_submissions(self) -> None:
         """Submissions still waiting for a value nobody signalled would keep the queue busy forever:
-        signal those values from the host so the queue drains (their results are discarded)."""
+        signal from the host, in submission order, the waits that no earlier submission's signal will
+        reach, so the queue drains (their results are discarded)."""
         if self._lost is not None:
             return
-        for _, waits, _ in list(self._pending):
+        promised: dict[Any, int] = {}
+        for _, waits, signals in list(self._pending):
             for sem, value in waits:
                 with contextlib.suppress(Exception):
-                    if self._value(sem.handle) < value:
+                    if max(self._value(sem.handle), promised.get(sem, 0)) < value:
                         info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
                                                                   "semaphore": sem.handle, "value": value})
                         self.fn.vkSignalSemaphore(self.handle, info)
+            for sem, value in signals:
+                promised[sem] = max(promised.get(sem, 0), value)

@@ -234,3 +234,29 @@ def test_many_submissions_signal_in_order(dev):
         dev.queue_execute(cb, signal=[(sem, v)])
     sem.wait(100, timeout=30)
     assert sem.query() == 100
+
+
+def test_many_semaphores_in_one_submission(dev):
+    sems = [dev.create_semaphore(0) for _ in range(12)]
+    buf = dev.allocate(16)
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.fill_buffer(buf, np.uint32(4))
+    dev.queue_execute(cb, wait=[(s, 0) for s in sems], signal=[(s, 1) for s in sems])
+    for s in sems:
+        s.wait(1, timeout=10)
+    np.testing.assert_array_equal(buf.read(np.uint32), np.full(4, 4, np.uint32))
+
+
+def test_closing_with_a_chain_of_waiting_submissions(dev):
+    """The second waits for what the first signals; only the first's wait needs a signal to drain."""
+    fresh = hal.create_device(dev.driver)
+    sem, buf = fresh.create_semaphore(0), fresh.allocate(16)
+    for k in (1, 2):
+        cb = fresh.create_command_buffer()
+        with cb:
+            cb.fill_buffer(buf, np.uint32(k))
+        fresh.queue_execute(cb, wait=[(sem, k)], signal=[(sem, k + 1)])
+    start = time.monotonic()
+    fresh.close()
+    assert time.monotonic() - start < 10

@@ -667,6 +667,25 @@ def test_buffer_released_after_recording_refused_at_queue_execute(host):
     np.testing.assert_array_equal(keep.read(np.uint32), np.full(4, 3, np.uint32))
 
 
+def test_buffer_or_executable_released_before_end_refused_at_end(host):
+    """end() would hand the backend a released buffer or executable to encode: refused, still recording."""
+    keep, doomed = host.allocate(16), host.allocate(16)
+    cb = host.create_command_buffer()
+    cb.begin()
+    cb.fill_buffer(doomed, np.uint32(2))
+    doomed.release()
+    with pytest.raises(hal.ValidationError, match=r"end: command 0 uses a buffer that was released after recording"):
+        cb.end()
+    assert cb.state == "recording"
+    exe = host.load_executable(kernels.SOURCE)
+    other = host.create_command_buffer()
+    other.begin()
+    other.dispatch(exe, "scale", (1, 1, 1), (4, 3), (keep,))
+    exe.release()
+    with pytest.raises(hal.ValidationError, match=r"end: command 0 dispatches an executable that was released"):
+        other.end()
+
+
 def test_buffer_released_after_a_reusable_submission(host):
     buf = host.allocate(16)
     cb = host.create_command_buffer(mode="reusable")

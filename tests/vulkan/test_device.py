@@ -62,6 +62,14 @@ def test_capabilities_come_from_the_device(vk):
     assert caps.supports_push_descriptor == (vk.features.push_descriptor and not disabled)
 
 
+@pytest.mark.parametrize("looser", [{"fill_buffer_alignment": 1}, {"update_buffer_alignment": 2},
+                                    {"max_push_constants_size": 1 << 20}, {"max_workgroup_size": (1 << 20, 1, 1)},
+                                    {"supported_subgroup_operations": 1 << 30}])
+def test_overrides_may_not_claim_more_than_the_device_has(looser):
+    with pytest.raises(hal.UnsupportedError, match=r"claims more than .* overrides can only make this device smaller"):
+        hal.create_device("vulkan", capabilities=looser)
+
+
 def test_overrides_apply_on_top_of_the_device(fresh):
     dev = fresh(max_push_constants_size=8, supports_push_descriptor=False)
     assert dev.capabilities.max_push_constants_size == 8
@@ -73,7 +81,7 @@ def test_overrides_apply_on_top_of_the_device(fresh):
 def test_push_descriptors_cannot_be_claimed_without_the_extension(monkeypatch):
     physical = instance.instance().devices[0]
     monkeypatch.setattr(physical, "extensions", physical.extensions - {capabilities.PUSH_DESCRIPTOR})
-    with pytest.raises(hal.UnsupportedError, match=r"supports_push_descriptor cannot be turned on"):
+    with pytest.raises(hal.UnsupportedError, match=r"supports_push_descriptor=True claims more than"):
         hal.create_device("vulkan", capabilities={"supports_push_descriptor": True})
     with hal.create_device("vulkan") as dev:  # without it, descriptor sets
         assert not dev.capabilities.supports_push_descriptor
