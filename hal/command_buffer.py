@@ -49,8 +49,8 @@ class CommandBuffer:
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
                  "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_analysed", "_races",
                  "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed", "_begun_token",
-                 "_direct_buffers", "_dispatched", "_submissions", "_table", "_table_token", "_workgroups_seen",
-                 "_constants_seen", "__weakref__")
+                 "_direct_buffers", "_dispatched", "_slot_index", "_submissions", "_table", "_table_token",
+                 "_workgroups_seen", "_constants_seen", "__weakref__")
 
     def __init__(self, device: Device, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
@@ -90,6 +90,7 @@ class CommandBuffer:
         self._direct_buffers: tuple[Buffer, ...] = ()
         self._dispatched: dict[Executable, int] | None = None  # executable -> first command, when first needed
         self._begun_token: object = None  # the device's release token when recording began
+        self._slot_index: tuple[dict[int, list[Command]], dict[int, Segment], frozenset[Buffer]] | None = None
         self._submissions = 0
         self._table: tuple[Buffer, ...] = ()
         self._table_token: object = None
@@ -428,16 +429,42 @@ class CommandBuffer:
             if b._released:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
         self._check_released("queue_execute")
+        if not self._slot_commands:
+            return
+        if self._slot_index is None:
+            self._index_slots()
+        users, segment_of, direct = self._slot_index
+        n = self._slots_needed
+        last = self._table if self._table_token is self.device._release_token else ()
+        changed = [i for i in range(n) if i >= len(last) or table[i] is not last[i]]
+        if not changed or _same_answers(table[:n], last[:n], changed, direct):
+            return
+        commands: dict[Command, None] = {}  # those using a slot whose buffer changed since the last table
+        for i in changed:
+            commands.update(dict.fromkeys(users.get(i, ())))
         segments = set()
-        for c in self._slot_commands:
+        for c in commands:
             self._check_slot_command(c, table)
             segments.add(c.segment)
-        if self.validate and segments:
-            for seg in self.segments():
-                if seg.index in segments:
+        if self.validate:
+            for index in segments:
+                seg = segment_of[index]
+                if len(seg.commands) > 1:  # a lone command cannot race
                     races = RaceDetector()
                     for c in seg.commands:
                         races.add(c, *refs_and_writes(c), seg.commands, table)
+
+    def _index_slots(self) -> None:
+        """Which commands use each slot, and the segments they are in: so a new table re-checks only the
+        commands of the slots whose buffer changed."""
+        users: dict[int, list[Command]] = {}
+        for c in self._slot_commands:
+            for r, _ in c.accesses():
+                if r._buffer is None and c not in users.setdefault(r._slot, [])[-1:]:
+                    users[r._slot].append(c)
+        wanted = {c.segment for c in self._slot_commands}
+        self._slot_index = (users, {seg.index: seg for seg in self.segments() if seg.index in wanted},
+                            frozenset(self._direct_buffers))
 
     def _check_released(self, what: str) -> None:
         """Refuse a recording that uses a buffer or an executable released since it was recorded."""
@@ -459,18 +486,22 @@ class CommandBuffer:
     def _check_slot_command(self, c: Command, table: tuple[Buffer, ...]) -> None:
         """The record-time reference checks, for the slot references of `c` resolved through `table`."""
         ranges = []
+        caps = self._caps
         for i, (r, write) in enumerate(c.accesses()):
             key, start, end = access_range(r, table)
             if r._buffer is None:
                 usage = _STORAGE if c.kind == "dispatch" else (_TARGET if write else _SOURCE)
-                arg = f"slot {r._slot} (binding_table[{r._slot}])"
-                if c.kind == "dispatch":
-                    arg = f"bindings[{i}] = {arg}"
-                try:
-                    _check_range(BufferRef(key, -1, start, end - start), key, self._caps, c.index, c.kind, arg, usage)
-                except ValidationError as e:
-                    raise ValidationError(f"queue_execute: {e}") from None
-                if c.kind == "fill" and (end - start) % max(len(c.pattern), self._caps.fill_buffer_alignment):
+                if not (0 <= start < end <= key.size and key._usage_bits & usage and (usage != _STORAGE or (
+                        start % caps.storage_buffer_offset_alignment == 0
+                        and end - start <= caps.max_storage_buffer_range))):
+                    arg = f"slot {r._slot} (binding_table[{r._slot}])"  # the message, on the failing path only
+                    if c.kind == "dispatch":
+                        arg = f"bindings[{i}] = {arg}"
+                    try:
+                        _check_range(BufferRef(key, -1, start, end - start), key, caps, c.index, c.kind, arg, usage)
+                    except ValidationError as e:
+                        raise ValidationError(f"queue_execute: {e}") from None
+                if c.kind == "fill" and (end - start) % max(len(c.pattern), caps.fill_buffer_alignment):
                     raise ValidationError(f"queue_execute: command {c.index} (fill_buffer) fills {end - start} bytes "
                                           f"of slot {r._slot}, not a multiple of the pattern and fill alignment")
             ranges.append((key, start, end))
@@ -517,6 +548,27 @@ def _check_range(r: BufferRef, b: Buffer, caps: Any, index: int, command: str, a
         if r._length > caps.max_storage_buffer_range:
             raise ValidationError(f"command {index} ({command}): {_name(arg)} spans {r._length} bytes, more than the "
                                   f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
+
+
+def _same_answers(table: tuple[Buffer, ...], last: tuple[Buffer, ...], changed: list[int],
+                  direct: frozenset[Buffer]) -> bool:
+    """Would every check of the slot commands answer for `table` as it did for `last`? Yes when each
+    changed slot holds a buffer of the same size and usage as before, no buffer used directly enters or
+    leaves the table, and the slots alias each other as before (ranges, alignment and races depend on
+    nothing else)."""
+    if len(last) < len(table):
+        return False
+    for i in changed:
+        new, old = table[i], last[i]
+        if new.size != old.size or new._usage_bits != old._usage_bits or new in direct or old in direct:
+            return False
+    return _aliasing(table) == _aliasing(last)
+
+
+def _aliasing(table: tuple[Buffer, ...]) -> tuple[int, ...]:
+    """Per slot, the first slot bound to the same buffer."""
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(id(b), i) for i, b in enumerate(table))
 
 
 def _name(arg: str | int) -> str:

@@ -1489,3 +1489,28 @@ def test_zero_alignment_override_is_refused_or_harmless(name):
 def test_bad_capability_overrides(overrides, shown):
     with pytest.raises(hal.ValidationError, match=shown):
         hal.create_device("host", capabilities=overrides)
+
+
+def test_a_new_table_is_checked_where_its_answers_can_differ(host):
+    """Only the slots whose buffer changed are checked again, and not at all when nothing a check reads
+    changed; but a smaller buffer, new aliasing between slots, or a slot now bound to a buffer the
+    command buffer uses directly is checked again."""
+    direct = host.allocate(64)
+    cb = host.create_command_buffer(mode="reusable", binding_capacity=2)
+    with cb:
+        cb.fill_buffer(hal.slot(0), np.uint32(1))
+        cb.fill_buffer(hal.slot(1), np.uint32(2))
+        cb.fill_buffer(direct, np.uint32(3))
+    a, b, c = (host.allocate(64) for _ in range(3))
+    host.queue_execute(cb, binding_table=(a, b))
+    host.queue_execute(cb, binding_table=(c, b))  # same size, no aliasing: nothing to check again
+    with pytest.raises(hal.ValidationError, match=r"race"):
+        host.queue_execute(cb, binding_table=(a, a))  # now the two slots alias
+    with pytest.raises(hal.ValidationError, match=r"race"):
+        host.queue_execute(cb, binding_table=(a, direct))  # a slot bound to a buffer used directly
+    small = host.allocate(2)
+    with pytest.raises(hal.ValidationError, match=r"fills 2 bytes of slot 1"):
+        host.queue_execute(cb, binding_table=(a, small))
+    host.queue_execute(cb, binding_table=(b, c))
+    host.synchronize()
+    np.testing.assert_array_equal(c.read(np.uint32), np.full(16, 2, np.uint32))
