@@ -30,7 +30,7 @@ from backends.cuda_graph.api import call, fail
 from backends.cuda_graph.buffer import host_alloc
 from hal.buffer import Buffer
 from hal.command_buffer import CommandBuffer
-from hal.commands import Command, Update
+from hal.commands import Command, Dispatch, Update
 
 if TYPE_CHECKING:
     from backends.cuda_graph.device import CudaDevice
@@ -71,8 +71,8 @@ class PinnedArena:
 
 class CudaCommandBuffer(CommandBuffer):
     __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_nodes", "_slot_of", "_joins",
-                 "_built", "_arena", "_staging", "_table_seen", "_users", "_node_words", "_stream_launch", "_launch",
-                 "instantiations", "updates", "patched")
+                 "_built", "_arena", "_staging", "_table_seen", "_users", "_node_words", "_slot_words",
+                 "_stream_launch", "_launch", "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
@@ -97,6 +97,9 @@ class CudaCommandBuffer(CommandBuffer):
         self._table_seen: tuple[Buffer, ...] | None = None
         self._users: dict[int, list[Command]] = {}  # slot index -> commands using it
         self._node_words: dict[int, list[int]] = {}  # command index -> words its node was last given
+        # Dispatch index -> (word position, slot, offset) of each binding through a slot: a new table only
+        # rewrites those words (other commands are encoded again).
+        self._slot_words: dict[int, list[tuple[int, int, int]]] = {}
         self._stream_launch = False
         self._launch: Any = None  # launches the exec: returns a CUresult, 0 on success
 
@@ -195,6 +198,9 @@ class CudaCommandBuffer(CommandBuffer):
             encoder = words.Words(table, self._staging)
             for c in self._slot_commands:
                 self._node_words[c.index] = encoder.command(c, self._slot_of[c.index])
+                if type(c) is Dispatch:
+                    self._slot_words[c.index] = [(words.FIRST_PARAMETER + j, r._slot, r._offset)
+                                                 for j, r in enumerate(c.bindings) if r._buffer is None]
                 for r, _ in c.accesses():
                     if r._buffer is None:
                         users = self._users.setdefault(r._slot, [])
@@ -264,14 +270,22 @@ class CudaCommandBuffer(CommandBuffer):
         stream: list[int] = []
         done: set[int] = set()
         count = 0
+        node_words, slot_words = self._node_words, self._slot_words
         for i in changed:
             for c in self._users.get(i, ()):
                 if c.index in done:
                     continue
                 done.add(c.index)
-                new = encoder.command(c, self._slot_of[c.index])
-                if new != self._node_words[c.index]:
-                    self._node_words[c.index] = new
+                old = node_words[c.index]
+                positions = slot_words.get(c.index)
+                if positions is not None:
+                    new = old.copy()
+                    for at, slot, offset in positions:
+                        new[at] = table[slot].address + offset
+                else:
+                    new = encoder.command(c, self._slot_of[c.index])
+                if new != old:
+                    node_words[c.index] = new
                     stream += new
                     stream.append(0)
                     count += 1

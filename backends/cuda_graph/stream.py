@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from hal.buffer import Buffer
 
 OP_KERNEL, OP_MEMSET, OP_MEMCPY, OP_EMPTY = 1, 2, 3, 4
+FIRST_PARAMETER = 10  # a KERNEL command's first parameter word: op, slot, func, grid x3, block x3, count
 FUNCTIONS = ("cuGraphAddKernelNode", "cuGraphAddMemsetNode", "cuGraphAddMemcpyNode", "cuGraphAddEmptyNode",
              "cuGraphExecKernelNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecMemcpyNodeSetParams",
              "cuLaunchKernel", "cuMemsetD8Async", "cuMemsetD16Async", "cuMemsetD32Async", "cuMemcpyAsync",
