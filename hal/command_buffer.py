@@ -431,9 +431,7 @@ class CommandBuffer:
         self._check_released("queue_execute")
         if not self._slot_commands:
             return
-        if self._slot_index is None:
-            self._index_slots()
-        users, segment_of, direct = self._slot_index
+        users, segment_of, direct = self._slot_index or self._index_slots()
         n = self._slots_needed
         last = self._table if self._table_token is self.device._release_token else ()
         changed = [i for i in range(n) if i >= len(last) or table[i] is not last[i]]
@@ -454,9 +452,9 @@ class CommandBuffer:
                     for c in seg.commands:
                         races.add(c, *refs_and_writes(c), seg.commands, table)
 
-    def _index_slots(self) -> None:
-        """Which commands use each slot, and the segments they are in: so a new table re-checks only the
-        commands of the slots whose buffer changed."""
+    def _index_slots(self) -> tuple[dict[int, list[Command]], dict[int, Segment], frozenset[Buffer]]:
+        """Which commands use each slot, and the segments they are in: so a new table re-checks (and a
+        backend re-resolves) only the commands of the slots whose buffer changed."""
         users: dict[int, list[Command]] = {}
         for c in self._slot_commands:
             for r, _ in c.accesses():
@@ -465,6 +463,11 @@ class CommandBuffer:
         wanted = {c.segment for c in self._slot_commands}
         self._slot_index = (users, {seg.index: seg for seg in self.segments() if seg.index in wanted},
                             frozenset(self._direct_buffers))
+        return self._slot_index
+
+    def _slot_users(self) -> dict[int, list[Command]]:
+        """Slot index -> the commands using it, each once, in recording order."""
+        return (self._slot_index or self._index_slots())[0]
 
     def _check_released(self, what: str) -> None:
         """Refuse a recording that uses a buffer or an executable released since it was recorded."""

@@ -71,7 +71,7 @@ class PinnedArena:
 
 class CudaCommandBuffer(CommandBuffer):
     __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_nodes", "_slot_of", "_joins",
-                 "_built", "_arena", "_staging", "_table_seen", "_users", "_node_words", "_slot_words",
+                 "_built", "_arena", "_staging", "_table_seen", "_node_words", "_slot_words",
                  "_stream_launch", "_launch", "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
@@ -95,7 +95,6 @@ class CudaCommandBuffer(CommandBuffer):
         self._arena: PinnedArena | None = None
         self._staging: dict[int, int] = {}  # update command index -> device address of its data
         self._table_seen: tuple[Buffer, ...] | None = None
-        self._users: dict[int, list[Command]] = {}  # slot index -> commands using it
         self._node_words: dict[int, list[int]] = {}  # command index -> words its node was last given
         # Dispatch index -> (word position, slot, offset) of each binding through a slot: a new table only
         # rewrites those words (other commands are encoded again).
@@ -201,11 +200,6 @@ class CudaCommandBuffer(CommandBuffer):
                 if type(c) is Dispatch:
                     self._slot_words[c.index] = [(words.FIRST_PARAMETER + j, r._slot, r._offset)
                                                  for j, r in enumerate(c.bindings) if r._buffer is None]
-                for r, _ in c.accesses():
-                    if r._buffer is None:
-                        users = self._users.setdefault(r._slot, [])
-                        if not users or users[-1] is not c:
-                            users.append(c)
         self._instantiate()
         self._built = True
 
@@ -270,9 +264,9 @@ class CudaCommandBuffer(CommandBuffer):
         stream: list[int] = []
         done: set[int] = set()
         count = 0
-        node_words, slot_words = self._node_words, self._slot_words
+        node_words, slot_words, users = self._node_words, self._slot_words, self._slot_users()
         for i in changed:
-            for c in self._users.get(i, ()):
+            for c in users.get(i, ()):
                 if c.index in done:
                     continue
                 done.add(c.index)
