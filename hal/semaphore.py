@@ -72,3 +72,13 @@ class Semaphore:
 
 def check_value(value: Any, what: str) -> int:
     return integer(value, f"{what}: a semaphore value", 0, MAX_VALUE)
+
+
+def check_host_signal(value: int, current: int, pending: int | None = None, why: str = "") -> None:
+    """A host signal must exceed the current value, and stay below `pending`, the value submitted work
+    will still signal (`why`: the backend's reason, opening the advice)."""
+    if value <= current:
+        raise ValidationError(f"signal: {value} is not above the current value {current}; timeline values only grow")
+    if pending is not None and value >= pending:
+        raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; {why}signal at most "
+                              f"{pending - 1} from the host until that submission has run")

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from backends.cuda_graph.buffer import host_alloc
-from hal.errors import DeviceLostError, TimeoutError, ValidationError
-from hal.semaphore import Semaphore
+from hal.errors import DeviceLostError, TimeoutError
+from hal.semaphore import Semaphore, check_host_signal
 
 if TYPE_CHECKING:
     from backends.cuda_graph.device import CudaDevice
@@ -64,12 +64,5 @@ class CudaSemaphore(Semaphore):
                     time.sleep(SLEEP_S if timeout is None else min(SLEEP_S, max(0.0, timeout - elapsed)))
 
     def _signal(self, value: int) -> None:
-        current = self._query()
-        if value <= current:
-            raise ValidationError(f"signal: {value} is not above the current value {current}; "
-                                  f"timeline values only grow")
-        pending = self.device._pending_signal(self)
-        if pending is not None and value >= pending:
-            raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; signal at most "
-                                  f"{pending - 1} from the host until that submission has run")
+        check_host_signal(value, self._query(), self.device._pending_signal(self))
         self._cell[0] = value

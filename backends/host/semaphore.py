@@ -6,8 +6,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from hal.errors import DeviceError, DeviceLostError, TimeoutError, ValidationError
-from hal.semaphore import Semaphore
+from hal.errors import DeviceError, DeviceLostError, TimeoutError
+from hal.semaphore import Semaphore, check_host_signal
 
 if TYPE_CHECKING:
     from backends.host.device import HostDevice
@@ -43,9 +43,7 @@ class HostSemaphore(Semaphore):
     def _signal(self, value: int) -> None:
         with self.device._cv:
             self._raise_failure()
-            if value <= self.value:
-                raise ValidationError(f"signal: {value} is not above the current value {self.value}; "
-                                      f"timeline values only grow")
+            check_host_signal(value, self.value)
             self.value = value
             self.device._cv.notify_all()
 

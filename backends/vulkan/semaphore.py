@@ -7,8 +7,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from backends.vulkan.api import TIMEOUT, check, ffi, lib, vk
-from hal.errors import DeviceLostError, TimeoutError, ValidationError
-from hal.semaphore import Semaphore
+from hal.errors import DeviceLostError, TimeoutError
+from hal.semaphore import Semaphore, check_host_signal
 
 if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
@@ -70,16 +70,10 @@ class VulkanSemaphore(Semaphore):
 
     def _signal(self, value: int) -> None:
         current = self._query()
-        if value <= current:
-            raise ValidationError(f"signal: {value} is not above the current value {current}; "
-                                  f"timeline values only grow")
-        if self.device.features.max_timeline_difference < value - current:
+        if self.device.features.max_timeline_difference < value - current:  # only a value above current
             self.device._check_timeline_step(self, value)
-        pending = self.device._pending_signal(self)
-        if pending is not None and value >= pending:
-            raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; Vulkan needs every "
-                                  f"signal above the value before it, so signal at most {pending - 1} from the host "
-                                  f"until that submission has run")
+        check_host_signal(value, current, self.device._pending_signal(self),
+                          "Vulkan needs every signal above the value before it, so ")
         info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
                                                   "semaphore": self.handle, "value": value})
         check(self.device.fn.vkSignalSemaphore(self.device.handle, info), "vkSignalSemaphore")
