@@ -28,7 +28,7 @@ from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
-from hal.device import Device, DeviceInfo, Driver, queue_deadlock
+from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.semaphore import Semaphore
@@ -355,13 +355,8 @@ class CudaDevice(Device):
         waiting would never end."""
         if any(t is not threading.current_thread() for t in threading.enumerate()):
             return  # another thread may signal
-        promised: dict[CudaSemaphore, int] = {}
-        for _, waits, signals in unfinished:
-            for sem, value in waits:
-                if max(sem.value, promised.get(sem, 0)) < value:
-                    raise queue_deadlock(value, sem.value)
-            for sem, value in signals:
-                promised[sem] = max(promised.get(sem, 0), value)
+        for sem, value in waits_for_the_host(unfinished, lambda s: s.value):
+            raise queue_deadlock(value, sem.value)
 
     def _synchronize(self) -> None:
         self._activate()
@@ -374,13 +369,8 @@ class CudaDevice(Device):
     def _close(self) -> None:
         with contextlib.suppress(HalError):
             self._activate()
-        promised: dict[CudaSemaphore, int] = {}
-        for _, waits, signals in self._unfinished():  # let a queue stuck on a host signal drain, in order
-            for sem, value in waits:
-                if max(sem.value, promised.get(sem, 0)) < value:
-                    sem.value = value
-            for sem, value in signals:
-                promised[sem] = max(promised.get(sem, 0), value)
+        for sem, value in waits_for_the_host(self._unfinished(), lambda s: s.value):  # let a stuck queue drain
+            sem.value = value
         while self._waiters:  # semaphore waits end within a poll once they see the device closed
             time.sleep(0.001)
         driver.cuStreamSynchronize(self.stream)

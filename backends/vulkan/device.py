@@ -33,7 +33,7 @@ from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
 from hal.buffer import Buffer, BufferUsage
-from hal.device import Device, DeviceInfo, Driver, queue_deadlock
+from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.semaphore import Semaphore
@@ -440,13 +440,15 @@ class VulkanDevice(Device):
         reach, so the queue drains (their results are discarded)."""
         if self._lost is not None:
             return
-        promised: dict[Any, int] = {}
-        for _, waits, signals in list(self._pending):
-            for sem, value in waits:
-                with contextlib.suppress(Exception):
-                    if max(self._value(sem.handle), promised.get(sem, 0)) < value:
-                        info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
-                                                                  "semaphore": sem.handle, "value": value})
-                        self.fn.vkSignalSemaphore(self.handle, info)
-            for sem, value in signals:
-                promised[sem] = max(promised.get(sem, 0), value)
+
+        def current(sem: VulkanSemaphore) -> int:  # unreadable: left alone (closing never raises)
+            try:
+                return self._value(sem.handle)
+            except Exception:
+                return MAX_TIMELINE_VALUE
+
+        for sem, value in waits_for_the_host(list(self._pending), current):
+            info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
+                                                      "semaphore": sem.handle, "value": value})
+            with contextlib.suppress(Exception):
+                self.fn.vkSignalSemaphore(self.handle, info)
