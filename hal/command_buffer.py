@@ -49,7 +49,7 @@ class CommandBuffer:
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
                  "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_analysed", "_races",
                  "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed", "_begun_token",
-                 "_direct_buffers", "_dispatched", "_slot_index", "_submissions", "_table", "_table_token",
+                 "_direct_buffers", "_dispatched", "_slot_index", "_ran", "_table", "_table_token",
                  "_workgroups_seen", "_constants_seen", "__weakref__")
 
     def __init__(self, device: Device, mode: str, binding_capacity: int, strategy: str, dependencies: str,
@@ -91,7 +91,7 @@ class CommandBuffer:
         self._dispatched: dict[Executable, int] | None = None  # executable -> first command, when first needed
         self._begun_token: object = None  # the device's release token when recording began
         self._slot_index: tuple[dict[int, list[Command]], dict[int, Segment], frozenset[Buffer]] | None = None
-        self._submissions = 0
+        self._ran = False  # submitted: a one_shot command buffer may not be again
         self._table: tuple[Buffer, ...] = ()
         self._table_token: object = None
 
@@ -396,11 +396,12 @@ class CommandBuffer:
     def _prepare_submit(self, binding_table: Sequence[Buffer]) -> tuple[Buffer, ...]:
         """Check the command buffer can run against `binding_table`; returns the table as a tuple.
 
-        A table identical to the last one, with no buffer released since, is accepted in O(1).
+        A table identical to the last one, with no buffer released since, is accepted in O(1) (and, the
+        same object, by queue_execute without calling this).
         """
         if self._state is not _ENDED:
             raise ValidationError(f"queue_execute: the command buffer is {self._state}; call end() before submitting")
-        if self.mode == "one_shot" and self._submissions:
+        if self._ran and self.mode == "one_shot":
             raise ValidationError("queue_execute: a one_shot command buffer runs once; create it with "
                                   "mode='reusable' to submit it again")
         table = binding_table if type(binding_table) is tuple else _table(binding_table)
@@ -411,7 +412,8 @@ class CommandBuffer:
             return table
         self._check_table(table)
         self._table = table
-        self._table_token = token
+        if self.mode == "reusable":  # queue_execute accepts the same table again without a call here
+            self._table_token = token
         return table
 
     def _check_table(self, table: tuple[Buffer, ...]) -> None:

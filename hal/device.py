@@ -24,6 +24,7 @@ from hal.executable import Executable, ExecutableSource
 from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
+_NONE: tuple = ()  # queue_execute's default waits and signals: the fast path tests identity with it
 # Best first. Drivers not named here come after, alphabetically.
 PREFERENCE = ("cuda", "vulkan", "host")
 # In-tree backends, found by module path when the package's entry points are not installed.
@@ -132,8 +133,8 @@ class Device:
         return self._create_semaphore(check_value(initial, "create_semaphore"))
 
     def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
-                      wait: Iterable[tuple[Semaphore, int]] = (),
-                      signal: Iterable[tuple[Semaphore, int]] = ()) -> None:
+                      wait: Iterable[tuple[Semaphore, int]] = _NONE,
+                      signal: Iterable[tuple[Semaphore, int]] = _NONE) -> None:
         """Run `command_buffer` after every `wait` pair is reached, then signal every `signal` pair.
 
         Never blocks on the device. Submissions to one device run in submission order.
@@ -142,17 +143,26 @@ class Device:
             self._check_open()
         if not isinstance(command_buffer, CommandBuffer) or command_buffer.device is not self:
             raise ValidationError("queue_execute: expected a command buffer created by this device")
-        with self._submit_lock:  # one-shot claims and promised signal values stay consistent across threads
-            table = command_buffer._prepare_submit(binding_table)
-            if type(wait) is tuple and type(signal) is tuple and not wait and not signal:
-                waits = signals = ()  # the defaults need no checking: the common case is free
+        # One-shot claims, promised signal values and the backend's submit state stay consistent across
+        # threads. acquire/release costs half a `with` block, on the path whose Python is the overhead.
+        lock = self._submit_lock
+        lock.acquire()
+        try:
+            if binding_table is command_buffer._table and command_buffer._table_token is self._release_token:
+                table = binding_table  # a reusable command buffer again with its last table: nothing to check
+            else:
+                table = command_buffer._prepare_submit(binding_table)
+            if wait is _NONE and signal is _NONE:  # the defaults need no checking: the common case is free
+                self._queue_execute(command_buffer, table, _NONE, _NONE)
             else:
                 waits = self._semaphore_pairs(wait, "wait")
                 signals = self._semaphore_pairs(signal, "signal")
-            self._queue_execute(command_buffer, table, waits, signals)
-            command_buffer._submissions += 1
-            for sem, value in signals:
-                sem._promised = value
+                self._queue_execute(command_buffer, table, waits, signals)
+                for sem, value in signals:
+                    sem._promised = value
+            command_buffer._ran = True
+        finally:
+            lock.release()
 
     def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], what: str) -> tuple[tuple[Semaphore, int], ...]:
         if type(pairs) in (tuple, list) and not pairs:

@@ -116,7 +116,7 @@ class CudaDevice(Device):
         # which of those are done without a driver call.
         self._marks = host_alloc(8)
         self._marks[2][:] = 0
-        self._submitted = 0
+        self._submitted = 0  # submissions with waits or signals: the mark each writes
         self._pending: list[tuple[int, tuple, tuple]] = []  # (mark, waits, signals) of unfinished submissions
         self._graveyard: list[tuple[Any, Callable[[], None]]] = []  # (event, destroy)
         self._owned: dict[int, tuple[str, Any]] = {}  # what hal objects hold: (kind, handle), by key
@@ -128,7 +128,7 @@ class CudaDevice(Device):
     def _activate(self) -> None:
         """Make the device's context current in this thread (driver calls without a handle need it). A
         thread remembers the device it last activated, so the common case costs one attribute read."""
-        if getattr(_current, "device", None) is not self:
+        if _current.device is not self:
             call(driver.cuCtxSetCurrent, self.context)
             _current.device = self
 
@@ -290,18 +290,25 @@ class CudaDevice(Device):
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
         if self._lost is not None:
             self._check_lost()
-        self._activate()
-        stream = self.stream
+        if _current.device is not self:  # _activate's test, inlined: this is the resubmit path
+            self._activate()
         for sem, value in waits:
-            call(driver.cuStreamWaitValue64, stream, sem.device_address, value,
+            call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
                  driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
         try:
-            command_buffer._submit(table)
+            launch = command_buffer._launch
+            if launch is None or command_buffer._slot_commands:
+                command_buffer._submit(table)
+            else:  # built, nothing to patch: _submit's one launch, without the call (the resubmit path)
+                err = launch()
+                if err:
+                    raise fail(err, "cuGraphLaunch")
         except DeviceLostError as e:
             self._lost = e
             raise
-        self._submitted += 1
         if waits or signals:
+            self._submitted += 1
+            stream = self.stream
             for sem, value in signals:
                 call(driver.cuStreamWriteValue64, stream, sem.device_address, value, 0)
             call(driver.cuStreamWriteValue64, stream, self._marks[1], self._submitted, 0)
@@ -393,7 +400,13 @@ class CudaDevice(Device):
         driver.cuDevicePrimaryCtxRelease(self.cu_device)
 
 
-_current = threading.local()  # per thread: the device whose context it made current
+class _Current(threading.local):
+    """Per thread: the device whose context it made current (None before any)."""
+
+    device: CudaDevice | None = None
+
+
+_current = _Current()
 
 
 def _cuda_core() -> Any:
