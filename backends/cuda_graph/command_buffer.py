@@ -33,6 +33,8 @@ from hal.command_buffer import CommandBuffer
 from hal.commands import Command, Dispatch, Update
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from backends.cuda_graph.device import CudaDevice
 
 ARENA_BYTES = 1 << 20
@@ -150,34 +152,38 @@ class CudaCommandBuffer(CommandBuffer):
             self._graph_finalizer()
             self.device._collect()
 
-    def _slot(self) -> int:
-        self._nodes.append(0)
-        return len(self._nodes) - 1
-
     def _encode(self, commands: list[Command], table: tuple[Buffer, ...], single: bool = False) -> list[int]:
-        """Words building `commands`' nodes, with their edges (and join nodes where a group is shared)."""
+        """Words building `commands`' nodes, with their edges (and join nodes where a group is shared).
+        `commands` are all the recorded ones, or (`single`) the one just recorded."""
         tracker = self._tracker
-        group_of, groups, joins, slot_of = tracker.group_of, tracker.groups, self._joins, self._slot_of
-        uses = None if single else collections.Counter(group_of[c.index] for c in commands)
-        encoder = words.Words(table, self._staging)
+        group_of, groups, joins, slot_of, nodes = tracker.group_of, tracker.groups, self._joins, self._slot_of, \
+            self._nodes
+        uses = None if single else collections.Counter(group_of)  # how many commands share each group
+        command = words.Words(table, self._staging).command
+        node_of = slot_of.__getitem__
         stream: list[int] = []
         for c in commands:
             g = group_of[c.index]
-            deps: list[int] = []
-            if g >= 0:
+            if g < 0:
+                deps: Sequence[int] = ()
+            else:
                 preds = groups[g]
-                if len(preds) > 1 and (single or uses[g] > 1):
+                if len(preds) == 1:  # a chain
+                    deps = (slot_of[preds[0]],)
+                elif single or uses[g] > 1:  # m-to-n: through one join node
                     join = joins.get(g)
                     if join is None:
-                        join = joins[g] = self._slot()
+                        join = joins[g] = len(nodes)
+                        nodes.append(0)
                         stream += (words.OP_EMPTY, join, len(preds))
-                        stream += [slot_of[p] for p in preds]
-                    deps = [join]
+                        stream += map(node_of, preds)
+                    deps = (join,)
                 else:
-                    deps = [slot_of[p] for p in preds]
-            slot = self._slot()
+                    deps = tuple(map(node_of, preds))
+            slot = len(nodes)
+            nodes.append(0)
             slot_of.append(slot)
-            stream += encoder.command(c, slot)
+            stream += command(c, slot)
             stream.append(len(deps))
             stream += deps
         return stream

@@ -80,15 +80,16 @@ class Words:
 
     def command(self, c: Command, slot: int) -> list[int]:
         """The words of `c` up to, not including, its dependencies."""
-        if type(c) is Dispatch:
-            exe, k = c.executable, c.ordinal
-            words = [OP_KERNEL, slot, exe.functions[k], *c.workgroups, *c.export.workgroup_size,
-                     len(c.bindings) + len(c.constants)]
+        if type(c) is Dispatch:  # plain loops, no comprehension: this runs once per node at every build
+            bindings, constants = c.bindings, c.constants
+            words = [OP_KERNEL, slot, c.executable.functions[c.ordinal], *c.workgroups, *c.export.workgroup_size,
+                     len(bindings) + len(constants)]
             table = self.table
-            for r in c.bindings:
+            for r in bindings:
                 b = r._buffer
                 words.append((b if b is not None else table[r._slot]).address + r._offset)
-            words += [x & 0xFFFFFFFF if type(x) is int else constant_word(x) for x in c.constants]
+            for x in constants:
+                words.append(x & 0xFFFFFFFF if type(x) is int else constant_word(x))
             return words
         if type(c) is Fill:
             target, size = self.address(c.target)
