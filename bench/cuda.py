@@ -13,7 +13,8 @@ block). Competitors, all on one GPU in one process:
 
 Reported per kernel (µs): record (host), end (host: graph build and instantiation), submit (host time of
 one resubmission of the unchanged work, started on an idle GPU so no queue back-pressure counts),
-GPU time per node (events around one launch, divided by n); and the cost per patched node of a rebind
+GPU time per node (events around one launch, divided by n), the competitors launching in turns so a
+drift over the run lands on all of them; and the cost per patched node of a rebind
 that changes k of 1000 nodes. Targets: resubmission within 20% of one raw cuGraphLaunch; GPU time per
 node within 10% of the raw graph; record + end per kernel at most PyTorch's capture + instantiate; a
 rebind O(k) and at most 3 µs a node. Last, one-shot work: stream launches against a graph used once.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import time
 from array import array
 from collections.abc import Callable
@@ -47,6 +49,8 @@ SOURCE = hal.ExecutableSource.cuda(CUDA_CODE, [EXPORT, hal.Export("scale", bindi
                                                hal.Export("xor_copy", bindings=2, constants=2,
                                                           workgroup_size=WORKGROUP, readonly=(0,))])
 REBIND_NODES = 1000
+SUBMIT_REPEATS = 200  # host launch times are noisy at the microsecond: the best of many
+ROUNDS, PER_ROUND = 20, 10  # launch_timings: 200 launches of each competitor, 10 in a row per turn
 REBIND_CHANGED = (1, 10, 100)
 
 
@@ -92,7 +96,7 @@ class Fixture:
             b.release()
 
 
-def submit_us(submit: Callable[[], None], sync: Callable[[], None], repeats: int = 20) -> float:
+def submit_us(submit: Callable[[], None], sync: Callable[[], None], repeats: int = SUBMIT_REPEATS) -> float:
     """Host µs of one submit(), each started on an idle GPU (so no queue back-pressure): best of `repeats`."""
     best = float("inf")
     for _ in range(repeats):
@@ -124,28 +128,50 @@ class Gate:
         call(driver.cuMemFreeHost, self.host)
 
 
-def gpu_us(stream: Any, launch: Callable[[], None], sync: Callable[[], None], n: int) -> float:
-    """GPU µs per node of one launch, between two events, best of several. The stream waits on a gate
-    while the events and the launch are queued, so the host's own submission time is not counted."""
+class Launcher:
+    """A competitor's built work: how to launch it, on which stream, how to wait for it, and how to free it."""
+
+    def __init__(self, launch: Callable[[], None], stream: Any, sync: Callable[[], None],
+                 free: Callable[[], None] = lambda: None) -> None:
+        self.launch, self.stream, self.sync, self.free = launch, stream, sync, free
+
+
+def launch_timings(launchers: dict[str, Launcher], n: int) -> dict[str, dict[str, float]]:
+    """Per competitor: submit, host µs of one launch started on an idle GPU (so no queue back-pressure
+    counts); gpu, GPU µs per node of one launch between two events, the stream held on a gate while the
+    events and the launch are queued so the host's submission time is not counted. Each the best of
+    ROUNDS x PER_ROUND launches: the competitors take turns by rounds, PER_ROUND launches in a row each
+    (as a graph is replayed), so a drift of clocks or host load over the run lands on all of them alike."""
+    for launcher in launchers.values():  # first launches upload and warm up
+        launcher.launch()
+        launcher.sync()
+    submit = dict.fromkeys(launchers, float("inf"))
+    gpu = dict.fromkeys(launchers, float("inf"))
     gate = Gate()
     start, stop = (call(driver.cuEventCreate, 0) for _ in range(2))
-    best = float("inf")
-    for _ in range(20):
-        sync()
-        gate.close(stream)
-        call(driver.cuEventRecord, start, stream)
-        launch()
-        call(driver.cuEventRecord, stop, stream)
-        gate.open()
-        call(driver.cuEventSynchronize, stop)
-        best = min(best, call(driver.cuEventElapsedTime, start, stop) * 1e3)
+    for _ in range(ROUNDS):
+        for name, launcher in launchers.items():
+            for _ in range(PER_ROUND):
+                launcher.sync()
+                t0 = time.perf_counter()
+                launcher.launch()
+                submit[name] = min(submit[name], time.perf_counter() - t0)
+            for _ in range(PER_ROUND):
+                launcher.sync()
+                gate.close(launcher.stream)
+                call(driver.cuEventRecord, start, launcher.stream)
+                launcher.launch()
+                call(driver.cuEventRecord, stop, launcher.stream)
+                gate.open()
+                call(driver.cuEventSynchronize, stop)
+                gpu[name] = min(gpu[name], call(driver.cuEventElapsedTime, start, stop) * 1e3)
     for e in (start, stop):
         call(driver.cuEventDestroy, e)
     gate.release()
-    return best / n
+    return {name: dict(submit=submit[name] * 1e6, gpu=gpu[name] / n) for name in launchers}
 
 
-def raw_stream(f: Fixture) -> dict:
+def raw_stream(f: Fixture) -> tuple[dict, Launcher]:
     dev, stream = f.dev, f.dev.stream
     func = driver.CUfunction(f.exe.functions[0])
     params = [f.params(i) for i in range(f.n)]
@@ -154,8 +180,7 @@ def raw_stream(f: Fixture) -> dict:
         for _, pointers in params:
             call(driver.cuLaunchKernel, func, 1, 1, 1, ELEMENTS, 1, 1, 0, stream, pointers.buffer_info()[0], 0)
 
-    return dict(record=0.0, end=0.0, submit=submit_us(launch, dev.synchronize),
-                gpu=gpu_us(stream, launch, dev.synchronize, f.n))
+    return dict(record=0.0, end=0.0), Launcher(launch, stream, dev.synchronize)
 
 
 BUILDS = 3  # record and end are timed this many times, each on a fresh build: the best counts
@@ -171,7 +196,7 @@ def best_build(build: Callable[[], tuple[float, float, Any]], n: int) -> tuple[f
     return record, end, product
 
 
-def raw_graph(f: Fixture) -> dict:
+def raw_graph(f: Fixture) -> tuple[dict, Launcher]:
     dev, stream = f.dev, f.dev.stream
     func = driver.CUfunction(f.exe.functions[0])
     params = [f.params(i) for i in range(f.n)]
@@ -201,16 +226,15 @@ def raw_graph(f: Fixture) -> dict:
     def launch() -> None:
         call(driver.cuGraphLaunch, graph_exec, stream)
 
-    launch()
-    result = dict(record=record, end=end, submit=submit_us(launch, dev.synchronize),
-                  gpu=gpu_us(stream, launch, dev.synchronize, f.n))
-    for graph, exec_ in built:
-        call(driver.cuGraphExecDestroy, exec_)
-        call(driver.cuGraphDestroy, graph)
-    return result
+    def free() -> None:
+        for graph, exec_ in built:
+            call(driver.cuGraphExecDestroy, exec_)
+            call(driver.cuGraphDestroy, graph)
+
+    return dict(record=record, end=end), Launcher(launch, stream, dev.synchronize, free)
 
 
-def torch_graph(f: Fixture) -> dict | None:
+def torch_graph(f: Fixture) -> tuple[dict, Launcher] | None:
     try:
         import torch
     except ImportError:
@@ -235,13 +259,10 @@ def torch_graph(f: Fixture) -> dict | None:
 
     record, end, g = best_build(build, f.n)
     stream = driver.CUstream(torch.cuda.current_stream().cuda_stream)
-    g.replay()
-    torch.cuda.synchronize()
-    return dict(record=record, end=end, submit=submit_us(g.replay, torch.cuda.synchronize),
-                gpu=gpu_us(stream, g.replay, torch.cuda.synchronize, f.n))
+    return dict(record=record, end=end), Launcher(g.replay, stream, torch.cuda.synchronize)
 
 
-def hal_graph(f: Fixture, strategy: str) -> dict:
+def hal_graph(f: Fixture, strategy: str) -> tuple[dict, Launcher]:
     dev = f.dev
 
     def build() -> tuple[float, float, Any]:
@@ -258,9 +279,27 @@ def hal_graph(f: Fixture, strategy: str) -> dict:
     def launch() -> None:
         dev.queue_execute(cb)
 
-    launch()
-    return dict(record=record, end=end, submit=submit_us(launch, dev.synchronize),
-                gpu=gpu_us(dev.stream, launch, dev.synchronize, f.n))
+    upload, exec_bytes = upload_and_memory(dev, cb._graph, f.n)
+    return dict(record=record, end=end, upload=upload, exec_bytes=exec_bytes), Launcher(launch, dev.stream,
+                                                                                        dev.synchronize)
+
+
+def upload_and_memory(dev: hal.Device, graph: Any, n: int) -> tuple[float, float]:
+    """Of what end() does, the part PyTorch's capture and a raw instantiate leave to the first launch:
+    host µs per kernel of cuGraphUpload on a fresh exec of `graph` (best of 3). And the device memory
+    an instantiated, uploaded exec of it holds, in bytes per node (cuMemGetInfo before and after)."""
+    best, held = float("inf"), 0
+    for _ in range(3):
+        dev.synchronize()
+        free = call(driver.cuMemGetInfo)[0]
+        graph_exec = call(driver.cuGraphInstantiate, graph, 0)
+        t0 = time.perf_counter()
+        call(driver.cuGraphUpload, graph_exec, dev.stream)
+        best = min(best, time.perf_counter() - t0)
+        dev.synchronize()
+        held = max(held, free - call(driver.cuMemGetInfo)[0])
+        call(driver.cuGraphExecDestroy, graph_exec)
+    return best / n * 1e6, held / n
 
 
 def one_shot(f: Fixture, strategy: str) -> float:
@@ -295,7 +334,7 @@ def rebind(dev: hal.Device) -> list[dict]:
                 cb.execution_barrier()
         dev.queue_execute(cb, binding_table=tables[0])
         unchanged = submit_us(lambda c=cb: dev.queue_execute(c, binding_table=tables[0]), dev.synchronize)
-        flip = iter(tables[::-1] * 20)  # every submit differs from the one before it, the first one too
+        flip = itertools.cycle(tables[::-1])  # every submit differs from the one before it, the first one too
         changed = submit_us(lambda c=cb, t=flip: dev.queue_execute(c, binding_table=next(t)), dev.synchronize)
         assert cb.patched == k
         encoder = words.Words(tables[0], {})
@@ -309,6 +348,30 @@ def rebind(dev: hal.Device) -> list[dict]:
         dev.synchronize()
         rows.append(dict(changed=k, hal_per_node=(changed - unchanged) / k, hal_submit=changed,
                          iree_replay_per_node=iree))
+    return rows
+
+
+MEMORY_NODES = (1000, 10000)
+
+
+def command_buffer_memory(dev: hal.Device) -> list[dict]:
+    """Device bytes per node that a reusable command buffer of an n-kernel chain holds once built and
+    launched (its exec), from cuMemGetInfo before and after; the driver reports free memory in steps,
+    so only large graphs show."""
+    rows = []
+    for n in MEMORY_NODES:
+        f = Fixture(dev, n, "chain")
+        gc.collect()
+        dev.synchronize()
+        free = call(driver.cuMemGetInfo)[0]
+        cb = dev.create_command_buffer(mode="reusable")
+        with cb:
+            f.record(cb)
+        dev.queue_execute(cb)
+        dev.synchronize()
+        rows.append(dict(kernels=n, bytes_per_node=(free - call(driver.cuMemGetInfo)[0]) / n))
+        del cb
+        f.release()
     return rows
 
 
@@ -333,7 +396,7 @@ def rerecord(f: Fixture) -> dict:
     return dict(hal=hal_best / f.n * 1e6, iree=iree_best / f.n * 1e6)
 
 
-def run(sizes: list[int]) -> dict:
+def run(sizes: list[int], progress: Callable[[str], None] = lambda _: None) -> dict:
     rows = []
     with hal.create_device("cuda") as dev:
         if dev.driver != "cuda":
@@ -345,23 +408,33 @@ def run(sizes: list[int]) -> dict:
         for program in ("chain", "fan"):
             for n in sizes:
                 f = Fixture(dev, n, program)
-                competitors: dict[str, Callable[[], dict | None]] = {
+                competitors: dict[str, Callable[[], tuple[dict, Launcher] | None]] = {
                     "raw stream": lambda f=f: raw_stream(f), "raw graph": lambda f=f: raw_graph(f),
                     "torch": lambda f=f: torch_graph(f), "hal deferred": lambda f=f: hal_graph(f, "deferred"),
                     "hal single_pass": lambda f=f: hal_graph(f, "single_pass")}
-                for name, measure in competitors.items():
+                built: dict[str, tuple[dict, Launcher]] = {}
+                for name, build in competitors.items():
+                    progress(f"cuda {program} n={n}: {name}")
                     gc.collect()  # each starts with the collector settled: a full collection of PyTorch's heap
-                    r = measure()  # takes tens of ms, and would land on whoever allocates when it comes due
-                    if r is not None:
-                        rows.append(dict(program=program, kernels=n, competitor=name, **r))
+                    product = build()  # takes tens of ms, and would land on whoever allocates when it comes due
+                    if product is not None:
+                        built[name] = product
+                progress(f"cuda {program} n={n}: launches")
+                timings = launch_timings({name: launcher for name, (_, launcher) in built.items()}, n)
+                for name, (r, launcher) in built.items():
+                    launcher.free()
+                    rows.append(dict(program=program, kernels=n, competitor=name, **r, **timings[name]))
                 rows.append(dict(program=program, kernels=n, competitor="one-shot: stream launches (hal deferred)",
                                  wall=one_shot(f, "deferred")))
                 rows.append(dict(program=program, kernels=n, competitor="one-shot: graph (hal single_pass)",
                                  wall=one_shot(f, "single_pass")))
                 rows.append(dict(program=program, kernels=n, competitor="re-record", **rerecord(f)))
                 f.release()
+        progress("cuda rebind")
         rebinds = rebind(dev)
-    return dict(meta=meta, rows=rows, rebind=rebinds)
+        progress("cuda memory")
+        memory = command_buffer_memory(dev)
+    return dict(meta=meta, rows=rows, rebind=rebinds, memory=memory)
 
 
 def _row(rows: list[dict], program: str, n: int, name: str) -> dict | None:
@@ -380,6 +453,12 @@ def report(result: dict) -> str:
         if "gpu" in r:
             lines.append(f"| {r['program']} | {r['kernels']} | {r['competitor']} | {r['record']:.2f} | "
                          f"{r['end']:.2f} | {r['record'] + r['end']:.2f} | {r['submit']:.2f} | {r['gpu']:.3f} |")
+    lines += ["", "Device memory an instantiated, uploaded graph of hal's holds, bytes per node (cuMemGetInfo "
+              "before and after; it moves in steps of the driver's granularity, so 0 means the whole graph holds "
+              "less than one step): " + ", ".join(f"{r['program']} {r['kernels']}: {r['exec_bytes']:.0f}"
+                                                  for r in result["rows"] if r["competitor"] == "hal deferred")]
+    lines += ["", "Device memory a built, launched reusable command buffer of a chain holds, bytes per node: " +
+              ", ".join(f"{r['kernels']} kernels: {r['bytes_per_node']:.0f}" for r in result["memory"])]
     lines += ["", "One-shot work, wall µs per kernel from recording to completion:", "",
               "| program | kernels | path | wall |", "|---|---:|---|---:|"]
     lines += [f"| {r['program']} | {r['kernels']} | {r['competitor'][10:]} | {r['wall']:.2f} |"
@@ -408,7 +487,9 @@ def report(result: dict) -> str:
                              "" if torch is None else
                              f"; record+end {hal_row['record'] + hal_row['end']:.2f} vs torch capture+instantiate "
                              f"{torch['record']:.2f} µs/kernel ("
-                             f"{'met' if hal_row['record'] + hal_row['end'] <= torch['record'] else 'MISSED'})"))
+                             f"{'met' if hal_row['record'] + hal_row['end'] <= torch['record'] else 'MISSED'}; "
+                             f"{hal_row['upload']:.2f} of hal's are cuGraphUpload, which PyTorch leaves to the "
+                             f"first replay)"))
     first, last = result["rebind"][0], result["rebind"][-1]
     slope = (last["hal_submit"] - first["hal_submit"]) / (last["changed"] - first["changed"])
     lines.append(f"- rebind: {slope:.2f} µs per patched node, the slope of the rebinding submit's host time from "

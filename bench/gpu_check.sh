@@ -4,12 +4,17 @@
 # the native graph builder, then through cuda-python alone), then the GPU benchmarks. Every log and
 # result lands in $OUT (default bench/results/gpu-check).
 #
-# The machine lacks the Vulkan loader, the shader tools and three wheels; they travel with the tree
+# The machine lacks the Vulkan loader, the shader tools and some wheels; they travel with the tree
 # (README's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools),
-# .whl (vulkan, cffi, pycparser). From the repository root, through the device tool:
-#     bash bench/gpu_check.sh            with carry [".gl", ".tools", ".whl"]
+# .whl (vulkan, cffi, pycparser), .whl-bench (matplotlib, tqdm, where the machine lacks them). From the
+# repository root, through the device tool:
+#     bash bench/gpu_check.sh [all|tests|bench]      with carry [".gl", ".tools", ".whl", ".whl-bench"]
+# `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
+# figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PART=${1:-all}
+case "$PART" in all|tests|bench) ;; *) echo "usage: $0 [all|tests|bench]" >&2; exit 2 ;; esac
 OUT=${OUT:-bench/results/gpu-check}
 mkdir -p "$OUT"
 status=0
@@ -21,6 +26,10 @@ for f in .tools/*.deb; do dpkg -x "$f" /tmp/tools; done
 export PATH="/tmp/tools/usr/bin:$PATH"
 export LD_LIBRARY_PATH="/tmp/tools/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+if ! python3 -c "import matplotlib, tqdm" 2>/dev/null && [ -d .whl-bench ]; then  # the benchmark suite's figures
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-bench/*.whl
+fi
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 if [ ! -e /usr/share/vulkan/icd.d/nvidia_icd.json ] && [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -39,17 +48,23 @@ run() {  # run LOG TITLE COMMAND...: append the output to $OUT/LOG under TITLE, 
     local log=$1 title=$2
     shift 2
     echo "## $title" >> "$OUT/$log"
-    timeout 240 "$@" 2>&1 | tee -a "$OUT/$log" || { status=1; echo "## failed or timed out" >> "$OUT/$log"; }
+    timeout "${TIMEOUT:-240}" "$@" 2>&1 | tee -a "$OUT/$log" || { status=1; echo "## failed or timed out" >> "$OUT/$log"; }
 }
 
-rm -f "$OUT"/tests-*.log
-run tests-vulkan.log "push descriptors, native encoder" env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan \
-    -p no:cacheprovider
-run tests-vulkan.log "descriptor sets, Python encoder" env HAL_REQUIRE=vulkan HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR=1 \
-    HAL_VULKAN_DISABLE_NATIVE_ENCODER=1 python3 -m pytest -q -m vulkan -p no:cacheprovider
-run tests-cuda.log "native graph builder" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
-run tests-cuda.log "cuda-python only" env HAL_REQUIRE=cuda HAL_CUDA_DISABLE_NATIVE=1 python3 -m pytest -q -m cuda \
-    -p no:cacheprovider
-run bench-vulkan.md "bench.vulkan" python3 -m bench.vulkan --json "$OUT/bench-vulkan.json"
-run bench-cuda.md "bench.cuda" python3 -m bench.cuda --json "$OUT/bench-cuda.json"
+if [ "$PART" != bench ]; then
+    rm -f "$OUT"/tests-*.log
+    run tests-vulkan.log "push descriptors, native encoder" env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan \
+        -p no:cacheprovider
+    run tests-vulkan.log "descriptor sets, Python encoder" env HAL_REQUIRE=vulkan HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR=1 \
+        HAL_VULKAN_DISABLE_NATIVE_ENCODER=1 python3 -m pytest -q -m vulkan -p no:cacheprovider
+    run tests-cuda.log "native graph builder" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
+    run tests-cuda.log "cuda-python only" env HAL_REQUIRE=cuda HAL_CUDA_DISABLE_NATIVE=1 python3 -m pytest -q -m cuda \
+        -p no:cacheprovider
+fi
+if [ "$PART" != tests ]; then
+    rm -f "$OUT"/bench.log
+    start=$(date +%s)
+    TIMEOUT=540 run bench.log "python -m bench" python3 -m bench --out "$OUT"
+    echo "## python -m bench took $(( $(date +%s) - start )) s" | tee -a "$OUT/bench.log"
+fi
 exit $status

@@ -5,7 +5,7 @@ consumers writing disjoint slices, one reducer) and a wide random DAG (dispatche
 barriers at random, dependencies rediscovered from the ranges: `dependencies="hazards"`), from 10 to
 10000 commands, deferred and single_pass: host µs per command to record, to end() (the backend's build:
 graph instantiation on CUDA, VkCommandBuffer recording on Vulkan), to resubmit the unchanged reusable
-command buffer (the whole submit divided by n: flat means O(1)), and device µs per command (submit to
+command buffer (the whole submit divided by n: falling as 1/n means O(1)), and device µs per command (submit to
 completion). The least-squares slope of each phase against n says µs per command; a phase whose
 per-command cost at the largest size exceeds 2x the next smaller one is flagged as superlinear.
 Host memory per recorded command is traced with tracemalloc in a separate pass.

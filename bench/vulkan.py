@@ -210,7 +210,7 @@ def measure(dev: hal.Device, n: int, dispatches: int, repeats: int) -> dict:
     return row
 
 
-def run(device: str = "vulkan", dispatches: int = 100) -> dict:
+def run(device: str = "vulkan", dispatches: int = 100, progress: Callable[[str], None] = lambda _: None) -> dict:
     with hal.create_device(device) as dev:
         if dev.driver != "vulkan":
             raise SystemExit(f"bench.vulkan needs a Vulkan device, got {dev}")
@@ -219,8 +219,12 @@ def run(device: str = "vulkan", dispatches: int = 100) -> dict:
                     dispatches=dispatches, date=time.strftime("%Y-%m-%d"))
         gpu = dev.physical.kind == "gpu"
         # On a CPU device the 1M-element kernels take seconds: fewer dispatches and repeats there.
-        rows = [measure(dev, n, dispatches if gpu or n < (1 << 20) else max(4, dispatches // 10),
-                        5 if gpu or n < (1 << 20) else 2) for n in SIZES]
+        rows = []
+        for n in SIZES:
+            progress(f"vulkan submission styles, {n} elements")
+            rows.append(measure(dev, n, dispatches if gpu or n < (1 << 20) else max(4, dispatches // 10),
+                                5 if gpu or n < (1 << 20) else 2))
+        progress("vulkan resubmission and recording")
         chain = Chain(dev, 1 << 10)
         resubmits = [dict(dispatches=length, host_us=min(resubmit_host_us(dev, chain, length) for _ in range(3)))
                      for length in RESUBMIT_LENGTHS]
