@@ -102,7 +102,7 @@ class CudaCommandBuffer(CommandBuffer):
         # rewrites those words (other commands are encoded again).
         self._slot_words: dict[int, list[tuple[int, int, int]]] = {}
         self._stream_launch = False
-        self._launch: Any = None  # launches the exec: returns a CUresult, 0 on success
+        self._launch: Any = None  # launches the exec: returns (CUresult,), 0 on success
 
     # Recording hooks.
     def _on_begin(self) -> None:
@@ -225,12 +225,9 @@ class CudaCommandBuffer(CommandBuffer):
             self._exec_finalizer = device._track(self, "exec", int(self._exec))
             self.instantiations += 1
         call(driver.cuGraphUpload, self._exec, device.stream)
-        lib = words.native()
-        if lib is not None:
-            self._launch = functools.partial(lib.lib.hal_cu_graph_launch, int(self._exec), device.stream_handle,
-                                             device.functions.buffer_info()[0])
-        else:
-            self._launch = functools.partial(_launch_graph, self._exec, device.stream)
+        # One launch is one call: cuda-python's compiled binding costs less than a cffi call into graph.c
+        # (which pays off only for a batch of driver calls).
+        self._launch = functools.partial(driver.cuGraphLaunch, self._exec, device.stream)
 
     # Submission.
     def _submit(self, table: tuple[Buffer, ...]) -> None:
@@ -248,7 +245,7 @@ class CudaCommandBuffer(CommandBuffer):
                 self._patch(table)
             else:
                 self.patched = 0
-        err = self._launch()
+        err, = self._launch()
         if err:
             raise fail(err, "cuGraphLaunch")
 
@@ -320,8 +317,3 @@ class CudaCommandBuffer(CommandBuffer):
         for u, v in zip(sources[:count], targets[:count]):
             graph.add_edge(name(u), name(v))
         return graph
-
-
-def _launch_graph(graph_exec: Any, stream: Any) -> int:
-    """cuGraphLaunch through cuda-python (without the native helper): its CUresult."""
-    return int(driver.cuGraphLaunch(graph_exec, stream)[0])

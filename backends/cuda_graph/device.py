@@ -292,15 +292,16 @@ class CudaDevice(Device):
             self._check_lost()
         if _current.device is not self:  # _activate's test, inlined: this is the resubmit path
             self._activate()
-        for sem, value in waits:
-            call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
-                 driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        if waits:
+            for sem, value in waits:
+                call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
+                     driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
         try:
             launch = command_buffer._launch
             if launch is None or command_buffer._slot_commands:
                 command_buffer._submit(table)
             else:  # built, nothing to patch: _submit's one launch, without the call (the resubmit path)
-                err = launch()
+                err, = launch()
                 if err:
                     raise fail(err, "cuGraphLaunch")
         except DeviceLostError as e:

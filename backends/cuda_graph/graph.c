@@ -66,12 +66,11 @@ typedef CUresult (*MemsetD8)(uint64_t, uint8_t, size_t, uint64_t);
 typedef CUresult (*MemsetD16)(uint64_t, uint16_t, size_t, uint64_t);
 typedef CUresult (*MemsetD32)(uint64_t, uint32_t, size_t, uint64_t);
 typedef CUresult (*MemcpyAsync)(uint64_t, uint64_t, size_t, uint64_t);
-typedef CUresult (*GraphLaunch)(uint64_t, uint64_t);
 
 /* The entry points, in this order (stream.py: FUNCTIONS). */
 enum {
     F_ADD_KERNEL, F_ADD_MEMSET, F_ADD_MEMCPY, F_ADD_EMPTY, F_SET_KERNEL, F_SET_MEMSET, F_SET_MEMCPY, F_LAUNCH,
-    F_MEMSET8, F_MEMSET16, F_MEMSET32, F_MEMCPY, F_GRAPH_LAUNCH, F_COUNT
+    F_MEMSET8, F_MEMSET16, F_MEMSET32, F_MEMCPY, F_COUNT
 };
 
 /* Opcodes. Every command is: opcode, node slot, its operands, then its dependencies (n, then n node
@@ -203,8 +202,4 @@ int64_t hal_cu_patch(uint64_t exec, const uint64_t *s, uint64_t n, const uint64_
 
 int64_t hal_cu_launch(uint64_t stream, const uint64_t *s, uint64_t n, const uint64_t *fns) {
     return run(2, stream, s, n, fns, NULL, 0);
-}
-
-CUresult hal_cu_graph_launch(uint64_t exec, uint64_t stream, const uint64_t *fns) {
-    return ((GraphLaunch)fns[F_GRAPH_LAUNCH])(exec, stream);
 }

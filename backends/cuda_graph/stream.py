@@ -30,15 +30,13 @@ OP_KERNEL, OP_MEMSET, OP_MEMCPY, OP_EMPTY = 1, 2, 3, 4
 FIRST_PARAMETER = 10  # a KERNEL command's first parameter word: op, slot, func, grid x3, block x3, count
 FUNCTIONS = ("cuGraphAddKernelNode", "cuGraphAddMemsetNode", "cuGraphAddMemcpyNode", "cuGraphAddEmptyNode",
              "cuGraphExecKernelNodeSetParams", "cuGraphExecMemsetNodeSetParams", "cuGraphExecMemcpyNodeSetParams",
-             "cuLaunchKernel", "cuMemsetD8Async", "cuMemsetD16Async", "cuMemsetD32Async", "cuMemcpyAsync",
-             "cuGraphLaunch")
+             "cuLaunchKernel", "cuMemsetD8Async", "cuMemsetD16Async", "cuMemsetD32Async", "cuMemcpyAsync")
 ABI_VERSION = 12000  # graph.c declares the CUDA 12.0 forms of the structs (CUDA_KERNEL_NODE_PARAMS_v2)
 SOURCE = Path(__file__).with_name("graph.c")
 DECLARATIONS = """
 int64_t hal_cu_build(uint64_t graph, uintptr_t stream, uint64_t n, uintptr_t fns, uintptr_t nodes, uint64_t ctx);
 int64_t hal_cu_patch(uint64_t exec, uintptr_t stream, uint64_t n, uintptr_t fns, uintptr_t nodes, uint64_t ctx);
 int64_t hal_cu_launch(uint64_t cu_stream, uintptr_t stream, uint64_t n, uintptr_t fns);
-int hal_cu_graph_launch(uint64_t exec, uint64_t cu_stream, uintptr_t fns);
 """
 BUILD, PATCH, LAUNCH = 0, 1, 2
 
