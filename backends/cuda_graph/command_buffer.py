@@ -31,6 +31,7 @@ from backends.cuda_graph.buffer import host_alloc
 from hal.buffer import Buffer
 from hal.command_buffer import CommandBuffer
 from hal.commands import Command, Dispatch, Update
+from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -72,37 +73,45 @@ class PinnedArena:
 
 
 class CudaCommandBuffer(CommandBuffer):
-    __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_nodes", "_slot_of", "_joins",
-                 "_built", "_arena", "_staging", "_table_seen", "_node_words", "_slot_words",
-                 "_stream_launch", "_launch", "instantiations", "updates", "patched")
+    __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_exec_graph_finalizer", "_exec_nodes",
+                 "_nodes", "_slot_of", "_joins", "_built", "_arena", "_staging", "_table_seen", "_node_words",
+                 "_slot_words", "_stream_launch", "_launch", "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
         super().__init__(device, mode, binding_capacity, strategy, dependencies, validate)
         self._exec: Any = None
         self._exec_finalizer: Any = None
+        # The graph the exec was instantiated from, and its node handles: node updates name those nodes
+        # (CUDA's rule), also after cuGraphExecUpdate took a later graph's parameters; kept while the exec is.
+        self._exec_graph_finalizer: Any = None
+        self._exec_nodes = array("Q")
         self.instantiations = 0  # graphs instantiated (a re-recording that updates the exec adds none)
         self.updates = 0  # re-recordings absorbed by cuGraphExecUpdate
         self.patched = 0  # nodes patched by the latest submit
         self._forget()
 
     def _forget(self) -> None:
-        """Drop the recording's graph and nodes (the exec stays, for cuGraphExecUpdate)."""
+        """Drop the recording's graph, nodes and staged update data (the exec stays, for cuGraphExecUpdate)."""
+        self._forget_nodes()
+        self._arena: PinnedArena | None = None
+        self._staging: dict[int, int] = {}  # update command index -> device address of its data
+        self._stream_launch = False
+        self._launch: Any = None  # launches the exec: returns (CUresult,), 0 on success
+
+    def _forget_nodes(self) -> None:
+        """Drop the graph and what was built from it: its nodes and the words they were given."""
         self._graph: Any = None
         self._graph_finalizer: Any = None
         self._nodes = array("Q")
         self._slot_of: list[int] = []  # command index -> node slot
         self._joins: dict[int, int] = {}  # dependency group -> join node slot
         self._built = False
-        self._arena: PinnedArena | None = None
-        self._staging: dict[int, int] = {}  # update command index -> device address of its data
         self._table_seen: tuple[Buffer, ...] | None = None
         self._node_words: dict[int, list[int]] = {}  # command index -> words its node was last given
         # Dispatch index -> (word position, slot, offset) of each binding through a slot: a new table only
         # rewrites those words (other commands are encoded again).
         self._slot_words: dict[int, list[tuple[int, int, int]]] = {}
-        self._stream_launch = False
-        self._launch: Any = None  # launches the exec: returns (CUresult,), 0 on success
 
     # Recording hooks.
     def _on_begin(self) -> None:
@@ -148,7 +157,8 @@ class CudaCommandBuffer(CommandBuffer):
         self._graph_finalizer = self.device._track(self, "graph", int(self._graph))
 
     def _drop_graph(self) -> None:
-        if self._graph_finalizer is not None:
+        """Free the recording's graph, unless the exec was instantiated from it (then it goes with the exec)."""
+        if self._graph_finalizer is not None and self._graph_finalizer is not self._exec_graph_finalizer:
             self._graph_finalizer()
             self.device._collect()
 
@@ -217,12 +227,15 @@ class CudaCommandBuffer(CommandBuffer):
             updated = err == driver.CUresult.CUDA_SUCCESS
             if updated:
                 self.updates += 1
-            else:
-                self._exec_finalizer()  # another topology: instantiate anew
-                self._exec = self._exec_finalizer = None
+            else:  # another topology: instantiate anew
+                self._exec_finalizer()
+                if self._exec_graph_finalizer is not self._graph_finalizer:
+                    self._exec_graph_finalizer()
+                self._exec = self._exec_finalizer = self._exec_graph_finalizer = None
         if not updated:
             self._exec = call(driver.cuGraphInstantiate, self._graph, 0)
             self._exec_finalizer = device._track(self, "exec", int(self._exec))
+            self._exec_graph_finalizer, self._exec_nodes = self._graph_finalizer, self._nodes
             self.instantiations += 1
         call(driver.cuGraphUpload, self._exec, device.stream)
         # One launch is one call: cuda-python's compiled binding costs less than a cffi call into graph.c
@@ -242,7 +255,15 @@ class CudaCommandBuffer(CommandBuffer):
             if not self._built:
                 self._build(table)
             elif table[:self._slots_needed] != self._table_seen:
-                self._patch(table)
+                try:
+                    self._patch(table)
+                except (DeviceLostError, OutOfMemoryError):
+                    raise
+                except DeviceError:  # CUDA may refuse a memset or memcpy node its new address: build anew
+                    self._drop_graph()
+                    self._forget_nodes()
+                    self._build(table)
+                    self.patched = 0
             else:
                 self.patched = 0
         err, = self._launch()
@@ -287,7 +308,7 @@ class CudaCommandBuffer(CommandBuffer):
                     stream.append(0)
                     count += 1
         if stream:
-            words.run(words.PATCH, int(self._exec), stream, self.device.functions, self._nodes,
+            words.run(words.PATCH, int(self._exec), stream, self.device.functions, self._exec_nodes,
                       self.device.context_handle)
         self._table_seen = table
         self.patched = count

@@ -129,6 +129,63 @@ def test_a_new_binding_table_patches_only_the_nodes_it_changes(gpu, exe):
     np.testing.assert_array_equal(o2.read(np.uint32), (np.arange(n, dtype=np.uint32) * 10 + 1000) * 8)
 
 
+def test_patches_after_an_exec_update_name_the_nodes_of_the_instantiating_graph(gpu, exe):
+    """CUDA identifies an exec's node by the node of the graph it was instantiated from, also after
+    cuGraphExecUpdate took a re-recording's graph: a rebind after a re-recording patches those nodes."""
+    n = 64
+    cb = gpu.create_command_buffer(mode="reusable", binding_capacity=1)
+
+    def record():
+        with cb:
+            cb.fill_buffer(hal.slot(0), np.uint32(3))
+            cb.execution_barrier()
+            cb.dispatch(exe, "scale", groups(n), (n, 5), (hal.slot(0),))
+
+    first, second = gpu.allocate(4 * n), gpu.allocate(4 * n)
+    record()
+    gpu.queue_execute(cb, binding_table=(first,))
+    cb.reset()
+    record()
+    gpu.queue_execute(cb, binding_table=(first,))  # built again, the exec updated in place
+    gpu.queue_execute(cb, binding_table=(second,))  # both nodes patched
+    assert (cb.instantiations, cb.updates, cb.patched) == (1, 1, 2)
+    np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
+    np.testing.assert_array_equal(second.read(np.uint32), u32([15] * n))
+
+
+def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypatch):
+    """CUDA may refuse a memset or memcpy node a new address (another kind of allocation, say): the
+    command buffer then builds its graph again for the new table and updates the exec with it. The
+    refusal is staged here; the rebuild, the exec update and the launch run on the GPU."""
+    from backends.cuda_graph import stream as words
+    from hal.errors import DeviceError
+
+    n = 64
+    cb = gpu.create_command_buffer(mode="reusable", binding_capacity=1)
+    with cb:
+        cb.fill_buffer(hal.slot(0), np.uint32(3))
+        cb.execution_barrier()
+        cb.dispatch(exe, "scale", groups(n), (n, 5), (hal.slot(0),))
+    first, second = gpu.allocate(4 * n), gpu.allocate(4 * n)
+    gpu.queue_execute(cb, binding_table=(first,))
+    real = words.run
+
+    def refuse_patches(mode, *args, **kwargs):
+        if mode == words.PATCH:
+            raise DeviceError("cuGraphExecSetParams (memset node 0) failed: CUDA_ERROR_INVALID_VALUE")
+        return real(mode, *args, **kwargs)
+
+    monkeypatch.setattr(words, "run", refuse_patches)
+    gpu.queue_execute(cb, binding_table=(second,))
+    assert (cb.instantiations, cb.updates, cb.patched) == (1, 1, 0)  # same topology: the exec was updated
+    np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
+    np.testing.assert_array_equal(second.read(np.uint32), u32([15] * n))
+    monkeypatch.setattr(words, "run", real)
+    gpu.queue_execute(cb, binding_table=(first,))  # the rebuilt graph patches as before
+    assert cb.patched == 2
+    np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
+
+
 def test_one_shot_deferred_launches_on_the_stream(gpu, exe):
     x = gpu.upload(u32([1, 2, 3, 4]))
     cb = gpu.create_command_buffer()
