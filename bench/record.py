@@ -26,6 +26,7 @@ from hal.commands import Dispatch
 WORKGROUP = 64
 SLICE = 1024  # bytes each fan dispatch writes
 TARGET_US = 1.0  # issue 2's target for one recorded dispatch with validation on
+STORAGE = int(hal.BufferUsage.DISPATCH_STORAGE)
 
 
 def _noop(ctx):
@@ -89,7 +90,7 @@ class InlinedRecorder(FloorRecorder):
     anyone should use; it shows how far any plain-Python recorder that checks what hal checks stays
     above the target on this machine."""
 
-    __slots__ = ("device", "_written", "_read", "_seen")
+    __slots__ = ("device", "_written", "_read", "_seen", "_checked")
 
     def __init__(self, device: hal.Device) -> None:
         super().__init__()
@@ -97,6 +98,7 @@ class InlinedRecorder(FloorRecorder):
         self._written: dict[hal.Buffer, int] = {}
         self._read: set[BufferRef] = set()
         self._seen: tuple = ((), ())
+        self._checked: set[BufferRef] = set()  # references whose range and usage were checked (hal: once)
 
     def dispatch(self, executable: hal.Executable, name: str, workgroups=(1, 1, 1), constants=(), bindings=()):
         ordinal, export = executable._by_name[name]
@@ -109,8 +111,7 @@ class InlinedRecorder(FloorRecorder):
             self._seen = (workgroups, constants)
         if type(bindings) is not tuple or len(bindings) != export.bindings:
             raise hal.ValidationError("bindings")
-        token = self.device._release_token
-        written, read, writes = self._written, self._read, export.writes
+        written, read, checked, writes = self._written, self._read, self._checked, export.writes
         resolved = []
         i = -1
         for r in bindings:
@@ -119,10 +120,12 @@ class InlinedRecorder(FloorRecorder):
                 if not isinstance(r, hal.Buffer):
                     raise hal.ValidationError("not a buffer")
                 r = r._whole
-            if r._bindable is not token:
-                r._bindable = token  # hal checks the range here once per release token
-            resolved.append(r)
             b = r._buffer
+            if r not in checked:
+                if b.device is not self.device or b._released or r._end > b.size or not b._usage_bits & STORAGE:
+                    raise hal.ValidationError("binding")
+                checked.add(r)
+            resolved.append(r)
             if writes[i]:
                 if r._offset < written.get(b, 0):
                     raise hal.ValidationError("race")
