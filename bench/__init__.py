@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -12,3 +14,14 @@ def emit(result: dict, report: str, json_path: str | None) -> int:
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=1))
     return 0
+
+
+def sizes_main(argv: list[str] | None, doc: str | None, default_sizes: str, run: Callable[[list[int]], dict],
+               report: Callable[[dict], str]) -> int:
+    """The command line of a benchmark run over a list of sizes: `--sizes 10,100` and `--json PATH`."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default=default_sizes)
+    parser.add_argument("--json", default=None, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run([int(s) for s in args.sizes.split(",")])
+    return emit(result, report(result), args.json)

@@ -90,12 +90,13 @@ def summary(result: dict) -> str:
                 add(f"Vulkan wall per dispatch, {r['elements']} elements, hal reused", r["hal_reused_wall"],
                     r["naive_per_dispatch_wall"], "one VkCommandBuffer per dispatch", "µs")
     if "cuda" in result:
+        from bench.cuda import find_row
+
         cuda_rows = result["cuda"]["rows"]
         n = max(r["kernels"] for r in cuda_rows)
 
         def row(program: str, competitor: str) -> dict | None:
-            return next((r for r in cuda_rows if (r["program"], r["kernels"], r["competitor"]) ==
-                         (program, n, competitor)), None)
+            return find_row(cuda_rows, program, n, competitor)
         for program in ("chain", "fan"):
             ours, raw, torch = row(program, "hal deferred"), row(program, "raw graph"), row(program, "torch")
             add(f"CUDA resubmit, {program} of {n}", ours["submit"], raw["submit"], "raw cuGraphLaunch", "µs")

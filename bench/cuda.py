@@ -24,7 +24,6 @@ rebind O(k) and at most 3 µs a node. Last, one-shot work: stream launches again
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import time
@@ -39,7 +38,7 @@ import hal
 from backends.cuda_graph import stream as words
 from backends.cuda_graph.api import call
 from backends.cuda_graph.buffer import host_alloc
-from bench import emit
+from bench import sizes_main
 from tests.kernels import CUDA_CODE, WORKGROUP
 
 ELEMENTS = WORKGROUP
@@ -437,7 +436,7 @@ def run(sizes: list[int], progress: Callable[[str], None] = lambda _: None) -> d
     return dict(meta=meta, rows=rows, rebind=rebinds, memory=memory)
 
 
-def _row(rows: list[dict], program: str, n: int, name: str) -> dict | None:
+def find_row(rows: list[dict], program: str, n: int, name: str) -> dict | None:
     return next((r for r in rows if (r["program"], r["kernels"], r["competitor"]) == (program, n, name)), None)
 
 
@@ -478,7 +477,7 @@ def report(result: dict) -> str:
     rows = result["rows"]
     for program in ("chain", "fan"):
         for n in sorted({r["kernels"] for r in rows}):
-            hal_row, raw, torch = (_row(rows, program, n, c) for c in ("hal deferred", "raw graph", "torch"))
+            hal_row, raw, torch = (find_row(rows, program, n, c) for c in ("hal deferred", "raw graph", "torch"))
             submit = hal_row["submit"] / raw["submit"]
             gpu = hal_row["gpu"] / raw["gpu"]
             lines.append(f"- {program} {n}: resubmit / raw cuGraphLaunch = {submit:.2f} (<= 1.2: "
@@ -500,12 +499,7 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10,100,1000")
-    parser.add_argument("--json", default=None, help="also write the result as JSON here")
-    args = parser.parse_args(argv)
-    result = run([int(s) for s in args.sizes.split(",")])
-    return emit(result, report(result), args.json)
+    return sizes_main(argv, __doc__, "10,100,1000", run, report)
 
 
 if __name__ == "__main__":

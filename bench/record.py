@@ -12,14 +12,13 @@ the naive alternative that tests every pair of commands, to show what indexing r
 
 from __future__ import annotations
 
-import argparse
 import gc
 import platform
 import time
 from collections.abc import Callable
 
 import hal
-from bench import emit
+from bench import sizes_main
 from hal.buffer import BufferRef
 from hal.commands import Dispatch
 
@@ -279,12 +278,7 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10,100,1000,10000")
-    parser.add_argument("--json", default=None, help="also write the result as JSON here")
-    args = parser.parse_args(argv)
-    result = run([int(s) for s in args.sizes.split(",")])
-    return emit(result, report(result), args.json)
+    return sizes_main(argv, __doc__, "10,100,1000,10000", run, report)
 
 
 if __name__ == "__main__":

@@ -229,8 +229,7 @@ class CudaCommandBuffer(CommandBuffer):
                 self.updates += 1
             else:  # another topology: instantiate anew
                 self._exec_finalizer()
-                if self._exec_graph_finalizer is not self._graph_finalizer:
-                    self._exec_graph_finalizer()
+                self._exec_graph_finalizer()  # an earlier graph: end() always builds a new one
                 self._exec = self._exec_finalizer = self._exec_graph_finalizer = None
         if not updated:
             self._exec = call(driver.cuGraphInstantiate, self._graph, 0)
