@@ -104,6 +104,8 @@ def summary(result: dict) -> str:
             if torch is not None:
                 add(f"CUDA record+end per kernel, {program} of {n}", ours["record"] + ours["end"], torch["record"],
                     "PyTorch capture+instantiate", "µs")
+                add(f"CUDA recording to first result per kernel, {program} of {n}", ours["first"], torch["first"],
+                    "PyTorch capture to first replay's end", "µs")
             add(f"CUDA one-shot wall per kernel, {program} of {n}, stream launches",
                 row(program, "one-shot: stream launches (hal deferred)")["wall"],
                 row(program, "one-shot: graph (hal single_pass)")["wall"], "a graph built to run once", "µs")

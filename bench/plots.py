@@ -92,6 +92,7 @@ def _series(rows: list[dict], program: str, competitor: str, value: Callable[[di
 
 
 CUDA_PANELS = (("record+end", lambda r: r["record"] + r["end"], "host µs per kernel to record and build"),
+               ("first", lambda r: r["first"], "µs per kernel from recording to the first result"),
                ("submit", lambda r: r["submit"], "host µs of one resubmission"),
                ("gpu", lambda r: r["gpu"], "GPU µs per node"))
 
@@ -122,7 +123,8 @@ def cuda_competitors(result: dict, path: Path) -> bool:
         ax.set_ylabel("competitor / hal deferred")
         ax.set_title(label, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-    handles, labels = axes[0][1].get_legend_handles_labels()  # submit: every competitor has a line there
+    submit = [name for name, _, _ in CUDA_PANELS].index("submit")  # every competitor has a line there
+    handles, labels = axes[0][submit].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=len(competitors))
     meta = run["meta"]
     fig.suptitle(f"CUDA graphs: each competitor over hal deferred, above 1 hal is faster; solid chain, dashed fan "

@@ -10,6 +10,7 @@ hooks: `deferred` backends see the whole list at `end()`, `single_pass` ones eac
 from __future__ import annotations
 
 import gc
+import itertools
 import operator
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -132,10 +133,10 @@ class CommandBuffer:
         collecting = gc.isenabled()
         gc.disable()  # the analysis only adds long-lived objects: scanning them again and again is waste
         try:
-            for seg in self.segments():
-                if analyse:
-                    tracker.segment(seg.commands)
-                commands.extend(seg.commands)
+            segments = [seg.commands for seg in self.segments()]
+            if analyse:
+                tracker.segments(segments)
+            commands.extend(itertools.chain.from_iterable(segments))
             self._analysed = self._analysed or analyse
             direct: dict[Buffer | None, None] = {}
             for c in commands:
@@ -177,8 +178,7 @@ class CommandBuffer:
         if self._state is not _ENDED:
             raise ValidationError(f"dependency_graph: the command buffer is {self._state}; call end() first")
         if not self._analysed:
-            for seg in self.segments():
-                self._tracker.segment(seg.commands)
+            self._tracker.segments(seg.commands for seg in self.segments())
             self._analysed = True
         return to_networkx(self._commands, self._tracker)
 

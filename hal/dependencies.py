@@ -25,7 +25,7 @@ import networkx as nx
 from hal.errors import ValidationError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from hal.buffer import Buffer, BufferRef
     from hal.commands import Command
@@ -79,28 +79,33 @@ class DependencyTracker:
             self._open = []
             self._group = None
 
-    def segment(self, commands: Sequence[Command]) -> None:
-        """Register a whole segment (after a barrier), as `barrier()` and `add()` of each would: the
-        deferred path of end(), one call per segment."""
+    def segments(self, segments: Iterable[Sequence[Command]]) -> None:
+        """Register whole segments (each after a barrier), as `barrier()` and `add()` of each command
+        would: the deferred path of end(), in one call."""
         if self.hazards:
-            self.barrier()
-            for c in commands:
-                self._add_hazards(c)
+            for commands in segments:
+                self.barrier()
+                for c in commands:
+                    self._add_hazards(c)
             return
-        if not commands:
-            return
-        if self._open or self._group is None:
-            if self._open:
-                self._prev = tuple(self._open)
-            self.groups.append(self._prev)
-            self._group = len(self.groups) - 1
-        g = self._group
-        if len(commands) == 1:  # a chain: no per-segment lists to build
-            self.group_of.append(g)
-            self._open = [commands[0].index]
-        else:
-            self.group_of += [g] * len(commands)
-            self._open = [c.index for c in commands]
+        groups, group_of = self.groups, self.group_of
+        opened: Sequence[int] = self._open
+        prev, group = self._prev, self._group
+        for commands in segments:
+            if not commands:
+                continue
+            if opened or group is None:
+                if opened:
+                    prev = tuple(opened)
+                groups.append(prev)
+                group = len(groups) - 1
+            if len(commands) == 1:  # a chain: no per-segment lists to build
+                group_of.append(group)
+                opened = (commands[0].index,)
+            else:
+                group_of += [group] * len(commands)
+                opened = [c.index for c in commands]
+        self._open, self._prev, self._group = list(opened), prev, group
 
     def add(self, command: Command) -> int:
         """Register the next command (indices must come in order); returns its group (-1: none)."""

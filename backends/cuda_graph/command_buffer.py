@@ -6,6 +6,10 @@ only patch what changed.
   node when m > 1 and n > 1. The graph is instantiated once and uploaded; a submit is one launch.
 - single_pass: each command becomes a node as it is recorded, waiting for the open nodes since the
   last barrier (through a join node when there are several), as IREE's CUDA driver does.
+- Lanes: the commands of a segment run in at most `device.graph_lanes` chains (command j waits for
+  command j - lanes of its segment), and what waits for the segment waits for the last node of each
+  lane. Commands of a segment are unordered, so this only adds order; it bounds the graph's width,
+  which CUDA's instantiation and launch cost grow with (bench/README.md).
 - Binding tables: a command buffer that uses slots is built at its first submit; a later table
   patches only the nodes whose resolved addresses changed (cuGraphExec*NodeSetParams), found through
   the slots that changed. An unchanged table costs nothing.
@@ -17,6 +21,7 @@ only patch what changed.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import functools
 from array import array
@@ -75,11 +80,13 @@ class PinnedArena:
 class CudaCommandBuffer(CommandBuffer):
     __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_exec_graph_finalizer", "_exec_nodes",
                  "_nodes", "_slot_of", "_joins", "_built", "_arena", "_staging", "_table_seen", "_node_words",
-                 "_slot_words", "_stream_launch", "_launch", "instantiations", "updates", "patched")
+                 "_slot_words", "_stream_launch", "_launch", "_lanes", "_segment_starts", "_lane_segment",
+                 "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
         super().__init__(device, mode, binding_capacity, strategy, dependencies, validate)
+        self._lanes = device.graph_lanes or 1 << 62  # 0: no limit
         self._exec: Any = None
         self._exec_finalizer: Any = None
         # The graph the exec was instantiated from, and its node handles: node updates name those nodes
@@ -106,6 +113,8 @@ class CudaCommandBuffer(CommandBuffer):
         self._nodes = array("Q")
         self._slot_of: list[int] = []  # command index -> node slot
         self._joins: dict[int, int] = {}  # dependency group -> join node slot
+        self._segment_starts: list[int] = []  # the first command index of each segment built so far
+        self._lane_segment = -1  # the segment the encoder is in, for single_pass (one command at a time)
         self._built = False
         self._table_seen: tuple[Buffer, ...] | None = None
         self._node_words: dict[int, list[int]] = {}  # command index -> words its node was last given
@@ -170,33 +179,63 @@ class CudaCommandBuffer(CommandBuffer):
             self._nodes
         uses = None if single else collections.Counter(group_of)  # how many commands share each group
         command = words.Words(table, self._staging).command
-        node_of = slot_of.__getitem__
+        lanes, starts = self._lanes, self._segment_starts
+        segment = self._lane_segment
+        start = starts[-1] if starts else 0
         stream: list[int] = []
         for c in commands:
-            g = group_of[c.index]
-            if g < 0:
-                deps: Sequence[int] = ()
+            index = c.index
+            if c.segment != segment:
+                segment, start = c.segment, index
+                starts.append(start)
+            g = group_of[index]
+            behind = index - lanes  # the command before this one in its lane, if it is of this segment
+            if behind >= start and (g < 0 or group_of[behind] == g):
+                deps: Sequence[int] = (slot_of[behind],)  # it waited for what this one waits for
             else:
-                preds = groups[g]
-                if len(preds) == 1:  # a chain
-                    deps = (slot_of[preds[0]],)
-                elif single or uses[g] > 1:  # m-to-n: through one join node
-                    join = joins.get(g)
-                    if join is None:
-                        join = joins[g] = len(nodes)
-                        nodes.append(0)
-                        stream += (words.OP_EMPTY, join, len(preds))
-                        stream += map(node_of, preds)
-                    deps = (join,)
+                if g < 0:
+                    deps = ()
                 else:
-                    deps = tuple(map(node_of, preds))
+                    preds = groups[g]
+                    if len(preds) == 1:  # a chain
+                        deps = (slot_of[preds[0]],)
+                    else:
+                        join = joins.get(g)
+                        deps = (join,) if join is not None else self._fan_in(g, preds, single or uses[g] > 1,
+                                                                              stream)
+                if behind >= start:
+                    deps = (slot_of[behind], *deps)
             slot = len(nodes)
             nodes.append(0)
             slot_of.append(slot)
             stream += command(c, slot)
             stream.append(len(deps))
             stream += deps
+        self._lane_segment = segment
         return stream
+
+    def _fan_in(self, group: int, preds: Sequence[int], shared: bool, stream: list[int]) -> tuple[int, ...]:
+        """The node slots a command of `group` waits on: of each lane only its last command in `preds` (the
+        others come before it), through one join node, added to `stream`, when the group is `shared`."""
+        slot_of, lanes, starts = self._slot_of, self._lanes, self._segment_starts
+        if len(preds) > lanes:
+            seen: set[tuple[int, int]] = set()
+            tails = []
+            for p in reversed(preds):
+                start = starts[bisect.bisect_right(starts, p) - 1]
+                lane = (start, (p - start) % lanes)
+                if lane not in seen:
+                    seen.add(lane)
+                    tails.append(p)
+            preds = tails[::-1]
+        if len(preds) == 1 or not shared:
+            return tuple(slot_of[p] for p in preds)
+        nodes = self._nodes
+        join = self._joins[group] = len(nodes)
+        nodes.append(0)
+        stream += (words.OP_EMPTY, join, len(preds))
+        stream += (slot_of[p] for p in preds)
+        return (join,)
 
     def _run_build(self, stream: list[int]) -> None:
         device = self.device

@@ -6,9 +6,11 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import hal
 from tests.conftest import backend_or_skip
+from tests.differential.test_programs import check_program, programs
 from tests.kernels import groups
 
 backend_or_skip("cuda", "backends.cuda_graph")
@@ -68,6 +70,69 @@ def test_emitted_graph_is_the_dependency_graph_plus_joins(gpu, exe, strategy, de
     gpu.queue_execute(cb)
     gpu.synchronize()
     assert cb.instantiations == 1
+
+
+def width(graph: nx.DiGraph, nodes: list) -> int:
+    """The most of `nodes` that the graph leaves mutually unordered: by Dilworth's theorem, the fewest chains
+    covering them, from a maximum matching of the comparability relation."""
+    closure = nx.transitive_closure_dag(graph)
+    pairs = nx.Graph()
+    pairs.add_nodes_from(nodes)
+    pairs.add_nodes_from(("after", v) for v in nodes)
+    pairs.add_edges_from((u, ("after", v)) for u, v in closure.edges if u in nodes and v in nodes)
+    return len(nodes) - len(nx.bipartite.hopcroft_karp_matching(pairs, top_nodes=nodes)) // 2
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+@pytest.mark.parametrize("deps", ["barriers", "hazards"])
+def test_wide_segments_run_in_lanes(gpu, exe, strategy, deps, monkeypatch):
+    """A segment wider than device.graph_lanes runs in that many chains; every ordering the dependency
+    graph asks for is kept, and the work gives what the full-width graph gives."""
+    m, n, lanes = 7, 8, 3
+    results = {}
+    for width_limit in (0, lanes):
+        monkeypatch.setattr(gpu, "graph_lanes", width_limit)
+        bufs = [gpu.upload(np.full(N, i + 1, np.uint32)) for i in range(m + n)]
+        cb = gpu.create_command_buffer(mode="reusable", strategy=strategy, dependencies=deps)
+        with cb:
+            record_wide(cb, exe, bufs, m, n)
+        emitted = contract_joins(cb.emitted_graph())
+        expected = cb.dependency_graph()
+        if width_limit:
+            assert set(nx.transitive_closure_dag(expected).edges) <= set(nx.transitive_closure_dag(emitted).edges)
+            producers, consumers = list(range(m)), list(range(m, m + n))
+            assert width(emitted, producers) == lanes and width(emitted, consumers) == lanes
+            assert emitted.in_degree(m + n) <= lanes  # the reducer waits for the lanes' last nodes
+        else:
+            assert set(emitted.edges) == set(expected.edges)
+        gpu.queue_execute(cb)
+        results[width_limit] = [b.read(np.uint32) for b in bufs]
+    for full, laned in zip(results[0], results[lanes]):
+        np.testing.assert_array_equal(full, laned)
+
+
+def test_graph_lanes_come_from_the_environment(monkeypatch):
+    from backends.cuda_graph.device import GRAPH_LANES, graph_lanes
+
+    monkeypatch.delenv("HAL_CUDA_GRAPH_LANES", raising=False)
+    assert graph_lanes() == GRAPH_LANES
+    monkeypatch.setenv("HAL_CUDA_GRAPH_LANES", "0")
+    assert graph_lanes() == 0
+    monkeypatch.setenv("HAL_CUDA_GRAPH_LANES", "many")
+    with pytest.raises(hal.ValidationError, match="HAL_CUDA_GRAPH_LANES"):
+        graph_lanes()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=programs())
+def test_generated_programs_in_two_lanes(gpu, program):
+    """The differential test with segments cut into two lanes: every strategy, dependency mode and
+    binding path still matches the sequential reference."""
+    lanes, gpu.graph_lanes = gpu.graph_lanes, 2
+    try:
+        check_program(gpu, program)
+    finally:
+        gpu.graph_lanes = lanes
 
 
 def test_resubmitting_an_unchanged_command_buffer_instantiates_once(gpu, exe):
