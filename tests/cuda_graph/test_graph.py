@@ -3,13 +3,16 @@ once; re-recording updates the exec; a new binding table patches only the nodes 
 
 from __future__ import annotations
 
+import threading
+
 import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import hal
-from tests.conftest import backend_or_skip
+from tests import kernels
+from tests.conftest import backend_or_skip, open_device
 from tests.differential.test_programs import check_program, programs
 from tests.kernels import groups
 
@@ -144,6 +147,35 @@ def test_resubmitting_an_unchanged_command_buffer_instantiates_once(gpu, exe):
         gpu.queue_execute(cb)
     assert cb.instantiations == 1 and cb.patched == 0
     np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 1024)
+
+
+def test_a_resubmission_from_another_thread_or_to_a_closed_device():
+    """The one-launch resubmission path holds only where the general path would launch alone: a thread whose
+    context is not current yet, or a closed device, goes the general way."""
+    dev = open_device("cuda")
+    mine = dev.load_executable(kernels.SOURCE)
+    x = dev.upload(u32([1, 2, 3, 4]))
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        cb.dispatch(mine, "scale", (1, 1, 1), (4, 2), (x,))
+    dev.queue_execute(cb)
+    errors = []
+
+    def resubmit():
+        try:
+            dev.queue_execute(cb)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    worker = threading.Thread(target=resubmit)
+    worker.start()
+    worker.join()
+    assert not errors
+    dev.queue_execute(cb)
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
+    dev.close()
+    with pytest.raises(hal.ValidationError, match="closed"):
+        dev.queue_execute(cb)
 
 
 def test_re_recording_the_same_topology_updates_the_exec(gpu, exe):
