@@ -127,7 +127,7 @@ class CudaDevice(Device):
         call(driver.cuMemPoolSetAttribute, self.pool, driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
              driver.cuuint64_t(0xFFFFFFFFFFFFFFFF))  # keep freed memory for reuse instead of returning it
         self.functions = words.functions()
-        self.graph_lanes = graph_lanes()  # read by each command buffer as it is created
+        self.graph_lanes = graph_lanes()
         self._lock = threading.RLock()  # what is owned, unreferenced or retired, and the pending list
         self._staging: tuple[int, int, np.ndarray] | None = None
         self._staging_lock = threading.Lock()
@@ -142,6 +142,18 @@ class CudaDevice(Device):
         self._unreferenced: list[tuple[str, Any]] = []  # released or collected: freed at the next safe point
         self._keys = itertools.count()
         self._lost: HalError | None = None
+
+    @property
+    def graph_lanes(self) -> int:
+        """The most chains a segment's commands run in (0: no limit); each command buffer reads it as it
+        is created."""
+        return self._graph_lanes
+
+    @graph_lanes.setter
+    def graph_lanes(self, lanes: int) -> None:
+        if type(lanes) is not int or lanes < 0:
+            raise ValidationError(f"graph_lanes must be a whole number of lanes (0: no limit), got {lanes!r}")
+        self._graph_lanes = lanes
 
     # Context and lifetimes.
     def _activate(self) -> None:

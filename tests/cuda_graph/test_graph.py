@@ -126,6 +126,13 @@ def test_graph_lanes_come_from_the_environment(monkeypatch):
         graph_lanes()
 
 
+def test_graph_lanes_must_be_a_whole_number(gpu):
+    for bad in (-1, 2.5, "4"):
+        with pytest.raises(hal.ValidationError, match="graph_lanes"):
+            gpu.graph_lanes = bad
+    assert gpu.graph_lanes >= 0
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs())
 def test_generated_programs_in_two_lanes(gpu, program):
