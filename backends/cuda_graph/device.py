@@ -346,7 +346,7 @@ class CudaDevice(Device):
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
         if self._lost is not None:
             self._check_lost()
-        if _current.device is not self:  # _activate's test, inlined: this is the resubmit path
+        if _current.device is not self:  # _activate's test, inlined
             self._activate()
         launch = command_buffer._launch
         if launch is not None and not command_buffer._slot_commands and not waits and not signals:
