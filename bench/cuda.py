@@ -180,13 +180,12 @@ def raw_stream(f: Fixture) -> tuple[dict, Launcher]:
         for _, pointers in params:
             call(driver.cuLaunchKernel, func, 1, 1, 1, ELEMENTS, 1, 1, 0, stream, pointers.buffer_info()[0], 0)
 
-    first = float("inf")
-    for _ in range(BUILDS):
-        t0 = time.perf_counter()
+    def launch_once(_: None) -> None:
         launch()
         dev.synchronize()
-        first = min(first, (time.perf_counter() - t0) / f.n * 1e6)
-    return dict(record=0.0, end=0.0, first=first), Launcher(launch, stream, dev.synchronize)
+
+    times, _ = best_build(lambda: (0.0, 0.0, None), launch_once, f.n)  # nothing to record or build
+    return times, Launcher(launch, stream, dev.synchronize)
 
 
 BUILDS = 3  # record and end are timed this many times, each on a fresh build: the best counts

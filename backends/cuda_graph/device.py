@@ -344,31 +344,10 @@ class CudaDevice(Device):
     def _queue_execute(self, command_buffer: CudaCommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[CudaSemaphore, int], ...],
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
+        """The general path: a first submission, a new table, semaphores (queue_execute takes the resubmission)."""
         if self._lost is not None:
             self._check_lost()
-        if _current.device is not self:  # _activate's test, inlined
-            self._activate()
-        launch = command_buffer._launch
-        if launch is not None and not command_buffer._slot_commands and not waits and not signals:
-            err, = launch()  # built, nothing to patch, no semaphores: _submit's one launch, without the call
-            if err:
-                self._lost_on(fail(err, "cuGraphLaunch"))
-        else:
-            self._full_submit(command_buffer, table, waits, signals)
-        if self._graveyard or self._unreferenced:
-            with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
-                self._collect()
-
-    def _lost_on(self, error: HalError) -> None:
-        """Raise `error`, remembering it first when it lost the device (later calls raise it too)."""
-        if isinstance(error, DeviceLostError):
-            self._lost = error
-        raise error
-
-    def _full_submit(self, command_buffer: CudaCommandBuffer, table: tuple[Buffer, ...],
-                     waits: tuple[tuple[CudaSemaphore, int], ...],
-                     signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
-        """A submission that builds, patches or waits and signals semaphores."""
+        self._activate()
         for sem, value in waits:
             call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
                  driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
@@ -384,6 +363,15 @@ class CudaDevice(Device):
             call(driver.cuStreamWriteValue64, stream, self._marks[1], self._submitted, 0)
             with self._lock:
                 self._pending.append((self._submitted, waits, signals))
+        if self._graveyard or self._unreferenced:
+            with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
+                self._collect()
+
+    def _lost_on(self, error: HalError) -> None:
+        """Raise `error`, remembering it first when it lost the device (later calls raise it too)."""
+        if isinstance(error, DeviceLostError):
+            self._lost = error
+        raise error
 
     def _done_mark(self) -> int:
         return int(self._marks[2].view(np.uint64)[0])
