@@ -49,7 +49,7 @@ class CommandBuffer:
 
     __slots__ = ("device", "mode", "binding_capacity", "strategy", "dependencies", "validate",
                  "_caps", "_state", "_head", "_tail", "_count", "_barriers", "_tracker", "_analysed", "_races",
-                 "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed", "_begun_token",
+                 "_single_pass", "_commands", "_slot_commands", "_slot_seen", "_slots_needed", "_live_token",
                  "_direct_buffers", "_dispatched", "_slot_index", "_ran", "_table", "_table_token",
                  "_workgroups_seen", "_constants_seen", "__weakref__")
 
@@ -88,9 +88,11 @@ class CommandBuffer:
         self._slot_commands: list[Command] = []
         self._slot_seen = -1
         self._slots_needed = 0
-        self._direct_buffers: tuple[Buffer, ...] = ()
+        self._direct_buffers: tuple[Buffer, ...] | None = None  # bound without a slot, when first needed
         self._dispatched: dict[Executable, int] | None = None  # executable -> first command, when first needed
-        self._begun_token: object = None  # the device's release token when recording began
+        # The device's release token when nothing the recording uses was released: at begin(), then at
+        # each check that found it so. Until the token changes, no check is needed.
+        self._live_token: object = None
         self._slot_index: tuple[dict[int, list[Command]], dict[int, Segment], frozenset[Buffer]] | None = None
         self._ran = False  # submitted: a one_shot command buffer may not be again
         self._table: tuple[Buffer, ...] = ()
@@ -118,7 +120,7 @@ class CommandBuffer:
         if self._state is not _INITIAL:
             raise ValidationError(f"begin: the command buffer is {self._state}; call reset() to record it again")
         self._state = _RECORDING
-        self._begun_token = self.device._release_token
+        self._live_token = self.device._release_token
         self._on_begin()
 
     def end(self) -> None:
@@ -138,19 +140,12 @@ class CommandBuffer:
                 tracker.segments(segments)
             commands.extend(itertools.chain.from_iterable(segments))
             self._analysed = self._analysed or analyse
-            direct: dict[Buffer | None, None] = {}
-            for c in commands:
-                for r in c.bindings if type(c) is Dispatch else (r for r, _ in c.accesses()):
-                    direct[r._buffer] = None
-            direct.pop(None, None)  # slot references
-            self._direct_buffers = tuple(direct)
-            if self.device._release_token is not self._begun_token:
-                self._check_released("end")
+            self._check_released("end")
             self._slots_needed = max((r._slot + 1 for c in self._slot_commands for r, _ in c.accesses()), default=0)
             self._on_end()
         except BaseException:  # the backend failed to emit: stay recording, as before end()
             self._commands = []
-            self._dispatched = None
+            self._direct_buffers = self._dispatched = None
             if not self._single_pass:
                 self._tracker = DependencyTracker(self.dependencies)
                 self._analysed = False
@@ -464,16 +459,31 @@ class CommandBuffer:
                     users[r._slot].append(c)
         wanted = {c.segment for c in self._slot_commands}
         self._slot_index = (users, {seg.index: seg for seg in self.segments() if seg.index in wanted},
-                            frozenset(self._direct_buffers))
+                            frozenset(self._direct()))
         return self._slot_index
 
     def _slot_users(self) -> dict[int, list[Command]]:
         """Slot index -> the commands using it, each once, in recording order."""
         return (self._slot_index or self._index_slots())[0]
 
+    def _direct(self) -> tuple[Buffer, ...]:
+        """The buffers the commands bind without a slot."""
+        if self._direct_buffers is None:
+            direct: dict[Buffer | None, None] = {}
+            for c in self._commands:
+                for r in c.bindings if type(c) is Dispatch else (r for r, _ in c.accesses()):
+                    direct[r._buffer] = None
+            direct.pop(None, None)  # slot references
+            self._direct_buffers = tuple(direct)
+        return self._direct_buffers
+
     def _check_released(self, what: str) -> None:
-        """Refuse a recording that uses a buffer or an executable released since it was recorded."""
-        for b in self._direct_buffers:
+        """Refuse a recording that uses a buffer or an executable released since it was recorded (each
+        reference was checked as it was recorded: only a release since then can matter)."""
+        token = self.device._release_token
+        if token is self._live_token:
+            return
+        for b in self._direct():
             if b._released:
                 user = next(c.index for c in self._commands for r, _ in c.accesses() if r._buffer is b)
                 raise ValidationError(f"{what}: command {user} uses a buffer that was released after recording; "
@@ -487,6 +497,7 @@ class CommandBuffer:
             if exe._released:
                 raise ValidationError(f"{what}: command {user} dispatches an executable that was released after "
                                       f"recording; record the command buffer again")
+        self._live_token = token
 
     def _check_slot_command(self, c: Command, table: tuple[Buffer, ...]) -> None:
         """The record-time reference checks, for the slot references of `c` resolved through `table`."""

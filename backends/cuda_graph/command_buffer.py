@@ -9,7 +9,9 @@ only patch what changed.
 - Lanes: the commands of a segment run in at most `device.graph_lanes` chains (command j waits for
   command j - lanes of its segment), and what waits for the segment waits for the last node of each
   lane. Commands of a segment are unordered, so this only adds order; it bounds the graph's width,
-  which CUDA's instantiation and launch cost grow with (bench/README.md).
+  which CUDA's instantiation and launch cost grow with (bench/README.md). deferred sees each segment
+  whole and uses the fewest lanes that keep the same depth: 98 commands in 64 lanes are 2 deep, and so
+  are they in 49.
 - Binding tables: a command buffer that uses slots is built at its first submit; a later table
   patches only the nodes whose resolved addresses changed (cuGraphExec*NodeSetParams), found through
   the slots that changed. An unchanged table costs nothing.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
+import operator
 from array import array
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from backends.cuda_graph.device import CudaDevice
 
 ARENA_BYTES = 1 << 20
+_segment = operator.attrgetter("segment")
 
 
 class PinnedArena:
@@ -80,7 +84,8 @@ class PinnedArena:
 class CudaCommandBuffer(CommandBuffer):
     __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_exec_graph_finalizer", "_exec_nodes",
                  "_nodes", "_slot_of", "_joins", "_built", "_arena", "_staging", "_table_seen", "_node_words",
-                 "_slot_words", "_stream_launch", "_launch", "_lanes", "_segment_starts", "_lane_segment",
+                 "_slot_words", "_stream_launch", "_launch", "_lanes", "_segment_starts", "_segment_lanes",
+                 "_lane_segment",
                  "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
@@ -114,6 +119,7 @@ class CudaCommandBuffer(CommandBuffer):
         self._slot_of: list[int] = []  # command index -> node slot
         self._joins: dict[int, int] = {}  # dependency group -> join node slot
         self._segment_starts: list[int] = []  # the first command index of each segment built so far
+        self._segment_lanes: list[int] = []  # and the lanes it runs in
         self._lane_segment = -1  # the segment the encoder is in, for single_pass (one command at a time)
         self._built = False
         self._table_seen: tuple[Buffer, ...] | None = None
@@ -179,17 +185,21 @@ class CudaCommandBuffer(CommandBuffer):
             self._nodes
         uses = None if single else collections.Counter(group_of)  # how many commands share each group
         command = words.Words(table, self._staging).command
-        lanes, starts = self._lanes, self._segment_starts
+        lanes, starts, segment_lanes = self._lanes, self._segment_starts, self._segment_lanes
         segment = self._lane_segment
-        start = starts[-1] if starts else 0
+        start, width = (starts[-1], segment_lanes[-1]) if starts else (0, lanes)
         stream: list[int] = []
         for c in commands:
             index = c.index
             if c.segment != segment:
-                segment, start = c.segment, index
+                segment, start, width = c.segment, index, lanes
+                if not single and index + lanes < len(commands) and commands[index + lanes].segment == segment:
+                    size = bisect.bisect_right(commands, segment, index, key=_segment) - index
+                    width = -(-size // -(-size // lanes))  # the fewest lanes as deep as `lanes` lanes
                 starts.append(start)
+                segment_lanes.append(width)
             g = group_of[index]
-            behind = index - lanes  # the command before this one in its lane, if it is of this segment
+            behind = index - width  # the command before this one in its lane, if it is of this segment
             if behind >= start and (g < 0 or group_of[behind] == g):
                 deps: Sequence[int] = (slot_of[behind],)  # it waited for what this one waits for
             else:
@@ -217,13 +227,14 @@ class CudaCommandBuffer(CommandBuffer):
     def _fan_in(self, group: int, preds: Sequence[int], shared: bool, stream: list[int]) -> tuple[int, ...]:
         """The node slots a command of `group` waits on: of each lane only its last command in `preds` (the
         others come before it), through one join node, added to `stream`, when the group is `shared`."""
-        slot_of, lanes, starts = self._slot_of, self._lanes, self._segment_starts
-        if len(preds) > lanes:
+        slot_of, starts = self._slot_of, self._segment_starts
+        if len(preds) > self._lanes:
             seen: set[tuple[int, int]] = set()
             tails = []
             for p in reversed(preds):
-                start = starts[bisect.bisect_right(starts, p) - 1]
-                lane = (start, (p - start) % lanes)
+                k = bisect.bisect_right(starts, p) - 1
+                start = starts[k]
+                lane = (start, (p - start) % self._segment_lanes[k])
                 if lane not in seen:
                     seen.add(lane)
                     tails.append(p)

@@ -89,9 +89,10 @@ def width(graph: nx.DiGraph, nodes: list) -> int:
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
 @pytest.mark.parametrize("deps", ["barriers", "hazards"])
 def test_wide_segments_run_in_lanes(gpu, exe, strategy, deps, monkeypatch):
-    """A segment wider than device.graph_lanes runs in that many chains; every ordering the dependency
-    graph asks for is kept, and the work gives what the full-width graph gives."""
-    m, n, lanes = 7, 8, 3
+    """A segment wider than device.graph_lanes runs in that many chains (deferred, seeing it whole, in the
+    fewest that are as deep); every ordering the dependency graph asks for is kept, and the work gives
+    what the full-width graph gives."""
+    m, n, lanes = 7, 8, 5
     results = {}
     for width_limit in (0, lanes):
         monkeypatch.setattr(gpu, "graph_lanes", width_limit)
@@ -103,8 +104,10 @@ def test_wide_segments_run_in_lanes(gpu, exe, strategy, deps, monkeypatch):
         expected = cb.dependency_graph()
         if width_limit:
             assert set(nx.transitive_closure_dag(expected).edges) <= set(nx.transitive_closure_dag(emitted).edges)
-            producers, consumers = list(range(m)), list(range(m, m + n))
-            assert width(emitted, producers) == lanes and width(emitted, consumers) == lanes
+            for members in (list(range(m)), list(range(m, m + n))):  # 7 and 8 commands: 2 deep in 5 lanes or 4
+                depth = -(-len(members) // lanes)
+                assert width(emitted, members) == (-(-len(members) // depth) if strategy == "deferred" else lanes)
+                assert nx.dag_longest_path_length(emitted.subgraph(members)) + 1 == depth
             assert emitted.in_degree(m + n) <= lanes  # the reducer waits for the lanes' last nodes
         else:
             assert set(emitted.edges) == set(expected.edges)

@@ -699,6 +699,24 @@ def test_buffer_released_after_a_reusable_submission(host):
         host.queue_execute(cb)
 
 
+def test_a_release_elsewhere_checks_the_recording_once(host):
+    """Any release on the device makes the next submit check the recording's buffers and executables: an
+    unrelated release lets it run, and a later release of a buffer it uses is still refused."""
+    used, unrelated = host.allocate(16), host.allocate(16)
+    cb = host.create_command_buffer(mode="reusable")
+    with cb:
+        cb.fill_buffer(used, np.uint32(5))
+    unrelated.release()
+    host.queue_execute(cb)
+    host.queue_execute(cb)
+    host.synchronize()
+    np.testing.assert_array_equal(used.read(np.uint32), np.full(4, 5, np.uint32))
+    used.release()
+    with pytest.raises(hal.ValidationError,
+                       match=r"queue_execute: command 0 uses a buffer that was released after recording"):
+        host.queue_execute(cb)
+
+
 def test_fill_target_lacking_transfer_target_usage(host):
     buf = host.allocate(16, usage=hal.BufferUsage.TRANSFER_SOURCE)
     cb = recording(host)
