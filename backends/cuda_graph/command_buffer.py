@@ -85,8 +85,7 @@ class CudaCommandBuffer(CommandBuffer):
     __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_exec_graph_finalizer", "_exec_nodes",
                  "_nodes", "_slot_of", "_joins", "_built", "_arena", "_staging", "_table_seen", "_node_words",
                  "_slot_words", "_stream_launch", "_launch", "_lanes", "_segment_starts", "_segment_lanes",
-                 "_lane_segment",
-                 "instantiations", "updates", "patched")
+                 "_lane_segment", "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
