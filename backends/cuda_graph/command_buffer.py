@@ -3,7 +3,8 @@ only patch what changed.
 
 - deferred: at end() every command becomes a node (kernel, memset, memcpy from pinned staging) in one
   call of graph.c, with edges from the dependency groups; an m-to-n step goes through one empty join
-  node when m > 1 and n > 1. The graph is instantiated once and uploaded; a submit is one launch.
+  node when m > 1 and n > 1. The graph is instantiated once (its first launch uploads it); a submit
+  is one launch.
 - single_pass: each command becomes a node as it is recorded, waiting for the open nodes since the
   last barrier (through a join node when there are several), as IREE's CUDA driver does.
 - Lanes: the commands of a segment run in at most `device.graph_lanes` chains (command j waits for
@@ -116,7 +117,8 @@ class CudaCommandBuffer(CommandBuffer):
         self._graph_finalizer: Any = None
         self._nodes = array("Q")
         self._slot_of: list[int] = []  # command index -> node slot
-        self._joins: dict[int, int] = {}  # dependency group -> join node slot
+        # Dependency group -> its join node's slot (from the segments: the first command waiting on it).
+        self._joins: dict[int, int] = {}
         self._segment_starts: list[int] = []  # the first command index of each segment built so far
         self._segment_lanes: list[int] = []  # and the lanes it runs in
         self._lane_segment = -1  # the segment the encoder is in, for single_pass (one command at a time)
@@ -154,7 +156,7 @@ class CudaCommandBuffer(CommandBuffer):
         if self._graph is not None:  # single_pass: the nodes are there
             self._instantiate()
             self._built = True
-        elif self.mode == "one_shot" and not self._single_pass:
+        elif self._stream_launch_mode():
             self._stream_launch = True  # launched in order at submit: no graph for a single run
         elif not self._slot_commands:
             self._build(())
@@ -176,18 +178,77 @@ class CudaCommandBuffer(CommandBuffer):
             self._graph_finalizer()
             self.device._collect()
 
+    def _wants_dependencies(self) -> bool:
+        # Barriers mode builds straight from the segments (_encode_segments), and one-shot deferred work
+        # launches in recording order: neither reads the tracker's groups.
+        return self.dependencies == "hazards" and not self._stream_launch_mode()
+
+    def _stream_launch_mode(self) -> bool:
+        return self.mode == "one_shot" and not self._single_pass
+
+    def _encode_all(self, table: tuple[Buffer, ...]) -> list[int]:
+        """Words building every recorded command's node, resolved through `table`."""
+        if self.dependencies == "barriers":
+            return self._encode_segments(table)
+        return self._encode(self._commands, table)
+
+    def _encode_segments(self, table: tuple[Buffer, ...]) -> list[int]:
+        """Barriers mode, from the segments: a command waits for the previous non-empty segment, as the
+        tracker's groups would say, so they are not built. The same nodes, edges and join nodes as
+        `_encode` gives from the groups: the first command of each lane waits for the last command of each
+        lane of the previous segment (through a join node when several wait for several), the others for
+        the command before them in their lane."""
+        slot_of, joins, lanes = self._slot_of, self._joins, self._lanes
+        emit = words.Words(table, self._staging).emit
+        stream: list[int] = []
+        slot = 0
+        head: tuple[int, ...] = (0,)  # the dependency words of a lane's first command, their count first
+        for segment in self.segments():
+            commands = segment.commands
+            size = len(commands)
+            if size == 1:  # a chain's step: no lanes to lay out
+                c = commands[0]
+                slot_of.append(slot)
+                emit(c, slot, stream)
+                stream += head
+                head = (1, slot)
+                slot += 1
+                continue
+            if not size:
+                continue
+            width = size if size <= lanes else -(-size // -(-size // lanes))  # as deep as `lanes` lanes, fewest
+            if head[0] > 1:  # several lanes end the previous segment: one join node for this one's lanes
+                joins[commands[0].index] = slot
+                stream += (words.OP_EMPTY, slot, *head)
+                head = (1, slot)
+                slot += 1
+            for c in commands[:width]:
+                slot_of.append(slot)
+                emit(c, slot, stream)
+                stream += head
+                slot += 1
+            for c in commands[width:]:
+                slot_of.append(slot)
+                emit(c, slot, stream)
+                stream += (1, slot - width)
+                slot += 1
+            head = (width, *range(slot - width, slot))
+        self._nodes.frombytes(bytes(8 * (slot - len(self._nodes))))  # graph.c writes each node's handle there
+        return stream
+
     def _encode(self, commands: list[Command], table: tuple[Buffer, ...], single: bool = False) -> list[int]:
         """Words building `commands`' nodes, with their edges (and join nodes where a group is shared).
         `commands` are all the recorded ones, or (`single`) the one just recorded."""
         tracker = self._tracker
         group_of, groups, joins, slot_of, nodes = tracker.group_of, tracker.groups, self._joins, self._slot_of, \
             self._nodes
-        uses = None if single else collections.Counter(group_of)  # how many commands share each group
-        command = words.Words(table, self._staging).command
+        uses: collections.Counter[int] | None = None  # how many commands share each group, once needed
+        emit = words.Words(table, self._staging).emit
         lanes, starts, segment_lanes = self._lanes, self._segment_starts, self._segment_lanes
         segment = self._lane_segment
         start, width = (starts[-1], segment_lanes[-1]) if starts else (0, lanes)
         stream: list[int] = []
+        slot = len(slot_of) + len(joins)  # every node is a command's or a join
         for c in commands:
             index = c.index
             if c.segment != segment:
@@ -199,27 +260,33 @@ class CudaCommandBuffer(CommandBuffer):
                 segment_lanes.append(width)
             g = group_of[index]
             behind = index - width  # the command before this one in its lane, if it is of this segment
+            # tail: the dependency words, their count first
             if behind >= start and (g < 0 or group_of[behind] == g):
-                deps: Sequence[int] = (slot_of[behind],)  # it waited for what this one waits for
+                tail: Sequence[int] = (1, slot_of[behind])  # it waited for what this one waits for
             else:
                 if g < 0:
-                    deps = ()
+                    tail = (0,)
                 else:
                     preds = groups[g]
                     if len(preds) == 1:  # a chain
-                        deps = (slot_of[preds[0]],)
+                        tail = (1, slot_of[preds[0]])
                     else:
                         join = joins.get(g)
-                        deps = (join,) if join is not None else self._fan_in(g, preds, single or uses[g] > 1,
-                                                                              stream)
+                        if join is not None:
+                            tail = (1, join)
+                        else:
+                            if not single and uses is None:
+                                uses = collections.Counter(group_of)
+                            deps = self._fan_in(g, preds, single or uses[g] > 1, stream)
+                            tail = (len(deps), *deps)
+                            slot = len(slot_of) + len(joins)
                 if behind >= start:
-                    deps = (slot_of[behind], *deps)
-            slot = len(nodes)
-            nodes.append(0)
+                    tail = (tail[0] + 1, slot_of[behind], *tail[1:])
             slot_of.append(slot)
-            stream += command(c, slot)
-            stream.append(len(deps))
-            stream += deps
+            emit(c, slot, stream)
+            stream += tail
+            slot += 1
+        nodes.frombytes(bytes(8 * (slot - len(nodes))))  # graph.c writes each node's handle in its slot
         self._lane_segment = segment
         return stream
 
@@ -227,6 +294,12 @@ class CudaCommandBuffer(CommandBuffer):
         """The node slots a command of `group` waits on: of each lane only its last command in `preds` (the
         others come before it), through one join node, added to `stream`, when the group is `shared`."""
         slot_of, starts = self._slot_of, self._segment_starts
+        if len(preds) > self._lanes:  # preds come in recording order
+            k = bisect.bisect_right(starts, preds[-1]) - 1
+            if starts[k] <= preds[0] and preds[-1] - preds[0] == len(preds) - 1:
+                # A run of one segment (a whole segment, in barriers mode): any `width` commands in a row
+                # hold one of each lane, so the last `width` of the run end the lanes.
+                preds = preds[-self._segment_lanes[k]:]
         if len(preds) > self._lanes:
             seen: set[tuple[int, int]] = set()
             tails = []
@@ -240,9 +313,7 @@ class CudaCommandBuffer(CommandBuffer):
             preds = tails[::-1]
         if len(preds) == 1 or not shared:
             return tuple(slot_of[p] for p in preds)
-        nodes = self._nodes
-        join = self._joins[group] = len(nodes)
-        nodes.append(0)
+        join = self._joins[group] = len(slot_of) + len(self._joins)
         stream += (words.OP_EMPTY, join, len(preds))
         stream += (slot_of[p] for p in preds)
         return (join,)
@@ -255,7 +326,7 @@ class CudaCommandBuffer(CommandBuffer):
         """The whole graph from the recorded commands, resolved through `table`; instantiated (or the old
         exec updated)."""
         self._new_graph()
-        stream = self._encode(self._commands, table)
+        stream = self._encode_all(table)
         self._run_build(stream)
         if self._slot_commands:
             self._table_seen = table[:self._slots_needed]
@@ -285,9 +356,10 @@ class CudaCommandBuffer(CommandBuffer):
             self._exec_finalizer = device._track(self, "exec", int(self._exec))
             self._exec_graph_finalizer, self._exec_nodes = self._graph_finalizer, self._nodes
             self.instantiations += 1
-        call(driver.cuGraphUpload, self._exec, device.stream)
-        # One launch is one call: cuda-python's compiled binding costs less than a cffi call into graph.c
-        # (which pays off only for a batch of driver calls).
+        # No cuGraphUpload: the first launch uploads the exec, which brings the first result no later than an
+        # upload here would, and end() returns sooner (bench/README.md, "The upload"). One launch is one call:
+        # cuda-python's compiled binding costs less than a cffi call into graph.c (which pays off only for a
+        # batch of driver calls).
         self._launch = functools.partial(driver.cuGraphLaunch, self._exec, device.stream)
 
     # Submission.
@@ -322,7 +394,7 @@ class CudaCommandBuffer(CommandBuffer):
         encoder = words.Words(table, self._staging)
         stream: list[int] = []
         for c in self._commands:
-            stream += encoder.command(c, 0)
+            encoder.emit(c, 0, stream)
             stream.append(0)
         return stream
 

@@ -61,13 +61,24 @@ def functions() -> array:
 
 class Words:
     """Encodes commands into a stream, resolving references through `table` and update data through
-    `staging` (command index -> device address of its bytes in pinned memory)."""
+    `staging` (command index -> device address of its bytes in pinned memory).
 
-    __slots__ = ("table", "staging")
+    A recording repeats the same kernel, workgroups and constants tuple from command to command (a
+    literal in a loop is one object), so the words they give are kept from the last dispatch and
+    reused while the objects are the same: a third of the encoding's time for a chain."""
+
+    __slots__ = ("table", "staging", "_executable", "_export", "_workgroups", "_head", "_constants",
+                 "_constant_words")
 
     def __init__(self, table: tuple[Buffer, ...], staging: dict[int, int]) -> None:
         self.table = table
         self.staging = staging
+        self._executable: Any = None  # the last dispatch's kernel and workgroups, and their words
+        self._export: Any = None
+        self._workgroups: Any = None
+        self._head: tuple[int, ...] = ()
+        self._constants: Any = None  # the last dispatch's constants, and their words
+        self._constant_words: list[int] = []
 
     def address(self, r: Any) -> tuple[int, int]:
         """(device address, bytes) of a reference."""
@@ -78,29 +89,43 @@ class Words:
 
     def command(self, c: Command, slot: int) -> list[int]:
         """The words of `c` up to, not including, its dependencies."""
-        if type(c) is Dispatch:  # plain loops, no comprehension: this runs once per node at every build
-            bindings, constants = c.bindings, c.constants
-            words = [OP_KERNEL, slot, c.executable.functions[c.ordinal], *c.workgroups, *c.export.workgroup_size,
-                     len(bindings) + len(constants)]
+        words: list[int] = []
+        self.emit(c, slot, words)
+        return words
+
+    def emit(self, c: Command, slot: int, stream: list[int]) -> None:
+        """Append the words of `c` up to, not including, its dependencies to `stream`."""
+        if type(c) is Dispatch:  # this runs once per node at every build
+            bindings, constants, export, workgroups = c.bindings, c.constants, c.export, c.workgroups
+            if export is not self._export or workgroups is not self._workgroups or \
+                    c.executable is not self._executable:  # an export may serve several executables
+                self._executable, self._export, self._workgroups = c.executable, export, workgroups
+                self._head = (c.executable.functions[c.ordinal], *workgroups, *export.workgroup_size,
+                              len(bindings) + len(constants))
+            stream.append(OP_KERNEL)
+            stream.append(slot)
+            stream += self._head
             table = self.table
             for r in bindings:
                 b = r._buffer
-                words.append((b if b is not None else table[r._slot]).address + r._offset)
-            for x in constants:
-                words.append(x & 0xFFFFFFFF if type(x) is int else constant_word(x))
-            return words
-        if type(c) is Fill:
+                stream.append((b if b is not None else table[r._slot]).address + r._offset)
+            if constants is not self._constants:
+                self._constants = constants
+                self._constant_words = [x & 0xFFFFFFFF if type(x) is int else constant_word(x) for x in constants]
+            stream += self._constant_words
+        elif type(c) is Fill:
             target, size = self.address(c.target)
             p = c.pattern
-            return [OP_MEMSET, slot, target, int.from_bytes(p, "little"), len(p), size // len(p)]
-        if type(c) is Update:
+            stream += (OP_MEMSET, slot, target, int.from_bytes(p, "little"), len(p), size // len(p))
+        elif type(c) is Update:
             target, _ = self.address(c.target)
-            return [OP_MEMCPY, slot, target, self.staging[c.index], len(c.data)]
-        if type(c) is Copy:
+            stream += (OP_MEMCPY, slot, target, self.staging[c.index], len(c.data))
+        elif type(c) is Copy:
             source, size = self.address(c.source)
             target, _ = self.address(c.target)
-            return [OP_MEMCPY, slot, target, source, size]
-        raise TypeError(f"unknown command {c!r}")  # pragma: no cover - the command kinds are closed
+            stream += (OP_MEMCPY, slot, target, source, size)
+        else:  # pragma: no cover - the command kinds are closed
+            raise TypeError(f"unknown command {c!r}")
 
 
 def run(mode: int, target: int, stream: list[int] | array, fns: array, nodes: array | None, context: int = 0) -> None:

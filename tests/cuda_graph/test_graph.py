@@ -316,3 +316,24 @@ def test_update_data_is_staged_in_pinned_memory_for_every_path(gpu, exe):
             cb.update_buffer(x, data)
         gpu.queue_execute(cb)
         np.testing.assert_array_equal(x.read(np.uint32), data)
+
+
+@pytest.mark.parametrize("mode, slots", [("reusable", False), ("one_shot", False), ("reusable", True)])
+def test_one_export_of_two_executables_runs_each_ones_kernel(gpu, exe, mode, slots):
+    """The encoder reuses a dispatch's kernel words while the export and workgroups stay the same objects;
+    two executables built from one export list share the Export objects, so the kernel must still be
+    each executable's own (the second one's `scale` adds 1 after scaling)."""
+    other = gpu.load_executable(hal.ExecutableSource.cuda(
+        kernels.CUDA_CODE.replace("x[i] = x[i] * k;", "x[i] = x[i] * k + 1;"), kernels.EXPORTS))
+    x, y = gpu.upload(u32(range(N))), gpu.upload(u32(range(N)))
+    wg, constants = groups(N), (N, 3)  # one tuple object each, as a literal in a loop gives
+    cb = gpu.create_command_buffer(mode=mode, binding_capacity=2 if slots else 0)
+    with cb:
+        for i, e in enumerate((exe, other, exe, other)):
+            buffer = (hal.slot(i % 2) if slots else (x, y)[i % 2])
+            cb.dispatch(e, "scale", wg, constants, (buffer,))
+            if i % 2:
+                cb.execution_barrier()
+    gpu.queue_execute(cb, (x, y) if slots else ())
+    np.testing.assert_array_equal(x.read(np.uint32), u32(range(N)) * 9)
+    np.testing.assert_array_equal(y.read(np.uint32), (u32(range(N)) * 3 + 1) * 3 + 1)
