@@ -85,8 +85,8 @@ class PinnedArena:
 class CudaCommandBuffer(CommandBuffer):
     __slots__ = ("_graph", "_exec", "_graph_finalizer", "_exec_finalizer", "_exec_graph_finalizer", "_exec_nodes",
                  "_nodes", "_slot_of", "_joins", "_built", "_arena", "_staging", "_table_seen", "_node_words",
-                 "_slot_words", "_stream_launch", "_launch", "_lanes", "_segment_starts", "_segment_lanes",
-                 "_lane_segment", "instantiations", "updates", "patched")
+                 "_slot_words", "_stream_launch", "_launch", "_launchable", "_lanes", "_segment_starts",
+                 "_segment_lanes", "_lane_segment", "instantiations", "updates", "patched")
 
     def __init__(self, device: CudaDevice, mode: str, binding_capacity: int, strategy: str, dependencies: str,
                  validate: bool) -> None:
@@ -110,6 +110,7 @@ class CudaCommandBuffer(CommandBuffer):
         self._staging: dict[int, int] = {}  # update command index -> device address of its data
         self._stream_launch = False
         self._launch: Any = None  # launches the exec: returns (CUresult,), 0 on success
+        self._launchable: object = None  # the device's token while a resubmission is just _launch()
 
     def _forget_nodes(self) -> None:
         """Drop the graph and what was built from it: its nodes and the words they were given."""

@@ -3,6 +3,7 @@ once; re-recording updates the exec; a new binding table patches only the nodes 
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import networkx as nx
@@ -186,6 +187,30 @@ def test_a_resubmission_from_another_thread_or_to_a_closed_device():
     dev.close()
     with pytest.raises(hal.ValidationError, match="closed"):
         dev.queue_execute(cb)
+
+
+def test_a_resubmission_frees_what_was_let_go_since(gpu, exe):
+    """A resubmission is one launch only while the device has nothing to free: a command buffer collected
+    meanwhile sends the next one the general way, which frees its graph and exec; then one launch again."""
+    x = gpu.upload(u32([1, 2, 3, 4]))
+    cb = gpu.create_command_buffer(mode="reusable")
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
+    gpu.queue_execute(cb)
+    assert cb._launchable is gpu._launchable
+    other = gpu.create_command_buffer(mode="reusable")
+    with other:
+        other.dispatch(exe, "scale", (1, 1, 1), (4, 1), (x,))
+    gpu.queue_execute(other)
+    del other
+    gc.collect()
+    assert gpu._unreferenced and cb._launchable is not gpu._launchable
+    gpu.queue_execute(cb)
+    assert not gpu._unreferenced and cb._launchable is gpu._launchable
+    gpu.queue_execute(cb)
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
+    cb.reset()
+    assert cb._launchable is None
 
 
 def test_re_recording_the_same_topology_updates_the_exec(gpu, exe):
