@@ -53,7 +53,7 @@ SOURCE = hal.ExecutableSource.cuda(CUDA_CODE, [EXPORT, hal.Export("scale", bindi
                                                           workgroup_size=WORKGROUP, readonly=(0,))])
 REBIND_NODES = 1000
 SUBMIT_REPEATS = 200  # host launch times are noisy at the microsecond: the best of many
-ROUNDS, PER_ROUND = 20, 10  # launch_timings: 200 launches of each competitor, 10 in a row per turn
+ROUNDS, PER_ROUND = 40, 10  # launch_timings: 400 launches of each competitor, 10 in a row per turn
 REBIND_CHANGED = (1, 10, 100)
 
 
