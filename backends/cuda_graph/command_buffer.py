@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import functools
 import operator
 from array import array
@@ -40,7 +41,7 @@ from backends.cuda_graph.buffer import host_alloc
 from hal.buffer import Buffer
 from hal.command_buffer import CommandBuffer
 from hal.commands import Command, Dispatch, Update
-from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
+from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -105,12 +106,12 @@ class CudaCommandBuffer(CommandBuffer):
 
     def _forget(self) -> None:
         """Drop the recording's graph, nodes and staged update data (the exec stays, for cuGraphExecUpdate)."""
+        self._launchable: object = None  # the device's token while a resubmission is just _launch(); first
         self._forget_nodes()
         self._arena: PinnedArena | None = None
         self._staging: dict[int, int] = {}  # update command index -> device address of its data
         self._stream_launch = False
         self._launch: Any = None  # launches the exec: returns (CUresult,), 0 on success
-        self._launchable: object = None  # the device's token while a resubmission is just _launch()
 
     def _forget_nodes(self) -> None:
         """Drop the graph and what was built from it: its nodes and the words they were given."""
@@ -325,19 +326,25 @@ class CudaCommandBuffer(CommandBuffer):
 
     def _build(self, table: tuple[Buffer, ...]) -> None:
         """The whole graph from the recorded commands, resolved through `table`; instantiated (or the old
-        exec updated)."""
+        exec updated). A failure leaves no graph or nodes behind: a retry builds from the start."""
         self._new_graph()
-        stream = self._encode_all(table)
-        self._run_build(stream)
-        if self._slot_commands:
-            self._table_seen = table[:self._slots_needed]
-            encoder = words.Words(table, self._staging)
-            for c in self._slot_commands:
-                self._node_words[c.index] = encoder.command(c, self._slot_of[c.index])
-                if type(c) is Dispatch:
-                    self._slot_words[c.index] = [(words.FIRST_PARAMETER + j, r._slot, r._offset)
-                                                 for j, r in enumerate(c.bindings) if r._buffer is None]
-        self._instantiate()
+        try:
+            stream = self._encode_all(table)
+            self._run_build(stream)
+            if self._slot_commands:
+                self._table_seen = table[:self._slots_needed]
+                encoder = words.Words(table, self._staging)
+                for c in self._slot_commands:
+                    self._node_words[c.index] = encoder.command(c, self._slot_of[c.index])
+                    if type(c) is Dispatch:
+                        self._slot_words[c.index] = [(words.FIRST_PARAMETER + j, r._slot, r._offset)
+                                                     for j, r in enumerate(c.bindings) if r._buffer is None]
+            self._instantiate()
+        except BaseException:
+            with contextlib.suppress(HalError):  # the failure that got here is the one to report
+                self._drop_graph()
+            self._forget_nodes()
+            raise
         self._built = True
 
     def _instantiate(self) -> None:

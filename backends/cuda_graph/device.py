@@ -229,6 +229,7 @@ class CudaDevice(Device):
             for grave in graves:
                 if driver.cuEventQuery(grave[0])[0] == NOT_READY:
                     self._graveyard.append(grave)
+                    self._launchable = object()  # a submission that saw the graveyard empty meanwhile gave it
                 else:
                     grave[1]()
                     driver.cuEventDestroy(grave[0])
@@ -348,6 +349,7 @@ class CudaDevice(Device):
                        waits: tuple[tuple[CudaSemaphore, int], ...],
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
         """The general path: a first submission, a new table, semaphores (queue_execute takes the resubmission)."""
+        token = self._launchable  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
             self._check_lost()
         self._activate()
@@ -369,9 +371,10 @@ class CudaDevice(Device):
         if self._graveyard or self._unreferenced:
             with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
                 self._collect()
-        if not (waits or signals or self._graveyard or self._unreferenced) and command_buffer.mode == "reusable" \
-                and command_buffer._launch is not None and not command_buffer._slot_commands:
-            command_buffer._launchable = self._launchable  # the same again is one launch
+        if not (waits or signals or self._graveyard or self._unreferenced or self._closed) and \
+                command_buffer.mode == "reusable" and command_buffer._launch is not None and \
+                not command_buffer._slot_commands:
+            command_buffer._launchable = token  # the same again is one launch
 
     def _lost_on(self, error: HalError) -> None:
         """Raise `error`, remembering it first when it lost the device (later calls raise it too)."""

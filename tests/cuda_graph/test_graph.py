@@ -318,6 +318,42 @@ def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypat
     np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
 
 
+@pytest.mark.parametrize("deps", ["barriers", "hazards"])
+def test_end_after_a_failed_build_builds_from_the_start(gpu, exe, deps, monkeypatch):
+    """A build that fails once its nodes are in (out of memory, say, staged here) leaves no graph or
+    node bookkeeping behind: end() again builds the same graph and the work runs as recorded."""
+    from backends.cuda_graph import stream as words
+
+    real = words.run
+    failures = []
+
+    def fail_the_first_build(mode, *args, **kwargs):
+        real(mode, *args, **kwargs)
+        if mode == words.BUILD and not failures:
+            failures.append(mode)
+            raise hal.OutOfMemoryError("cuGraphAdd (kernel node 0) failed: CUDA_ERROR_OUT_OF_MEMORY")
+
+    m, n = 3, 4
+    bufs = [gpu.upload(np.full(N, i + 1, np.uint32)) for i in range(m + n)]
+    expected = [b.read(np.uint32) for b in bufs]
+    cb = gpu.create_command_buffer(mode="reusable", dependencies=deps)
+    cb.begin()
+    record_wide(cb, exe, bufs, m, n)
+    monkeypatch.setattr(words, "run", fail_the_first_build)
+    with pytest.raises(hal.OutOfMemoryError):
+        cb.end()
+    cb.end()
+    assert set(contract_joins(cb.emitted_graph()).edges) == set(cb.dependency_graph().edges)
+    gpu.queue_execute(cb)
+    for i in range(m):
+        expected[i] *= 3
+    for j in range(n):
+        expected[m + j] = expected[j % m] + expected[(j + 1) % m]
+    expected[0][:] = 7
+    for b, want in zip(bufs, expected):
+        np.testing.assert_array_equal(b.read(np.uint32), want)
+
+
 def test_one_shot_deferred_launches_on_the_stream(gpu, exe):
     x = gpu.upload(u32([1, 2, 3, 4]))
     cb = gpu.create_command_buffer()
