@@ -106,7 +106,8 @@ class CudaCommandBuffer(CommandBuffer):
 
     def _forget(self) -> None:
         """Drop the recording's graph, nodes and staged update data (the exec stays, for cuGraphExecUpdate)."""
-        self._launchable: object = None  # the device's token while a resubmission is just _launch(); first
+        # The device's token while a resubmission is just _launch(); dropped before the launch itself.
+        self._launchable: object = None
         self._forget_nodes()
         self._arena: PinnedArena | None = None
         self._staging: dict[int, int] = {}  # update command index -> device address of its data

@@ -229,7 +229,7 @@ class CudaDevice(Device):
             for grave in graves:
                 if driver.cuEventQuery(grave[0])[0] == NOT_READY:
                     self._graveyard.append(grave)
-                    self._launchable = object()  # a submission that saw the graveyard empty meanwhile gave it
+                    self._launchable = object()  # a submission may have seen the graveyard empty meanwhile
                 else:
                     grave[1]()
                     driver.cuEventDestroy(grave[0])
