@@ -42,6 +42,7 @@ import hal
 from backends.cuda_graph import stream as words
 from backends.cuda_graph.api import call
 from backends.cuda_graph.buffer import host_alloc
+from backends.cuda_graph.command_buffer import lane_width
 from bench import sizes_main
 from tests.kernels import CUDA_CODE, WORKGROUP
 
@@ -302,7 +303,7 @@ def torch_graph(f: Fixture, lanes: bool = False) -> tuple[dict, Launcher] | None
     # graph_lanes lanes), and a side stream per lane.
     plan = []
     for segment in f.plan if lanes else ():
-        width = -(-len(segment) // -(-len(segment) // f.dev.graph_lanes))
+        width = lane_width(len(segment), f.dev.graph_lanes)
         plan.append([[ops[i] for i in segment[j::width]] for j in range(width)])
     streams = [torch.cuda.Stream() for _ in range(max((len(p) for p in plan), default=0))]
 

@@ -52,6 +52,14 @@ ARENA_BYTES = 1 << 20
 _segment = operator.attrgetter("segment")
 
 
+def lane_width(size: int, lanes: int) -> int:
+    """The lanes a segment of `size` commands runs in under a limit of `lanes` (0: none): the fewest that
+    are as deep as `lanes` lanes would be (98 commands: 49 lanes of 2, not 64)."""
+    if not lanes or size <= lanes:
+        return size
+    return -(-size // -(-size // lanes))
+
+
 class PinnedArena:
     """Pinned host memory holding a command buffer's update data, where the GPU copies it from."""
 
@@ -219,7 +227,7 @@ class CudaCommandBuffer(CommandBuffer):
                 continue
             if not size:
                 continue
-            width = size if size <= lanes else -(-size // -(-size // lanes))  # as deep as `lanes` lanes, fewest
+            width = lane_width(size, lanes)
             if head[0] > 1:  # several lanes end the previous segment: one join node for this one's lanes
                 joins[commands[0].index] = slot
                 stream += (words.OP_EMPTY, slot, *head)
@@ -258,7 +266,7 @@ class CudaCommandBuffer(CommandBuffer):
                 segment, start, width = c.segment, index, lanes
                 if not single and index + lanes < len(commands) and commands[index + lanes].segment == segment:
                     size = bisect.bisect_right(commands, segment, index, key=_segment) - index
-                    width = -(-size // -(-size // lanes))  # the fewest lanes as deep as `lanes` lanes
+                    width = lane_width(size, lanes)
                 starts.append(start)
                 segment_lanes.append(width)
             g = group_of[index]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import hal
 from backends.cuda_graph import stream as words
-from backends.cuda_graph.command_buffer import CudaCommandBuffer
+from backends.cuda_graph.command_buffer import CudaCommandBuffer, lane_width
 from hal.buffer import Buffer, BufferRef
 from hal.commands import Dispatch, Fill
 from tests import kernels
@@ -108,3 +108,8 @@ def test_barriers_mode_builds_from_the_segments_what_the_groups_give(host, sizes
     assert from_segments._encode_segments(()) == general._encode(cb.commands, ())
     assert from_segments._slot_of == general._slot_of
     assert len(from_segments._nodes) == len(general._nodes) == len(cb.commands) + len(general._joins)
+
+
+def test_a_wide_segment_takes_the_fewest_lanes_of_the_same_depth():
+    assert [lane_width(size, 64) for size in (1, 64, 65, 98, 128, 129, 998)] == [1, 64, 33, 49, 64, 43, 63]
+    assert lane_width(998, 0) == 998  # 0: no limit
