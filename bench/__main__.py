@@ -11,16 +11,17 @@ and the PNG figures next to them. `--quick` runs small sizes only (what the test
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import re
+import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tqdm import tqdm
-
 import hal
-from bench import plots, record, scaling
+from bench import cuda, plots, record, scaling, vulkan
 
 FULL_SIZES = [10, 100, 1000, 10000]
 QUICK_SIZES = [10, 100]
@@ -32,11 +33,24 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run(quick: bool, bar: tqdm) -> dict:
-    def progress(label: str) -> None:
-        bar.set_description(label)
-        bar.update()
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Callable[[str], None]]:
+    """A callback told each step's label: tqdm's bar where tqdm is installed, else a line on stderr."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield lambda label: print(f"bench: {label}", file=sys.stderr)
+        return
+    tqdm.monitor_interval = 0  # no monitor thread: it would outlive the run (the host queue counts live threads)
+    with tqdm(unit="step", leave=False) as bar:
+        def step(label: str) -> None:
+            bar.set_description(label)
+            bar.update()
 
+        yield step
+
+
+def run(quick: bool, progress: Callable[[str], None]) -> dict:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     drivers = hal.available_drivers()  # a CPU Vulkan device such as lavapipe counts: it is measured too
     with hal.create_device() as best:
@@ -47,12 +61,8 @@ def run(quick: bool, bar: tqdm) -> dict:
         with hal.create_device(driver) as dev:
             result[f"scaling:{driver}"] = scaling.run(dev, sizes, progress)
     if "vulkan" in drivers:
-        from bench import vulkan  # imported only where the `vulkan` package has a device to drive
-
         result["vulkan"] = vulkan.run("vulkan", VULKAN_DISPATCHES[quick], progress)
     if "cuda" in drivers:
-        from bench import cuda  # imports cuda.bindings
-
         result["cuda"] = cuda.run(CUDA_SIZES[quick], progress)
     return result
 
@@ -90,13 +100,11 @@ def summary(result: dict) -> str:
                 add(f"Vulkan wall per dispatch, {r['elements']} elements, hal reused", r["hal_reused_wall"],
                     r["naive_per_dispatch_wall"], "one VkCommandBuffer per dispatch", "µs")
     if "cuda" in result:
-        from bench.cuda import find_row
-
         cuda_rows = result["cuda"]["rows"]
         n = max(r["kernels"] for r in cuda_rows)
 
         def row(program: str, competitor: str) -> dict | None:
-            return find_row(cuda_rows, program, n, competitor)
+            return cuda.find_row(cuda_rows, program, n, competitor)
         for program in ("chain", "fan"):
             ours, raw, torch = row(program, "hal deferred"), row(program, "raw graph"), row(program, "torch")
             add(f"CUDA resubmit, {program} of {n}", ours["submit"], raw["submit"], "raw cuGraphLaunch", "µs")
@@ -123,12 +131,8 @@ def report(result: dict) -> str:
              summary(result), record.report(result["record"])]
     parts += [scaling.report(r) for key, r in result.items() if key.startswith("scaling:")]
     if "vulkan" in result:
-        from bench import vulkan
-
         parts.append(vulkan.report(result["vulkan"]))
     if "cuda" in result:
-        from bench import cuda
-
         parts.append(cuda.report(result["cuda"]))
     return "\n\n".join(parts)
 
@@ -138,16 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES} instead of {FULL_SIZES}")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
-    tqdm.monitor_interval = 0  # no monitor thread: it would outlive the run (the host queue counts live threads)
-    with tqdm(unit="step", leave=False) as bar:
-        result = run(args.quick, bar)
+    with progress_bar() as progress:
+        result = run(args.quick, progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{_slug(result['meta']['device'])}-{result['meta']['date']}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
     text = report(result)
-    figures = plots.write_all(result, stem)
-    text += "\n\n## Figures\n" + "\n".join(f"- {p.name}" for p in figures)
+    if plots.available():
+        figures = plots.write_all(result, stem)
+        text += "\n\n## Figures\n" + "\n".join(f"- {p.name}" for p in figures)
+    else:
+        figures = []
+        text += "\n\n## Figures\nnone: matplotlib is not installed (pip install 'hal[bench]')"
     stem.with_suffix(".md").write_text(text + "\n")
     print(text)
     print(f"\nwrote {stem}.json, {stem}.md and {len(figures)} figures")

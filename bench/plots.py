@@ -11,6 +11,15 @@ from pathlib import Path
 PHASES = ("record", "end", "submit", "run")
 
 
+def available() -> bool:
+    """Whether matplotlib can be imported (the figures need it; the benchmarks do not)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _pyplot():
     import matplotlib
 

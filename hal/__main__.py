@@ -5,6 +5,7 @@ against numpy, and compares one-shot recording with resubmitting a reusable comm
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -177,7 +178,7 @@ def demo(device: str | None, iterations: int) -> int:
 def info() -> int:
     for name, devices in driver_status().items():
         if isinstance(devices, str):
-            print(f"{name}: unavailable: {devices}")
+            print(f"{name}: {devices}")
             continue
         print(f"{name}: {len(devices)} device(s)")
         for d in devices:
@@ -204,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     except hal.HalError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`python -m hal info | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -149,20 +149,24 @@ class BufferRef:
 
 
 def ref(buffer: Buffer, offset: int = 0, length: int | None = None) -> BufferRef:
-    """Bytes [offset, offset + length) of `buffer`; the range is checked when a command uses it."""
+    """Bytes [offset, offset + length) of `buffer`. A negative offset or length is refused here; whether
+    the range fits the buffer is checked when a command uses it (the buffer may be released by then)."""
     if not isinstance(buffer, Buffer):
         raise ValidationError(f"ref: expected a hal.Buffer, got {type(buffer).__name__}")
-    offset = integer(offset, "ref offset")
+    offset = integer(offset, "ref offset", 0)
     if length is None:
+        if offset > buffer.size:
+            raise ValidationError(f"ref offset {offset} is past the end of the {buffer.size}-byte buffer")
         length = buffer.size - offset
-    return BufferRef(buffer, -1, offset, integer(length, "ref length"))
+    return BufferRef(buffer, -1, offset, integer(length, "ref length", 0))
 
 
 def slot(index: int, offset: int = 0, length: int | None = None) -> BufferRef:
-    """Bytes of binding-table entry `index`, resolved at each queue_execute."""
+    """Bytes of binding-table entry `index`, resolved at each queue_execute. A negative index, offset or
+    length is refused here; the range is checked against the bound buffer at submit."""
     index = integer(index, "slot index", 0)
-    offset = integer(offset, "slot offset")
-    return BufferRef(None, index, offset, None if length is None else integer(length, "slot length"))
+    offset = integer(offset, "slot offset", 0)
+    return BufferRef(None, index, offset, None if length is None else integer(length, "slot length", 0))
 
 
 def _dtype(dtype: Any) -> np.dtype:

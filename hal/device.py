@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
+from types import ModuleType
 from typing import Any, ClassVar
 
 from hal.buffer import Buffer, BufferUsage, _bytes_view
@@ -315,29 +316,66 @@ def _ranked(names: Iterable[str]) -> list[str]:
 def get_driver(name: str) -> Driver:
     """The driver called `name`; UnsupportedError saying why if it is unknown or cannot load."""
     with _lock:
-        classes = _load_registry()
-        if name not in classes:
-            raise UnsupportedError(f"no driver named {name!r}; known: {', '.join(_ranked(classes))}")
         driver = _drivers.get(name)
         if driver is not None:
             return driver
-        if name in _problems:
-            raise UnsupportedError(_problems[name])
-        target = classes[name]
+        target = _registered(name)
+        if name not in _problems:
+            try:
+                driver = _drivers[name] = _driver_class(target)()
+                return driver
+            except Exception as e:
+                _problems[name] = _unavailable(name, e)
+        raise UnsupportedError(_problems[name])
+
+
+def driver_class(name: str) -> type[Driver]:
+    """The class of driver `name`, imported but not started (no device is touched); UnsupportedError
+    saying why when its backend cannot be imported, e.g. which package to install."""
+    with _lock:
+        target = _registered(name)
         try:
-            if isinstance(target, str):
-                module, _, attr = target.partition(":")
-                target = getattr(importlib.import_module(module), attr)
-            elif isinstance(target, metadata.EntryPoint):
-                target = target.load()
-            driver = _drivers[name] = target()
-        except HalError as e:
-            _problems[name] = f"the {name} driver is unavailable: {e}"
-            raise UnsupportedError(_problems[name]) from e
-        except Exception as e:  # a missing package or library: the driver is unusable, say why
-            _problems[name] = f"the {name} driver cannot load: {type(e).__name__}: {e}"
-            raise UnsupportedError(_problems[name]) from e
-        return driver
+            return _driver_class(target)
+        except Exception as e:
+            raise UnsupportedError(_unavailable(name, e)) from e
+
+
+def _registered(name: str) -> Any:
+    """What the registry holds for driver `name` (a class, an entry point or "module:attr")."""
+    classes = _load_registry()
+    if name not in classes:
+        raise UnsupportedError(f"no driver named {name!r}; known: {', '.join(_ranked(classes))}")
+    return classes[name]
+
+
+def _driver_class(target: Any) -> type[Driver]:
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    if isinstance(target, metadata.EntryPoint):
+        return target.load()
+    return target
+
+
+def _unavailable(name: str, error: Exception) -> str:
+    if isinstance(error, HalError):
+        return f"the {name} driver is unavailable: {error}"
+    # A library or device the backend needs is missing or broken: say which.
+    return f"the {name} driver cannot load: {type(error).__name__}: {error}"
+
+
+def import_backend(module: str, packages: Mapping[str, str]) -> ModuleType:
+    """Import a backend's implementation `module`. A missing package among `packages` (top-level import
+    name -> how to install it) becomes UnsupportedError saying what to install: backend packages call
+    this on first use, so that they import, and the registry, `python -m hal info` and the tests can tell
+    a user what is missing, without the optional package."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        top = (e.name or "").partition(".")[0]
+        if top not in packages:
+            raise
+        raise UnsupportedError(f"the Python package {top!r} is not installed: {packages[top]}") from e
 
 
 def driver_status() -> dict[str, list[DeviceInfo] | str]:

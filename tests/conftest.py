@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
 import pytest
 
 import hal
+from hal.device import driver_class, driver_status
 
 REQUIRED = {name.strip() for name in os.environ.get("HAL_REQUIRE", "").split(",") if name.strip()}
 
@@ -23,16 +23,16 @@ def open_device(spec: str, **kwargs) -> hal.Device:
         pytest.skip(str(e))
 
 
-def backend_or_skip(name: str, module: str) -> None:
-    """At a test module's top: import backend `module`, or skip the module (fail it when HAL_REQUIRE names
-    `name`) when its packages or driver libraries are missing."""
+def backend_or_skip(name: str) -> None:
+    """At a test module's top, before it imports backend `name`'s modules: skip the module when the backend
+    cannot be imported here (a missing package such as cuda-python or vulkan, or the Vulkan loader; the
+    reason says which), or fail it when HAL_REQUIRE names `name`. No device is needed."""
     try:
-        importlib.import_module(module)
-    except Exception as e:  # a missing package (ImportError) or driver library (OSError, ...)
+        driver_class(name)
+    except hal.UnsupportedError as e:
         if name in REQUIRED:
-            pytest.fail(f"HAL_REQUIRE names {name} but {module} cannot load: {type(e).__name__}: {e}",
-                        pytrace=False)
-        pytest.skip(f"{module} cannot load: {type(e).__name__}: {e}", allow_module_level=True)
+            pytest.fail(f"HAL_REQUIRE names {name} but it cannot load: {e}", pytrace=False)
+        pytest.skip(str(e), allow_module_level=True)
 
 
 @pytest.fixture
@@ -42,13 +42,20 @@ def host():
     dev.close()
 
 
+def pytest_configure(config):
+    """The markers are registered here, so the suite runs the same from a copy outside the source tree."""
+    config.addinivalue_line("markers", "cuda: needs an NVIDIA GPU and the CUDA driver (skipped elsewhere)")
+    config.addinivalue_line("markers", "vulkan: needs a Vulkan device (lavapipe counts)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `cuda` skip without a CUDA device, unless HAL_REQUIRE names cuda."""
-    if "cuda" in REQUIRED or "cuda" in hal.available_drivers():
+    """Tests marked `cuda` skip without a CUDA device (the reason says why), unless HAL_REQUIRE names cuda."""
+    status = driver_status().get("cuda", "no driver named 'cuda' is registered")
+    if "cuda" in REQUIRED or isinstance(status, list):
         return
-    skip = pytest.mark.skip(reason="no CUDA device here")
+    skip = pytest.mark.skip(reason=f"no CUDA device here: {status}")
     for item in items:
-        if "cuda" in item.keywords:
+        if item.get_closest_marker("cuda"):
             item.add_marker(skip)
 
 

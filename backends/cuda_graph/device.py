@@ -60,7 +60,10 @@ class CudaDriver(Driver):
     name = "cuda"
 
     def __init__(self) -> None:
-        err, = driver.cuInit(0)
+        try:
+            err, = driver.cuInit(0)
+        except RuntimeError as e:  # cuda-python found no libcuda.so: the NVIDIA driver is not installed
+            raise UnsupportedError(f"no CUDA driver on this machine ({e})") from e
         if err != SUCCESS:
             raise UnsupportedError(f"cuInit failed: {fail(err, 'cuInit')}; no usable NVIDIA driver or GPU")
 

@@ -1,5 +1,23 @@
-"""The Vulkan backend: hal's command buffers replayed into VkCommandBuffers, through the `vulkan` package."""
+"""The Vulkan backend: hal's command buffers replayed into VkCommandBuffers, through the `vulkan` package.
 
-from backends.vulkan.device import VulkanDevice, VulkanDriver
+This package imports without the `vulkan` package or the Vulkan loader: VulkanDriver and VulkanDevice
+load on first use, and say what to install when either is missing."""
+
+from typing import Any
+
+from hal.device import import_backend
+from hal.errors import UnsupportedError
 
 __all__ = ["VulkanDevice", "VulkanDriver"]
+PACKAGES = {"vulkan": "pip install 'hal[vulkan]'", "cffi": "pip install 'hal[vulkan]' (cffi)"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        device = import_backend("backends.vulkan.device", PACKAGES)
+    except OSError as e:  # the `vulkan` package found no loader library (libvulkan.so.1)
+        raise UnsupportedError(f"the Vulkan loader is not installed ({e}); on Debian or Ubuntu: "
+                               "apt-get install libvulkan1 mesa-vulkan-drivers") from e
+    return getattr(device, name)

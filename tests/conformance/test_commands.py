@@ -106,6 +106,24 @@ def test_a_million_elements(dev, exe):
     np.testing.assert_array_equal(out.read(np.uint32), a_np ^ np.uint32(0x5A5A5A5A))
 
 
+@pytest.mark.parametrize("workgroups", [3, (3,), (3, 1), np.array([3, 1])])
+def test_fewer_than_three_workgroup_counts_are_padded_with_ones(dev, exe, workgroups):
+    """workgroups=(x,) or (x, y) means (x, 1, 1) or (x, y, 1), as CUDA's dim3 and Export's workgroup_size."""
+    n = 3 * kernels.WORKGROUP
+    x = dev.upload(u32(range(n + 8)))
+    cb = run(dev, lambda cb: cb.dispatch(exe, "scale", workgroups, (n, 2), (x,)))
+    assert cb.commands[0].workgroups == (3, 1, 1)
+    np.testing.assert_array_equal(x.read(np.uint32), u32(list(range(0, 2 * n, 2)) + list(range(n, n + 8))))
+
+
+@pytest.mark.parametrize("workgroups", [(), (1, 1, 1, 1), (2, 0), "3"])
+def test_no_or_more_than_three_workgroup_counts_are_refused(dev, exe, workgroups):
+    cb = dev.create_command_buffer()
+    cb.begin()
+    with pytest.raises(hal.ValidationError, match=r"command 0 \(dispatch scale\): workgroups"):
+        cb.dispatch(exe, "scale", workgroups, (4, 2), (dev.allocate(16),))
+
+
 def test_multidimensional_workgroups_cover_more_invocations(dev, exe):
     """(x, y, z) workgroups: the test kernels index by x only, so y and z repeat the same work."""
     n = 256

@@ -14,7 +14,7 @@ import hal
 from tests import kernels
 from tests.conftest import backend_or_skip
 
-backend_or_skip("cuda", "backends.cuda_graph")
+backend_or_skip("cuda")
 
 pytestmark = pytest.mark.cuda
 

@@ -9,7 +9,7 @@ import hal
 from tests import kernels
 from tests.conftest import backend_or_skip
 
-backend_or_skip("cuda", "backends.cuda_graph")
+backend_or_skip("cuda")
 
 from backends.cuda_graph import executable
 

@@ -17,7 +17,7 @@ from tests.conftest import backend_or_skip, open_device
 from tests.differential.test_programs import check_program, programs
 from tests.kernels import groups
 
-backend_or_skip("cuda", "backends.cuda_graph")
+backend_or_skip("cuda")
 
 pytestmark = pytest.mark.cuda
 

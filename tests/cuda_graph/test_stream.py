@@ -9,11 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hal
-from backends.cuda_graph import stream as words
-from backends.cuda_graph.command_buffer import CudaCommandBuffer, lane_width
 from hal.buffer import Buffer, BufferRef
 from hal.commands import Dispatch, Fill
 from tests import kernels
+from tests.conftest import backend_or_skip
+
+backend_or_skip("cuda")  # cuda-python is needed, a GPU is not
+
+from backends.cuda_graph import stream as words
+from backends.cuda_graph.command_buffer import CudaCommandBuffer, lane_width
 
 EXPORT = hal.Export("k", bindings=2, constants=2, workgroup_size=(32, 2, 1))
 

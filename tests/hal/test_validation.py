@@ -7,6 +7,8 @@ afterwards, end, submit and check the bytes (see `finish_and_check`).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -145,11 +147,9 @@ def test_dispatch_bindings_of_wrong_things_refused(host, exe, wrong):
     finish_and_check(host, cb, untouched=[out])
 
 
-# Ranges through hal.ref: accepted by ref(), checked when the command is recorded.
-@pytest.mark.parametrize("offset, length, shown", [
-    (-4, 8, r"\[-4, 4\)"), (0, -4, r"\[0, -4\)"), (0, 128, r"\[0, 128\)"), (60, 8, r"\[60, 68\)"),
-    (80, None, r"\[80, 64\)"),
-])
+# Ranges through hal.ref: a negative offset or length is refused by ref() (see below); a range past the
+# end is accepted by ref() and refused when a command uses it.
+@pytest.mark.parametrize("offset, length, shown", [(0, 128, r"\[0, 128\)"), (60, 8, r"\[60, 68\)")])
 def test_fill_ref_out_of_range(host, offset, length, shown):
     buf = host.allocate(64)
     r = hal.ref(buf, offset, length)  # not checked yet
@@ -198,12 +198,27 @@ def test_zero_length_slot_refused(host):
     finish_and_check(host, cb, table=(buf,), untouched=[buf])
 
 
-def test_negative_slot_offset_refused(host):
+@pytest.mark.parametrize("make, message", [
+    (lambda buf: hal.slot(0, -4, 8), "slot offset must be >= 0, got -4"),
+    (lambda buf: hal.slot(0, 0, -8), "slot length must be >= 0, got -8"),
+    (lambda buf: hal.slot(-1), "slot index must be >= 0, got -1"),
+    (lambda buf: hal.ref(buf, -4, 8), "ref offset must be >= 0, got -4"),
+    (lambda buf: hal.ref(buf, 0, -8), "ref length must be >= 0, got -8"),
+    (lambda buf: hal.ref(buf, 65), "ref offset 65 is past the end of the 64-byte buffer"),
+])
+def test_negative_offsets_and_lengths_refused_where_the_reference_is_made(host, make, message):
+    buf = host.allocate(64)
+    with pytest.raises(hal.ValidationError, match=re.escape(message)):
+        make(buf)
+
+
+def test_negative_offset_of_a_reference_built_by_hand_refused_by_the_command(host):
+    """BufferRef is public: one built without hal.slot() is still checked when a command uses it."""
     buf = host.allocate(64)
     cb = recording(host, binding_capacity=1)
     with pytest.raises(hal.ValidationError,
                        match=r"command 0 \(copy_buffer\): target has offset -4 and length 8"):
-        cb.copy_buffer(hal.ref(buf, 0, 8), hal.slot(0, -4, 8))
+        cb.copy_buffer(hal.ref(buf, 0, 8), hal.BufferRef(None, 0, -4, 8))
     finish_and_check(host, cb, table=(host.allocate(8),))
 
 

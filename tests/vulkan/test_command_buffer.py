@@ -11,7 +11,7 @@ from tests import kernels
 from tests.conftest import backend_or_skip
 from tests.kernels import groups
 
-backend_or_skip("vulkan", "backends.vulkan")
+backend_or_skip("vulkan")
 
 from backends.vulkan import command_buffer, encoder
 from backends.vulkan import native as native_module

@@ -16,7 +16,7 @@ import hal
 from hal.device import get_driver
 from tests.conftest import backend_or_skip
 
-backend_or_skip("vulkan", "backends.vulkan")
+backend_or_skip("vulkan")
 
 from backends.vulkan import capabilities, instance
 from backends.vulkan.api import check

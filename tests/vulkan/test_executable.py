@@ -11,7 +11,7 @@ import hal
 from tests.conftest import backend_or_skip
 from tests.vulkan.conftest import assemble
 
-backend_or_skip("vulkan", "backends.vulkan")
+backend_or_skip("vulkan")
 
 from backends.vulkan import shaders, spirv
 

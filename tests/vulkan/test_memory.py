@@ -11,7 +11,7 @@ import hal
 from tests import kernels
 from tests.conftest import backend_or_skip
 
-backend_or_skip("vulkan", "backends.vulkan")
+backend_or_skip("vulkan")
 
 from backends.vulkan import memory
 
