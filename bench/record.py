@@ -1,31 +1,32 @@
 """Recording cost: µs of host time per recorded command, and per command for end().
 
-Side by side in one process, on the host device (recording is backend-independent Python):
+Side by side in one process, on the host device (recording and planning are backend-independent):
 deferred vs single_pass, validation on vs off (off drops the race check; the safety checks always
-run), barriers vs hazards dependencies, for two programs
-(a chain of dispatches separated by barriers, and a fan of dispatches in one segment writing
-disjoint slices of one buffer) of 10 to 10000 commands. The hazard analysis is also compared with
-the naive alternative that tests every pair of commands, to show what indexing ranges by buffer buys.
+run), barriers vs hazards dependencies, for two programs (a chain of dispatches separated by barriers,
+and a fan of dispatches in one segment writing disjoint slices of one buffer) of 10 to 10000 commands.
+The reference is a recorder written in plain Python that checks nothing (`FloorRecorder`: look the
+export up, build a record object, append it). Targets (issue 17): a recorded dispatch with every check
+<= 1.0x the reference; end() per command <= 0.5x the reference's record (barriers mode); hazards-mode
+end() <= 2x barriers-mode end(). The hazard analysis is also compared with the naive alternative that
+tests every pair of commands, to show what indexing ranges by buffer buys.
 
     python -m bench.record [--sizes 10,100,1000,10000] [--json PATH]
 """
 
 from __future__ import annotations
 
-import gc
 import platform
 import time
 from collections.abc import Callable
 
 import hal
 from bench import sizes_main
-from hal.buffer import BufferRef
-from hal.commands import Dispatch
 
 WORKGROUP = 64
 SLICE = 1024  # bytes each fan dispatch writes
-TARGET_US = 1.0  # issue 2's target for one recorded dispatch with validation on
-STORAGE = int(hal.BufferUsage.DISPATCH_STORAGE)
+RECORD_TARGET = 1.0  # hal's record / the reference's
+END_TARGET = 0.5  # hal's end() per command / the reference's record
+HAZARDS_TARGET = 2.0  # hazards-mode end() / barriers-mode end()
 
 
 def _noop(ctx):
@@ -62,83 +63,35 @@ def fan(cb: hal.CommandBuffer, f: Fixture, n: int) -> None:
 PROGRAMS = {"chain": chain, "fan": fan}
 
 
+class Record:
+    """The reference's record of a dispatch: the fields hal's record holds, in a plain Python object."""
+
+    __slots__ = ("index", "segment", "executable", "export", "ordinal", "workgroups", "constants", "bindings")
+
+    def __init__(self, index, segment, executable, export, ordinal, workgroups, constants, bindings) -> None:
+        self.index, self.segment = index, segment
+        self.executable, self.export, self.ordinal = executable, export, ordinal
+        self.workgroups, self.constants, self.bindings = workgroups, constants, bindings
+
+
 class FloorRecorder:
-    """The floor of any Python recorder, as a competitor: each call looks the export up, builds the same
-    Dispatch record and appends it; no check at all. hal's cost over this is what validation costs."""
+    """The reference: a recorder in plain Python that checks nothing. Each call looks the export up, builds
+    the same record and appends it. hal's cost over it is what checking (and compiling) buys or costs."""
 
     __slots__ = ("commands", "_segment")
 
     def __init__(self) -> None:
-        self.commands: list[Dispatch] = []
+        self.commands: list[Record] = []
         self._segment = 0
 
     def dispatch(self, executable: hal.Executable, name: str, workgroups=(1, 1, 1), constants=(), bindings=()):
-        ordinal, export = executable._by_name[name]
+        ordinal, export = executable.entries[name]
         commands = self.commands
-        commands.append(Dispatch(len(commands), self._segment, executable, export, ordinal, workgroups, constants,
-                                 bindings))
+        commands.append(Record(len(commands), self._segment, executable, export, ordinal, workgroups, constants,
+                               bindings))
 
     def execution_barrier(self) -> None:
         self._segment += 1
-
-
-class InlinedRecorder(FloorRecorder):
-    """A bound on restructuring hal's recorder: hal.CommandBuffer.dispatch's argument checks written
-    out in one method with no helper call, and race tracking cut to what these two programs need (per
-    buffer, the end of the bytes written so far in the segment: writes must append). Not a recorder
-    anyone should use; it shows how far any plain-Python recorder that checks what hal checks stays
-    above the target on this machine."""
-
-    __slots__ = ("device", "_written", "_read", "_seen", "_checked")
-
-    def __init__(self, device: hal.Device) -> None:
-        super().__init__()
-        self.device = device
-        self._written: dict[hal.Buffer, int] = {}
-        self._read: set[BufferRef] = set()
-        self._seen: tuple = ((), ())
-        self._checked: set[BufferRef] = set()  # references whose range and usage were checked (hal: once)
-
-    def dispatch(self, executable: hal.Executable, name: str, workgroups=(1, 1, 1), constants=(), bindings=()):
-        ordinal, export = executable._by_name[name]
-        if executable.device is not self.device or executable._released:
-            raise hal.ValidationError("executable of another device")
-        if (workgroups, constants) != self._seen:  # checked once, as hal does for a repeated tuple
-            if type(workgroups) is not tuple or len(workgroups) != 3 or type(constants) is not tuple or \
-                    len(constants) != export.constants:
-                raise hal.ValidationError("workgroups or constants")
-            self._seen = (workgroups, constants)
-        if type(bindings) is not tuple or len(bindings) != export.bindings:
-            raise hal.ValidationError("bindings")
-        written, read, checked, writes = self._written, self._read, self._checked, export.writes
-        resolved = []
-        i = -1
-        for r in bindings:
-            i += 1
-            if type(r) is not BufferRef:
-                if not isinstance(r, hal.Buffer):
-                    raise hal.ValidationError("not a buffer")
-                r = r._whole
-            b = r._buffer
-            if r not in checked:
-                if b.device is not self.device or b._released or r._end > b.size or not b._usage_bits & STORAGE:
-                    raise hal.ValidationError("binding")
-                checked.add(r)
-            resolved.append(r)
-            if writes[i]:
-                if r._offset < written.get(b, 0):
-                    raise hal.ValidationError("race")
-                written[b] = r._end
-            elif r not in read:
-                read.add(r)
-        commands = self.commands
-        commands.append(Dispatch(len(commands), self._segment, executable, export, ordinal, workgroups, constants,
-                                 tuple(resolved)))
-
-    def execution_barrier(self) -> None:
-        self._segment += 1
-        self._written.clear()
-        self._read.clear()
 
 
 def reference_us(program, recorder: Callable[[], FloorRecorder], f: Fixture, n: int, repeats: int) -> float:
@@ -205,8 +158,7 @@ def run(sizes: list[int], progress: Callable[[str], None] = lambda _: None) -> d
                 progress(f"record references {name} n={n}")
                 f, repeats = Fixture(dev, n), 15 if n <= 1000 else 3
                 references.append(dict(program=name, commands=n,
-                                       floor_us=reference_us(program, FloorRecorder, f, n, repeats),
-                                       inlined_us=reference_us(program, lambda: InlinedRecorder(dev), f, n, repeats)))
+                                       floor_us=reference_us(program, FloorRecorder, f, n, repeats)))
         notes = _notes(dev, rows, references, sizes)
     return dict(machine=platform.processor() or platform.machine(), python=platform.python_version(),
                 date=time.strftime("%Y-%m-%d"), rows=rows, references=references, notes=notes)
@@ -216,26 +168,20 @@ def _notes(dev: hal.Device, rows: list[dict], references: list[dict], sizes: lis
     def row(name, n, s, v, d):
         return next(r for r in rows if (r["program"], r["commands"], r["strategy"], r["validate"],
                                         r["dependencies"]) == (name, n, s, v, d))
+
+    def verdict(ratio: float, target: float) -> str:
+        return f"{ratio:.2f}x (<= {target}: {'met' if ratio <= target else 'MISSED'})"
+
     notes = []
     for ref in references:
-        name, n, floor, inlined = ref["program"], ref["commands"], ref["floor_us"], ref["inlined_us"]
-        r = row(name, n, "deferred", True, "barriers")
-        verdict = "met" if r["record_us"] <= TARGET_US else "MISSED"
-        notes.append(f"target <= {TARGET_US} µs per recorded dispatch, validation on: {name} at {n} commands "
-                     f"{r['record_us']:.2f} µs: {verdict}; a recorder with no checks at all (the floor) "
-                     f"{floor:.2f} µs, hal = {r['record_us'] / floor:.1f}x the floor; hal's checks inlined "
-                     f"into one method (InlinedRecorder) {inlined:.2f} µs, hal = {r['record_us'] / inlined:.2f}x")
-    n = sizes[-1]
-    f = Fixture(dev, n)
-    gc.disable()
-    try:
-        paused, _ = measure(dev, fan, f, n, "deferred", True, "barriers", 3)
-    finally:
-        gc.enable()
-    running, _ = measure(dev, fan, f, n, "deferred", True, "barriers", 3)
-    notes.append(f"fan at {n} commands with Python's cyclic garbage collector paused: {paused:.2f} µs/cmd vs "
-                 f"{running:.2f} running: the collector takes {100 * (1 - paused / running):.0f}% "
-                 f"(its share grows with the heap)")
+        name, n, floor = ref["program"], ref["commands"], ref["floor_us"]
+        barriers, hazards = row(name, n, "deferred", True, "barriers"), row(name, n, "deferred", True, "hazards")
+        record = verdict(barriers['record_us'] / floor, RECORD_TARGET)
+        notes.append(f"{name} of {n}: record with every check {barriers['record_us']:.2f} µs/cmd vs the plain-Python "
+                     f"recorder that checks nothing {floor:.2f}: {record}; "
+                     f"end() {barriers['end_us']:.2f} µs/cmd: {verdict(barriers['end_us'] / floor, END_TARGET)} of it; "
+                     f"hazards end() {hazards['end_us']:.2f}: "
+                     f"{verdict(hazards['end_us'] / barriers['end_us'], HAZARDS_TARGET)} barriers end()")
     big, small = sizes[-1], sizes[-2] if len(sizes) > 1 else sizes[-1]
     for name in PROGRAMS:
         v_on, v_off = row(name, big, "deferred", True, "barriers"), row(name, big, "deferred", False, "barriers")

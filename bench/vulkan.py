@@ -90,7 +90,7 @@ class Naive:
     def dispatch(self, cb: object, i: int) -> None:
         chain = self.chain
         vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline)
-        infos = [vk.VkDescriptorBufferInfo(buffer=b.handle, offset=0, range=b.size) for b in chain.operands(i)]
+        infos = [vk.VkDescriptorBufferInfo(buffer=b.vk_buffer, offset=0, range=b.size) for b in chain.operands(i)]
         write = vk.VkWriteDescriptorSet(dstBinding=0, descriptorCount=3,
                                         descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=infos)
         self.push(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, [write])
@@ -220,7 +220,7 @@ def run(device: str = "vulkan", dispatches: int = 100, progress: Callable[[str],
         if dev.driver != "vulkan":
             raise SystemExit(f"bench.vulkan needs a Vulkan device, got {dev}")
         meta = dict(device=dev.name, driver_info=dev.physical.driver, kind=dev.physical.type_name,
-                    push_descriptors=dev.push_descriptors, native_encoder=dev.native is not None,
+                    push_descriptors=dev.push_descriptors,
                     dispatches=dispatches, date=time.strftime("%Y-%m-%d"))
         gpu = dev.physical.kind == "gpu"
         # On a CPU device the 1M-element kernels take seconds: fewer dispatches and repeats there.
@@ -251,7 +251,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 def report(result: dict) -> str:
     meta = result["meta"]
     lines = [f"## Vulkan on {meta['device']} ({meta['kind']}, {meta['driver_info']}), {meta['date']}", "",
-             f"push descriptors: {meta['push_descriptors']}; native encoder: {meta['native_encoder']}. "
+             f"push descriptors: {meta['push_descriptors']}. "
              f"µs per dispatch of a chain (a barrier between dispatches), best of several runs.", "",
              "| elements | dispatches | style | host record µs | wall µs |", "|---:|---:|---|---:|---:|"]
     styles = [("naive: one VkCommandBuffer per dispatch", None, "naive_per_dispatch_wall"),

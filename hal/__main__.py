@@ -5,7 +5,10 @@ against numpy, and compares one-shot recording with resubmitting a reusable comm
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
+import importlib.util
 import os
+import pkgutil
 import sys
 import time
 
@@ -14,6 +17,7 @@ import numpy as np
 import hal
 from hal.device import driver_status
 
+EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 N = 16384  # elements: one update_buffer (64 KiB) fills a whole vector
 
 
@@ -175,7 +179,26 @@ def demo(device: str | None, iterations: int) -> int:
         return 0 if ok else 1
 
 
+def compiled_modules() -> dict[str, bool]:
+    """name -> compiled?: the modules of hal and its GPU backends that import as compiled extensions, and
+    each GPU backend's command_buffer, which must be one (left out where its headers were missing when hal
+    was installed)."""
+    found = {}
+    for package in ("hal", "backends.vulkan", "backends.cuda_graph"):
+        path = importlib.util.find_spec(package).submodule_search_locations
+        for module in pkgutil.iter_modules(path, package + "."):
+            if (importlib.util.find_spec(module.name).origin or "").endswith(EXTENSIONS):
+                found[module.name] = True
+    for package in ("backends.vulkan", "backends.cuda_graph"):
+        found.setdefault(package + ".command_buffer", False)
+    return found
+
+
 def info() -> int:
+    modules = compiled_modules()
+    print(f"compiled core: {', '.join(name for name, built in modules.items() if built)}")
+    for name in (name for name, built in modules.items() if not built):
+        print(f"  not built: {name} (its headers were missing when hal was installed)")
     for name, devices in driver_status().items():
         if isinstance(devices, str):
             print(f"{name}: {devices}")

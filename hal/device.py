@@ -22,6 +22,7 @@ from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
 from hal.errors import HalError, UnsupportedError, ValidationError, integer
 from hal.executable import Executable, ExecutableSource
+from hal.program import Emitter
 from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
@@ -69,8 +70,8 @@ class Device:
         # The content-keyed executable cache: source key -> Executable, so each source loads once.
         self._executables: dict[Any, Executable] = {}
         # Replaced at every buffer or executable release: what was checked under an older token (binding
-        # tables, dispatch bindings, dispatched executables) is checked again, since it may use the released one.
-        self._release_token = object()
+        # tables, dispatched executables) is checked again, since it may use the released one.
+        self.release_token = object()
         self._waiters = 0  # threads inside _waiting()
         self._waiters_lock = threading.Lock()
 
@@ -127,7 +128,7 @@ class Device:
                               validate: bool = True) -> CommandBuffer:
         """A command buffer to record into; see CommandBuffer for what each argument chooses."""
         self._check_open()
-        return self._create_command_buffer(mode, binding_capacity, strategy, dependencies, validate)
+        return CommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate, self._create_emitter)
 
     def create_semaphore(self, initial: int = 0) -> Semaphore:
         self._check_open()
@@ -149,10 +150,10 @@ class Device:
         lock = self._submit_lock
         lock.acquire()
         try:
-            if binding_table is command_buffer._table and command_buffer._table_token is self._release_token:
+            if command_buffer.accepts(binding_table, self.release_token):
                 table = binding_table  # a reusable command buffer again with its last table: nothing to check
             else:
-                table = command_buffer._prepare_submit(binding_table)
+                table = command_buffer.prepare_submit(binding_table)
             if wait is _NONE and signal is _NONE:  # the defaults need no checking: the common case is free
                 self._queue_execute(command_buffer, table, _NONE, _NONE)
             else:
@@ -161,7 +162,7 @@ class Device:
                 self._queue_execute(command_buffer, table, waits, signals)
                 for sem, value in signals:
                     sem._promised = value
-            command_buffer._ran = True
+            command_buffer.submitted()
         finally:
             lock.release()
 
@@ -229,13 +230,13 @@ class Device:
                 self._waiters -= 1
 
     def _buffer_released(self) -> None:
-        self._release_token = object()
+        self.release_token = object()
 
     def _executable_released(self, executable: Executable) -> None:
         key = executable.source.key
         if self._executables.get(key) is executable:
             del self._executables[key]
-        self._release_token = object()
+        self.release_token = object()
 
     # Backend hooks.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> Buffer:
@@ -244,8 +245,8 @@ class Device:
     def _load_executable(self, source: ExecutableSource) -> Executable:
         raise NotImplementedError
 
-    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
-                               validate: bool) -> CommandBuffer:
+    def _create_emitter(self, command_buffer: CommandBuffer) -> Emitter:
+        """The backend's side of a new command buffer (see hal.program.Emitter)."""
         raise NotImplementedError
 
     def _create_semaphore(self, initial: int) -> Semaphore:
@@ -364,14 +365,18 @@ def _unavailable(name: str, error: Exception) -> str:
     return f"the {name} driver cannot load: {type(error).__name__}: {error}"
 
 
-def import_backend(module: str, packages: Mapping[str, str]) -> ModuleType:
+def import_backend(module: str, packages: Mapping[str, str], compiled: str, headers: str) -> ModuleType:
     """Import a backend's implementation `module`. A missing package among `packages` (top-level import
-    name -> how to install it) becomes UnsupportedError saying what to install: backend packages call
-    this on first use, so that they import, and the registry, `python -m hal info` and the tests can tell
-    a user what is missing, without the optional package."""
+    name -> how to install it) becomes UnsupportedError saying what to install, and so does a missing
+    `compiled` module (the backend's compiled part, left out when its `headers` were missing at install
+    time): backend packages call this on first use, so that they import, and the registry, `python -m hal
+    info` and the tests can tell a user what is missing."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
+        if e.name == compiled:
+            raise UnsupportedError(f"hal was installed without its compiled module {compiled}: {headers} were "
+                                   f"missing at install time; install them and reinstall hal") from e
         top = (e.name or "").partition(".")[0]
         if top not in packages:
             raise

@@ -172,15 +172,16 @@ def _payload_bytes(payload: Any) -> bytes:
 
 
 class Executable:
-    """A source loaded on one device. Backends subclass it; `export` looks an entry point up by name."""
+    """A source loaded on one device. Backends subclass it; `export` looks an entry point up by name, and
+    `entries` maps each export's name to (its position, the Export) for the recorder."""
 
-    __slots__ = ("device", "source", "exports", "_by_name", "_released", "__weakref__")
+    __slots__ = ("device", "source", "exports", "entries", "_released", "__weakref__")
 
     def __init__(self, device: Device, source: ExecutableSource) -> None:
         self.device = device
         self.source = source
         self.exports = source.exports
-        self._by_name = {e.name: (i, e) for i, e in enumerate(source.exports)}
+        self.entries: dict[str, tuple[int, Export]] = {e.name: (i, e) for i, e in enumerate(source.exports)}
         self._released = False
 
     @property
@@ -194,15 +195,15 @@ class Executable:
         if self._released:
             return
         self._released = True
-        self._by_name = {}  # dispatch's one lookup now fails, and its slow path says why
+        self.entries = {}  # dispatch's one lookup now fails, and its slow path says why
         self.device._executable_released(self)
         self._free()
 
     def export(self, name: str) -> Export:
         try:
-            return self._by_name[name][1]
+            return self.entries[name][1]
         except KeyError:
-            raise ValidationError(f"no export {name!r}; this executable has {', '.join(self._by_name)}") from None
+            raise ValidationError(f"no export {name!r}; this executable has {', '.join(self.entries)}") from None
 
     def __repr__(self) -> str:
         names = ", ".join(e.name for e in self.exports)

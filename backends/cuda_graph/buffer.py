@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cuda.bindings import driver
+from hal.buffer import Buffer, BufferUsage
 
 from backends.cuda_graph.api import call
-from hal.buffer import Buffer, BufferUsage
 
 if TYPE_CHECKING:
     from backends.cuda_graph.device import CudaDevice
@@ -40,6 +40,7 @@ class CudaBuffer(Buffer):
         self.owner = owner  # imported: the object whose memory this is; never freed by hal
         self._core: Any = None  # a cuda.core view, made for the first DLPack export
         super().__init__(device, size, usage)
+        self.handle = address  # what the compiled command_buffer module reads
 
     @property
     def imported(self) -> bool:

@@ -20,16 +20,15 @@ from typing import Any
 
 import numpy as np
 from cuda.bindings import driver
+from hal.buffer import Buffer, BufferUsage
+from hal.command_buffer import CommandBuffer
 
-from backends.cuda_graph import stream as words
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
-from backends.cuda_graph.command_buffer import CudaCommandBuffer
+from backends.cuda_graph.command_buffer import CudaEmitter
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
-from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
-from hal.command_buffer import CommandBuffer
 from hal.device import _NONE, Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
@@ -123,13 +122,12 @@ class CudaDevice(Device):
         super().__init__("cuda", name, caps)
         self.context = call(driver.cuDevicePrimaryCtxRetain, self.cu_device)
         self.context_handle = int(self.context)
-        self._activate()
+        self.activate()
         self.stream = call(driver.cuStreamCreate, driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
         self.stream_handle = int(self.stream)
         self.pool = call(driver.cuDeviceGetDefaultMemPool, self.cu_device)
         call(driver.cuMemPoolSetAttribute, self.pool, driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
              driver.cuuint64_t(0xFFFFFFFFFFFFFFFF))  # keep freed memory for reuse instead of returning it
-        self.functions = words.functions()
         self.graph_lanes = graph_lanes()
         self._lock = threading.RLock()  # what is owned, unreferenced or retired, and the pending list
         self._staging: tuple[int, int, np.ndarray] | None = None
@@ -163,7 +161,7 @@ class CudaDevice(Device):
         self._graph_lanes = lanes
 
     # Context and lifetimes.
-    def _activate(self) -> None:
+    def activate(self) -> None:
         """Make the device's context current in this thread (driver calls without a handle need it). A
         thread remembers the device it last activated, so the common case costs one attribute read."""
         if _current.device is not self:
@@ -219,7 +217,7 @@ class CudaDevice(Device):
         """Free what was released or collected, and what retired work has finished with."""
         if not (self._unreferenced or self._graveyard) or self._closed:
             return
-        self._activate()
+        self.activate()
         if self._unreferenced:
             with self._lock:
                 items, self._unreferenced = self._unreferenced, []
@@ -240,7 +238,7 @@ class CudaDevice(Device):
     # Memory.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> CudaBuffer:
         self._check_lost()
-        self._activate()
+        self.activate()
         self._collect()
         return CudaBuffer(self, nbytes, usage)
 
@@ -293,7 +291,7 @@ class CudaDevice(Device):
         """Copy between `host` and device memory at `address` through pinned staging, piece by piece, in
         stream order; waits for each piece."""
         self._check_lost()
-        self._activate()
+        self.activate()
         with self._staging_lock:
             if self._staging is None:
                 self._staging = host_alloc(STAGING_BYTES)
@@ -313,54 +311,54 @@ class CudaDevice(Device):
     # Executables, command buffers, semaphores.
     def _load_executable(self, source: ExecutableSource) -> CudaExecutable:
         self._check_lost()
-        self._activate()
+        self.activate()
         return CudaExecutable(self, source)
 
-    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
-                               validate: bool) -> CudaCommandBuffer:
-        self._activate()
-        return CudaCommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate)
+    def _create_emitter(self, command_buffer: CommandBuffer) -> CudaEmitter:
+        self.activate()
+        return CudaEmitter(self, command_buffer.mode, command_buffer.strategy, command_buffer.binding_capacity)
 
     def _create_semaphore(self, initial: int) -> CudaSemaphore:
-        self._activate()
+        self.activate()
         return CudaSemaphore(self, initial)
 
     # The queue.
     def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
                       wait: Iterable[tuple[Semaphore, int]] = _NONE,
                       signal: Iterable[tuple[Semaphore, int]] = _NONE) -> None:
-        """Device.queue_execute, with the resubmission in one function: a command buffer holding the device's
-        `_launchable` token (given by the general path: reusable, built, without slots, nothing to free, the
-        device neither lost nor closing), again with its last table, no semaphores, from a thread whose
-        context is current, is one cuGraphLaunch. One token check stands for seven (0.2 µs on an H100 host,
-        against launches of about 2 µs). Anything else takes the general path."""
+        """Device.queue_execute, with the resubmission in one function: a command buffer of this device whose
+        emitter holds the device's `_launchable` token (given by the general path: reusable, built, without
+        slots, nothing to free, the device neither lost nor closing), again with its last table, no
+        semaphores, from a thread whose context is current, is one cuGraphLaunch. One token check stands for
+        seven (0.2 µs on an H100 host, against launches of about 2 µs). Anything else takes the general path."""
         lock = self._submit_lock
         lock.acquire()
         try:
-            if wait is _NONE and signal is _NONE and type(command_buffer) is CudaCommandBuffer and \
-                    command_buffer._launchable is self._launchable and binding_table is command_buffer._table \
-                    and command_buffer._table_token is self._release_token and _current.device is self:
-                err, = command_buffer._launch()
+            if wait is _NONE and signal is _NONE and command_buffer.device is self and \
+                    command_buffer.emitter.token is self._launchable and _current.device is self and \
+                    command_buffer.accepts(binding_table, self.release_token):
+                err = command_buffer.emitter.launch()
                 if err:
-                    self._lost_on(fail(err, "cuGraphLaunch"))
+                    self._lost_on(fail(driver.CUresult(err), "cuGraphLaunch"))
                 return
         finally:
             lock.release()
         super().queue_execute(command_buffer, binding_table, wait, signal)
 
-    def _queue_execute(self, command_buffer: CudaCommandBuffer, table: tuple[Buffer, ...],
+    def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[CudaSemaphore, int], ...],
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
         """The general path: a first submission, a new table, semaphores (queue_execute takes the resubmission)."""
         token = self._launchable  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
             self._check_lost()
-        self._activate()
+        self.activate()
         for sem, value in waits:
             call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
                  driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        emitter = command_buffer.emitter
         try:
-            command_buffer._submit(table)
+            emitter.submit(table)
         except DeviceLostError as e:
             self._lost_on(e)
         if waits or signals:
@@ -375,9 +373,8 @@ class CudaDevice(Device):
             with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
                 self._collect()
         if not (waits or signals or self._graveyard or self._unreferenced or self._closed) and \
-                command_buffer.mode == "reusable" and command_buffer._launch is not None and \
-                not command_buffer._slot_commands:
-            command_buffer._launchable = token  # the same again is one launch
+                emitter.resubmits_in_one_launch:
+            emitter.token = token  # the same again is one launch
 
     def _lost_on(self, error: HalError) -> None:
         """Raise `error`, remembering it first when it lost the device (later calls raise it too)."""
@@ -437,7 +434,7 @@ class CudaDevice(Device):
             raise queue_deadlock(value, sem.value)
 
     def _synchronize(self) -> None:
-        self._activate()
+        self.activate()
         self._wait_stream()
 
     def _check_lost(self) -> None:
@@ -448,7 +445,7 @@ class CudaDevice(Device):
         with self._submit_lock:  # a resubmission under way ends first; none starts after
             self._launchable = object()
         with contextlib.suppress(HalError):
-            self._activate()
+            self.activate()
         for sem, value in waits_for_the_host(self._unfinished(), lambda s: s.value):  # let a stuck queue drain
             sem.value = value
         while self._waiters:  # semaphore waits end within a poll once they see the device closed

@@ -1,32 +1,43 @@
-"""Host command buffers: run the recorded DAG with numpy.
+"""Host command buffers: run the Program's commands with numpy.
 
-At end() the DAG is ordered once: a topological order that, among the commands ready to run, always
-takes the one recorded last. So the host runs commands out of recording order wherever the DAG allows,
-and a missing dependency shows up as a wrong result in the tests rather than hiding behind program order.
+At end() the DAG is ordered once (Program.topological_order): among the commands ready to run, always
+the one recorded last. So the host runs commands out of recording order wherever the DAG allows, and a
+missing dependency shows up as a wrong result in the tests rather than hiding behind program order.
 """
 
 from __future__ import annotations
 
-import heapq
+from typing import Any
 
 import numpy as np
+from hal.buffer import Buffer, BufferRef
+from hal.commands import Command, Copy, Dispatch, Fill, Update
+from hal.program import Program
 
 from backends.host.executable import DispatchContext
-from hal.buffer import Buffer, BufferRef
-from hal.command_buffer import CommandBuffer
-from hal.commands import Command, Copy, Dispatch, Fill, Update
 from hal.errors import DeviceError
 
 _PATTERN_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
-class HostCommandBuffer(CommandBuffer):
-    __slots__ = ("order",)
+class HostEmitter:
+    """The host's side of a command buffer (hal.program.Emitter): the order its commands run in."""
 
-    def _on_end(self) -> None:
-        self.order = execution_order(self._commands, self._tracker.groups, self._tracker.group_of)
+    lanes = 0  # the host runs commands one at a time: no graph to lay out in lanes
 
-    def _on_reset(self) -> None:
+    def __init__(self) -> None:
+        self.order: list[Command] = []
+
+    def begin(self, program: Program) -> None:
+        pass
+
+    def command(self, program: Program, command: Any) -> None:
+        pass
+
+    def end(self, program: Program) -> None:
+        self.order = program.topological_order()
+
+    def reset(self) -> None:
         self.order = []
 
 
@@ -40,38 +51,9 @@ def execute(order: list[Command], table: tuple[Buffer, ...]) -> None:
             raise DeviceError(f"host: command {c.index} ({c.kind}{name}) failed: {type(e).__name__}: {e}") from e
 
 
-def execution_order(commands: list[Command], groups: list[tuple[int, ...]], group_of: list[int]) -> list[Command]:
-    """Topological order preferring the highest ready index; linear in commands plus group sizes."""
-    waiting = [len(g) for g in groups]
-    members: list[list[int]] = [[] for _ in groups]
-    feeds: list[list[int]] = [[] for _ in commands]
-    for g, preds in enumerate(groups):
-        for p in preds:
-            feeds[p].append(g)
-    ready = []
-    for i, g in enumerate(group_of):
-        if g < 0:
-            ready.append(-i)
-        else:
-            members[g].append(i)
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = -heapq.heappop(ready)
-        order.append(commands[i])
-        for g in feeds[i]:
-            waiting[g] -= 1
-            if not waiting[g]:
-                for m in members[g]:
-                    heapq.heappush(ready, -m)
-    if len(order) != len(commands):  # pragma: no cover - the tracker only links backwards
-        raise AssertionError("dependency cycle")
-    return order
-
-
 def _view(r: BufferRef, table: tuple[Buffer, ...]) -> np.ndarray:
-    b = r._buffer if r._buffer is not None else table[r._slot]
-    return b.data[r._offset:r._end]
+    b = r.buffer if r.buffer is not None else table[r.slot]
+    return b.data[r.offset:r.offset + r.nbytes if r.bounded else b.size]
 
 
 def _fill(c: Fill, table: tuple[Buffer, ...]) -> None:

@@ -13,13 +13,15 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from hal.buffer import Buffer, BufferUsage
+from hal.command_buffer import CommandBuffer
+from hal.commands import Command
+
 from backends.host.buffer import HostBuffer
-from backends.host.command_buffer import HostCommandBuffer, execute
+from backends.host.command_buffer import HostEmitter, execute
 from backends.host.executable import HostExecutable
 from backends.host.semaphore import HostSemaphore
-from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
-from hal.commands import Command
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
@@ -91,18 +93,17 @@ class HostDevice(Device):
     def _load_executable(self, source: ExecutableSource) -> HostExecutable:
         return HostExecutable(self, source)
 
-    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
-                               validate: bool) -> HostCommandBuffer:
-        return HostCommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate)
+    def _create_emitter(self, command_buffer: CommandBuffer) -> HostEmitter:
+        return HostEmitter()
 
     def _create_semaphore(self, initial: int) -> HostSemaphore:
         return HostSemaphore(self, initial)
 
-    def _queue_execute(self, command_buffer: HostCommandBuffer, table: tuple[Buffer, ...],
+    def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[HostSemaphore, int], ...],
                        signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
         with self._cv:
-            self._pending.append(_Submission(command_buffer.order, table, waits, signals))
+            self._pending.append(_Submission(command_buffer.emitter.order, table, waits, signals))
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, name=WORKER_NAME, daemon=True)
                 self._worker.start()

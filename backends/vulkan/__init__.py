@@ -16,7 +16,8 @@ def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        device = import_backend("backends.vulkan.device", PACKAGES)
+        device = import_backend("backends.vulkan.device", PACKAGES, "backends.vulkan.command_buffer",
+                                "the Vulkan headers (Debian: apt-get install libvulkan-dev)")
     except OSError as e:  # the `vulkan` package found no loader library (libvulkan.so.1)
         raise UnsupportedError(f"the Vulkan loader is not installed ({e}); on Debian or Ubuntu: "
                                "apt-get install libvulkan1 mesa-vulkan-drivers") from e

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from hal.buffer import Buffer, BufferUsage
 
 from backends.vulkan.api import check, ffi, lib, vk
 from backends.vulkan.memory import DEVICE_LOCAL
-from hal.buffer import Buffer, BufferUsage
 
 if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
@@ -46,18 +46,19 @@ def destroy_buffer(device: VulkanDevice, handle: Any, allocation: Any) -> None:
 
 
 class VulkanBuffer(Buffer):
-    __slots__ = ("handle", "vk_handle", "_finalizer")
+    """`vk_buffer`: the VkBuffer (cffi), None for an empty buffer; `handle` (hal.Buffer's): it as an integer."""
+
+    __slots__ = ("vk_buffer", "_finalizer")
 
     def __init__(self, device: VulkanDevice, size: int, usage: BufferUsage) -> None:
-        self.handle = None
-        self.vk_handle = 0  # the handle as an integer, for the encoder's stream
+        super().__init__(device, size, usage)
+        self.vk_buffer = None
         self._finalizer = None
         if size:  # Vulkan has no empty buffers; nothing can bind an empty range anyway
             bits = _TRANSFER | (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT if usage & BufferUsage.DISPATCH_STORAGE else 0)
-            self.handle, allocation = create_buffer(device, size, bits, DEVICE_LOCAL)
-            self.vk_handle = device.address(self.handle)
-            self._finalizer = device._track(self, destroy_buffer, device, self.handle, allocation)
-        super().__init__(device, size, usage)
+            self.vk_buffer, allocation = create_buffer(device, size, bits, DEVICE_LOCAL)
+            self.handle = device.address(self.vk_buffer)
+            self._finalizer = device._track(self, destroy_buffer, device, self.vk_buffer, allocation)
 
     def _read(self, offset: int, nbytes: int) -> np.ndarray:
         out = np.empty(nbytes, np.uint8)

@@ -17,22 +17,22 @@ import itertools
 import threading
 import time
 import weakref
-from array import array
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from hal.buffer import Buffer, BufferUsage
+from hal.command_buffer import CommandBuffer
 
 from backends.vulkan import capabilities as caps_module
-from backends.vulkan import encoder, native
 from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ffi, lib, vk
 from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
-from backends.vulkan.command_buffer import Recording, VulkanCommandBuffer
+from backends.vulkan.command_buffer import DeviceCommands, Submitter, VulkanEmitter
 from backends.vulkan.executable import VulkanExecutable
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
+from backends.vulkan.recording import Recording
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
-from hal.buffer import Buffer, BufferUsage
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
@@ -40,12 +40,12 @@ from hal.semaphore import Semaphore
 
 STAGING_BYTES = 32 << 20  # the most one staging copy moves; larger reads and writes go in pieces
 WAIT_SLICE_NS = 100_000_000  # waits for the GPU are cut in slices to notice a queue that can never run
-ALL_COMMANDS = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
 MAX_TIMELINE_VALUE = (1 << 64) - 1
-HOT_FUNCTIONS = ("vkCmdBindPipeline", "vkCmdPushDescriptorSetKHR", "vkCmdBindDescriptorSets", "vkCmdPushConstants",
-                 "vkCmdDispatch", "vkCmdFillBuffer", "vkCmdUpdateBuffer", "vkCmdCopyBuffer", "vkCmdPipelineBarrier",
-                 "vkBeginCommandBuffer", "vkEndCommandBuffer", "vkQueueSubmit", "vkGetSemaphoreCounterValue",
-                 "vkWaitSemaphores", "vkSignalSemaphore")
+MAX_PUSHED_BINDINGS = 64  # push descriptors allow fewer anyway (maxPushDescriptors)
+# The calls outside recording and submission (which the compiled command_buffer module makes) that run
+# often enough to skip the loader's trampoline: the semaphores' and the staging copies'.
+HOT_FUNCTIONS = ("vkCmdCopyBuffer", "vkCmdPipelineBarrier", "vkBeginCommandBuffer", "vkEndCommandBuffer",
+                 "vkGetSemaphoreCounterValue", "vkWaitSemaphores", "vkSignalSemaphore")
 
 
 class VulkanDriver(Driver):
@@ -75,50 +75,6 @@ class Functions:
             setattr(self, name, device_function(device, name))
 
 
-class Submitter:
-    """One VkSubmitInfo with its timeline values, reused by every submission (under the queue lock)."""
-
-    __slots__ = ("info", "timeline_info", "cbs", "wait_sems", "wait_values", "wait_stages", "signal_sems",
-                 "signal_values", "capacity")
-
-    def __init__(self, timeline: Any, capacity: int = 8) -> None:
-        self.capacity = capacity
-        self.cbs = ffi.new("VkCommandBuffer[1]")
-        self.wait_sems = ffi.new("VkSemaphore[]", capacity)
-        self.wait_values = ffi.new("uint64_t[]", capacity)
-        self.wait_stages = ffi.new("VkPipelineStageFlags[]", [ALL_COMMANDS] * capacity)
-        self.signal_sems = ffi.new("VkSemaphore[]", capacity)
-        self.signal_values = ffi.new("uint64_t[]", capacity)
-        self.wait_sems[0] = self.signal_sems[0] = timeline
-        self.timeline_info = ffi.new("VkTimelineSemaphoreSubmitInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO, "waitSemaphoreValueCount": 1,
-            "pWaitSemaphoreValues": self.wait_values, "signalSemaphoreValueCount": 1,
-            "pSignalSemaphoreValues": self.signal_values})
-        self.info = ffi.new("VkSubmitInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "pNext": self.timeline_info, "waitSemaphoreCount": 1,
-            "pWaitSemaphores": self.wait_sems, "pWaitDstStageMask": self.wait_stages, "commandBufferCount": 1,
-            "pCommandBuffers": self.cbs, "signalSemaphoreCount": 1, "pSignalSemaphores": self.signal_sems})
-
-    def prepare(self, vkcb: Any, value: int, waits: tuple, signals: tuple) -> tuple[Any, Submitter]:
-        """The submit info for `vkcb`: wait for timeline value - 1 and the user's waits, signal `value` and theirs."""
-        if waits or signals:
-            if max(len(waits), len(signals)) + 1 > self.capacity:
-                fresh = Submitter(self.wait_sems[0], 2 * max(len(waits), len(signals)) + 2)
-                return fresh.prepare(vkcb, value, waits, signals)
-            for i, (sem, v) in enumerate(waits, 1):
-                self.wait_sems[i], self.wait_values[i] = sem.handle, v
-            for i, (sem, v) in enumerate(signals, 1):
-                self.signal_sems[i], self.signal_values[i] = sem.handle, v
-        n_wait, n_signal = len(waits) + 1, len(signals) + 1
-        info, timeline = self.info, self.timeline_info
-        info.waitSemaphoreCount = timeline.waitSemaphoreValueCount = n_wait
-        info.signalSemaphoreCount = timeline.signalSemaphoreValueCount = n_signal
-        self.cbs[0] = vkcb
-        self.wait_values[0] = value - 1
-        self.signal_values[0] = value
-        return info, self
-
-
 class VulkanDevice(Device):
     def __init__(self, physical: PhysicalDevice, overrides: Mapping[str, Any] | None) -> None:
         self.physical = physical
@@ -127,7 +83,7 @@ class VulkanDevice(Device):
         caps.check_within(self.features.capabilities, physical.name)
         if caps.supports_push_descriptor:  # a dispatch pushes all its bindings at once
             limit = min(caps.max_per_stage_descriptor_storage_buffer, self.features.max_push_descriptors,
-                        encoder.MAX_BINDINGS)
+                        MAX_PUSHED_BINDINGS)
             caps = dataclasses.replace(caps, max_per_stage_descriptor_storage_buffer=limit)
         super().__init__("vulkan", physical.name, caps)
         self.push_descriptors = caps.supports_push_descriptor
@@ -176,27 +132,15 @@ class VulkanDevice(Device):
         lib.vkGetDeviceQueue(handle, self.physical.queue_family, 0, queue)
         self.queue = queue[0]
         self.fn = Functions(handle)
-        self.native = native.load()
-        if self.native is not None:  # the driver's entry points, as addresses, in encoder.c's order
-            self.native_functions = array("Q", [self.address(getattr(self.fn, name) or ffi.NULL)
-                                                for name in encoder.NATIVE_FUNCTIONS])
+        self.commands = DeviceCommands(self.address(handle), self.push_descriptors)
         self._memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
                                   self.features.max_memory_allocation_size)
         self._timeline = create_timeline(self, 0)
-        self._submitter = Submitter(self._timeline)
+        self._submitter = Submitter(self.commands, self.address(self.queue), self.address(self._timeline))
         self._timeline_array = ffi.new("VkSemaphore[1]", [self._timeline])
-        barrier_access = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT
-                          | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
-        self.memory_barrier = ffi.new("VkMemoryBarrier*", {
-            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-            "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
-            "dstAccessMask": barrier_access})
         self.host_barrier = ffi.new("VkMemoryBarrier*", {
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": vk.VK_ACCESS_TRANSFER_WRITE_BIT,
             "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
-        self.begin_info = ffi.new("VkCommandBufferBeginInfo*", {  # reusable: may be queued again while pending
-            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-            "flags": vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT})
         self.begin_info_once = ffi.new("VkCommandBufferBeginInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
@@ -209,7 +153,7 @@ class VulkanDevice(Device):
 
     @staticmethod
     def address(cdata: Any) -> int:
-        """A handle or pointer as the integer the encoder's stream holds."""
+        """A handle or pointer as an integer (what the compiled command_buffer module takes)."""
         return int(ffi.cast("uintptr_t", cdata))
 
     # Accounting and lifetimes.
@@ -267,23 +211,23 @@ class VulkanDevice(Device):
         self._check_lost()
         return VulkanExecutable(self, source)
 
-    def _create_command_buffer(self, mode: str, binding_capacity: int, strategy: str, dependencies: str,
-                               validate: bool) -> VulkanCommandBuffer:
-        return VulkanCommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate)
+    def _create_emitter(self, command_buffer: CommandBuffer) -> VulkanEmitter:
+        return VulkanEmitter(self, self.commands, command_buffer.mode, command_buffer.strategy,
+                             command_buffer.binding_capacity)
 
     def _create_semaphore(self, initial: int) -> VulkanSemaphore:
         self._check_lost()
         return VulkanSemaphore(self, initial)
 
     # The queue.
-    def _queue_execute(self, command_buffer: VulkanCommandBuffer, table: tuple[Buffer, ...],
+    def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[VulkanSemaphore, int], ...],
                        signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
         self._check_lost()
         if (waits or signals) and self.features.max_timeline_difference < MAX_TIMELINE_VALUE:
             for sem, value in waits + signals:
                 self._check_timeline_step(sem, value)
-        self._submit(command_buffer._vk_command_buffer(table), waits, signals)
+        self._submit(command_buffer.emitter.command_buffer(table), waits, signals)
         if self._graveyard:
             self._collect()
 
@@ -294,13 +238,13 @@ class VulkanDevice(Device):
             raise ValidationError(f"semaphore value {value} is more than the device's "
                                   f"maxTimelineSemaphoreValueDifference {limit} away from the current value {current}")
 
-    def _submit(self, vkcb: Any, waits: tuple = (), signals: tuple = ()) -> int:
-        """Queue `vkcb` after everything submitted before; returns its timeline value."""
+    def _submit(self, vkcb: int, waits: tuple = (), signals: tuple = ()) -> int:
+        """Queue the VkCommandBuffer `vkcb` after everything submitted before; returns its timeline value."""
         with self._queue_lock:
             value = self._submitted + 1
-            info, _keep = self._submitter.prepare(vkcb, value, waits, signals)
             try:
-                check(self.fn.vkQueueSubmit(self.queue, 1, info, ffi.NULL), "vkQueueSubmit")
+                self._submitter.submit(vkcb, value, tuple((s.address, v) for s, v in waits),
+                                       tuple((s.address, v) for s, v in signals))
             except DeviceLostError as e:
                 self._lost = e
                 raise
@@ -375,23 +319,23 @@ class VulkanDevice(Device):
             staging = self._staging_buffer(len(host))
             if self._transfer is None:
                 self._transfer = Recording(self, resettable=True)
-            vkcb = self._transfer.vkcb
+            vkcb = ffi.cast("VkCommandBuffer", self._transfer.handle)
             step = len(staging[2])
             for start in range(0, len(host), step):
                 piece = host[start:start + step]
                 n = len(piece)
-                encoder.begin(self, vkcb, True)
+                check(self.fn.vkBeginCommandBuffer(vkcb, self.begin_info_once), "vkBeginCommandBuffer")
                 region = ffi.new("VkBufferCopy*", {"srcOffset": 0 if to_device else offset + start,
                                                    "dstOffset": offset + start if to_device else 0, "size": n})
                 if to_device:
                     staging[2][:n] = piece
-                    self.fn.vkCmdCopyBuffer(vkcb, staging[0], buffer.handle, 1, region)
+                    self.fn.vkCmdCopyBuffer(vkcb, staging[0], buffer.vk_buffer, 1, region)
                 else:
-                    self.fn.vkCmdCopyBuffer(vkcb, buffer.handle, staging[0], 1, region)
+                    self.fn.vkCmdCopyBuffer(vkcb, buffer.vk_buffer, staging[0], 1, region)
                     self.fn.vkCmdPipelineBarrier(vkcb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
                                                  0, 1, self.host_barrier, 0, ffi.NULL, 0, ffi.NULL)
-                encoder.end(self, vkcb)
-                self._wait_for(self._submit(vkcb))
+                check(self.fn.vkEndCommandBuffer(vkcb), "vkEndCommandBuffer")
+                self._wait_for(self._submit(self._transfer.handle))
                 if not to_device:
                     piece[:] = staging[2][:n]
 

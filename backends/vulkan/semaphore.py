@@ -33,11 +33,12 @@ def destroy_timeline(device: VulkanDevice, handle: Any) -> None:
 
 
 class VulkanSemaphore(Semaphore):
-    __slots__ = ("handle", "_value_out", "_finalizer")
+    __slots__ = ("handle", "address", "_value_out", "_finalizer")
 
     def __init__(self, device: VulkanDevice, initial: int) -> None:
         super().__init__(device)
         self.handle = create_timeline(device, initial)
+        self.address = device.address(self.handle)  # what submissions take
         self._value_out = ffi.new("uint64_t*")
         self._finalizer = device._track(self, destroy_timeline, device, self.handle)
 

@@ -62,7 +62,7 @@ def test_emitted_graph_is_the_dependency_graph_plus_joins(gpu, exe, strategy, de
     cb = gpu.create_command_buffer(mode="reusable", strategy=strategy, dependencies=deps)
     with cb:
         record_wide(cb, exe, bufs, m, n)
-    emitted = cb.emitted_graph()
+    emitted = cb.emitter.emitted_graph()
     expected = cb.dependency_graph()
     assert set(contract_joins(emitted).edges) == set(expected.edges)
     assert set(contract_joins(emitted).nodes) == set(expected.nodes)
@@ -73,7 +73,7 @@ def test_emitted_graph_is_the_dependency_graph_plus_joins(gpu, exe, strategy, de
         assert joins(emitted) == want
     gpu.queue_execute(cb)
     gpu.synchronize()
-    assert cb.instantiations == 1
+    assert cb.emitter.instantiations == 1
 
 
 def width(graph: nx.DiGraph, nodes: list) -> int:
@@ -101,7 +101,7 @@ def test_wide_segments_run_in_lanes(gpu, exe, strategy, deps, monkeypatch):
         cb = gpu.create_command_buffer(mode="reusable", strategy=strategy, dependencies=deps)
         with cb:
             record_wide(cb, exe, bufs, m, n)
-        emitted = contract_joins(cb.emitted_graph())
+        emitted = contract_joins(cb.emitter.emitted_graph())
         expected = cb.dependency_graph()
         if width_limit:
             assert set(nx.transitive_closure_dag(expected).edges) <= set(nx.transitive_closure_dag(emitted).edges)
@@ -156,7 +156,7 @@ def test_resubmitting_an_unchanged_command_buffer_instantiates_once(gpu, exe):
         cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
     for _ in range(10):
         gpu.queue_execute(cb)
-    assert cb.instantiations == 1 and cb.patched == 0
+    assert cb.emitter.instantiations == 1 and cb.emitter.patched == 0
     np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 1024)
 
 
@@ -197,20 +197,20 @@ def test_a_resubmission_frees_what_was_let_go_since(gpu, exe):
     with cb:
         cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
     gpu.queue_execute(cb)
-    assert cb._launchable is gpu._launchable
+    assert cb.emitter.token is gpu._launchable
     other = gpu.create_command_buffer(mode="reusable")
     with other:
         other.dispatch(exe, "scale", (1, 1, 1), (4, 1), (x,))
     gpu.queue_execute(other)
     del other
     gc.collect()
-    assert gpu._unreferenced and cb._launchable is not gpu._launchable
+    assert gpu._unreferenced and cb.emitter.token is not gpu._launchable
     gpu.queue_execute(cb)
-    assert not gpu._unreferenced and cb._launchable is gpu._launchable
+    assert not gpu._unreferenced and cb.emitter.token is gpu._launchable
     gpu.queue_execute(cb)
     np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
     cb.reset()
-    assert cb._launchable is None
+    assert cb.emitter.token is None
 
 
 def test_re_recording_the_same_topology_updates_the_exec(gpu, exe):
@@ -221,14 +221,14 @@ def test_re_recording_the_same_topology_updates_the_exec(gpu, exe):
         with cb:
             cb.dispatch(exe, "scale", (1, 1, 1), (4, k), (x,))
         gpu.queue_execute(cb)
-    assert cb.instantiations == 1 and cb.updates == 2
+    assert cb.emitter.instantiations == 1 and cb.emitter.updates == 2
     cb.reset()
     with cb:  # another topology: instantiated anew
         cb.fill_buffer(x, np.uint32(1))
         cb.execution_barrier()
         cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
     gpu.queue_execute(cb)
-    assert cb.instantiations == 2
+    assert cb.emitter.instantiations == 2
     np.testing.assert_array_equal(x.read(np.uint32), u32([2, 2, 2, 2]))
 
 
@@ -249,14 +249,14 @@ def test_a_new_binding_table_patches_only_the_nodes_it_changes(gpu, exe):
     a1, a2 = gpu.upload(np.arange(n, dtype=np.uint32)), gpu.upload(np.arange(n, dtype=np.uint32) * 10)
     o1, o2 = gpu.allocate(4 * n), gpu.allocate(4 * n)
     gpu.queue_execute(cb, binding_table=(a1, o1))
-    assert cb.instantiations == 1
+    assert cb.emitter.instantiations == 1
     gpu.queue_execute(cb, binding_table=(a1, o1))
-    assert cb.patched == 0
+    assert cb.emitter.patched == 0
     gpu.queue_execute(cb, binding_table=(a2, o1))
-    assert cb.patched == 1  # only the node reading slot 0
+    assert cb.emitter.patched == 1  # only the node reading slot 0
     gpu.queue_execute(cb, binding_table=(a2, o2))
-    assert cb.patched == 4  # the nodes using slot 1
-    assert cb.instantiations == 1
+    assert cb.emitter.patched == 4  # the nodes using slot 1
+    assert cb.emitter.instantiations == 1
     np.testing.assert_array_equal(o1.read(np.uint32), (np.arange(n, dtype=np.uint32) * 10 + 1000) * 8)
     np.testing.assert_array_equal(o2.read(np.uint32), (np.arange(n, dtype=np.uint32) * 10 + 1000) * 8)
 
@@ -280,18 +280,35 @@ def test_patches_after_an_exec_update_name_the_nodes_of_the_instantiating_graph(
     record()
     gpu.queue_execute(cb, binding_table=(first,))  # built again, the exec updated in place
     gpu.queue_execute(cb, binding_table=(second,))  # both nodes patched
-    assert (cb.instantiations, cb.updates, cb.patched) == (1, 1, 2)
+    assert (cb.emitter.instantiations, cb.emitter.updates, cb.emitter.patched) == (1, 1, 2)
     np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
     np.testing.assert_array_equal(second.read(np.uint32), u32([15] * n))
+
+
+def emitters_of(gpu, monkeypatch, emitter_class):
+    """Command buffers created on `gpu` from now on get emitters of `emitter_class` (a CudaEmitter subclass
+    that stages a failure)."""
+    monkeypatch.setattr(gpu, "_create_emitter", lambda cb: emitter_class(gpu, cb.mode, cb.strategy,
+                                                                        cb.binding_capacity))
 
 
 def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypatch):
     """CUDA may refuse a memset or memcpy node a new address (another kind of allocation, say): the
     command buffer then builds its graph again for the new table and updates the exec with it. The
     refusal is staged here; the rebuild, the exec update and the launch run on the GPU."""
-    from backends.cuda_graph import stream as words
+    from backends.cuda_graph.command_buffer import CudaEmitter
+
     from hal.errors import DeviceError
 
+    refusing = [True]
+
+    class Refusing(CudaEmitter):
+        def set_node(self, index, params):
+            if refusing[0]:
+                raise DeviceError(f"cuGraphExecMemsetNodeSetParams (command {index}) failed: CUDA_ERROR_INVALID_VALUE")
+            super().set_node(index, params)
+
+    emitters_of(gpu, monkeypatch, Refusing)
     n = 64
     cb = gpu.create_command_buffer(mode="reusable", binding_capacity=1)
     with cb:
@@ -300,21 +317,13 @@ def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypat
         cb.dispatch(exe, "scale", groups(n), (n, 5), (hal.slot(0),))
     first, second = gpu.allocate(4 * n), gpu.allocate(4 * n)
     gpu.queue_execute(cb, binding_table=(first,))
-    real = words.run
-
-    def refuse_patches(mode, *args, **kwargs):
-        if mode == words.PATCH:
-            raise DeviceError("cuGraphExecSetParams (memset node 0) failed: CUDA_ERROR_INVALID_VALUE")
-        return real(mode, *args, **kwargs)
-
-    monkeypatch.setattr(words, "run", refuse_patches)
     gpu.queue_execute(cb, binding_table=(second,))
-    assert (cb.instantiations, cb.updates, cb.patched) == (1, 1, 0)  # same topology: the exec was updated
+    assert (cb.emitter.instantiations, cb.emitter.updates, cb.emitter.patched) == (1, 1, 0)  # the exec was updated
     np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
     np.testing.assert_array_equal(second.read(np.uint32), u32([15] * n))
-    monkeypatch.setattr(words, "run", real)
+    refusing[0] = False
     gpu.queue_execute(cb, binding_table=(first,))  # the rebuilt graph patches as before
-    assert cb.patched == 2
+    assert cb.emitter.patched == 2
     np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
 
 
@@ -322,28 +331,28 @@ def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypat
 def test_end_after_a_failed_build_builds_from_the_start(gpu, exe, deps, monkeypatch):
     """A build that fails once its nodes are in (out of memory, say, staged here) leaves no graph or
     node bookkeeping behind: end() again builds the same graph and the work runs as recorded."""
-    from backends.cuda_graph import stream as words
+    from backends.cuda_graph.command_buffer import CudaEmitter
 
-    real = words.run
     failures = []
 
-    def fail_the_first_build(mode, *args, **kwargs):
-        real(mode, *args, **kwargs)
-        if mode == words.BUILD and not failures:
-            failures.append(mode)
-            raise hal.OutOfMemoryError("cuGraphAdd (kernel node 0) failed: CUDA_ERROR_OUT_OF_MEMORY")
+    class FailingOnce(CudaEmitter):
+        def instantiate(self):
+            if not failures:
+                failures.append(1)
+                raise hal.OutOfMemoryError("cuGraphInstantiate failed: CUDA_ERROR_OUT_OF_MEMORY")
+            super().instantiate()
 
+    emitters_of(gpu, monkeypatch, FailingOnce)
     m, n = 3, 4
     bufs = [gpu.upload(np.full(N, i + 1, np.uint32)) for i in range(m + n)]
     expected = [b.read(np.uint32) for b in bufs]
     cb = gpu.create_command_buffer(mode="reusable", dependencies=deps)
     cb.begin()
     record_wide(cb, exe, bufs, m, n)
-    monkeypatch.setattr(words, "run", fail_the_first_build)
     with pytest.raises(hal.OutOfMemoryError):
         cb.end()
     cb.end()
-    assert set(contract_joins(cb.emitted_graph()).edges) == set(cb.dependency_graph().edges)
+    assert set(contract_joins(cb.emitter.emitted_graph()).edges) == set(cb.dependency_graph().edges)
     gpu.queue_execute(cb)
     for i in range(m):
         expected[i] *= 3
@@ -362,9 +371,9 @@ def test_one_shot_deferred_launches_on_the_stream(gpu, exe):
         cb.execution_barrier()
         cb.dispatch(exe, "scale", (1, 1, 1), (4, 3), (x,))
     with pytest.raises(ValueError, match=r"launch on the stream"):
-        cb.emitted_graph()
+        cb.emitter.emitted_graph()
     gpu.queue_execute(cb)
-    assert cb.instantiations == 0
+    assert cb.emitter.instantiations == 0
     np.testing.assert_array_equal(x.read(np.uint32), u32([3, 30, 60, 12]))
 
 
@@ -381,9 +390,8 @@ def test_update_data_is_staged_in_pinned_memory_for_every_path(gpu, exe):
 
 @pytest.mark.parametrize("mode, slots", [("reusable", False), ("one_shot", False), ("reusable", True)])
 def test_one_export_of_two_executables_runs_each_ones_kernel(gpu, exe, mode, slots):
-    """The encoder reuses a dispatch's kernel words while the export and workgroups stay the same objects;
-    two executables built from one export list share the Export objects, so the kernel must still be
-    each executable's own (the second one's `scale` adds 1 after scaling)."""
+    """Two executables built from one export list share the Export objects: each dispatch must still run
+    its own executable's kernel (the second one's `scale` adds 1 after scaling)."""
     other = gpu.load_executable(hal.ExecutableSource.cuda(
         kernels.CUDA_CODE.replace("x[i] = x[i] * k;", "x[i] = x[i] * k + 1;"), kernels.EXPORTS))
     x, y = gpu.upload(u32(range(N))), gpu.upload(u32(range(N)))

@@ -174,14 +174,14 @@ def test_m_by_n(host, bufs, dependencies, strategy, m, n):
     g = assert_graph(cb, [("fill", 0)] * m + [("copy", 1)] * n,
                      [(i, m + j) for i in range(m) for j in range(n)])
     assert g.number_of_edges() == m * n
-    tracker = cb._tracker
-    second = [tracker.group_of[m + j] for j in range(n)]
+    program = cb.program
+    second = [program.group_of[m + j] for j in range(n)]
     assert len(set(second)) == 1, "every command of the second segment must share one predecessor group"
-    assert tracker.groups[second[0]] == tuple(range(m))
-    assert all(tracker.group_of[i] < 0 or tracker.groups[tracker.group_of[i]] == () for i in range(m))
+    assert program.groups[second[0]] == tuple(range(m))
+    assert all(program.group_of[i] < 0 or program.groups[program.group_of[i]] == () for i in range(m))
     if dependencies == "barriers":
-        assert len(tracker.groups) == 1
-        assert tracker.groups == [tuple(range(m))]
+        assert len(program.groups) == 1
+        assert program.groups == (tuple(range(m)),)
 
 
 @strategies
@@ -198,13 +198,13 @@ def test_barriers_groups_one_per_step(host, bufs, strategy):
                 cb.fill_buffer(hal.ref(x, 16 * i, 16), np.uint32(k))
 
     cb = record(host, build, dependencies="barriers", strategy=strategy)
-    tracker = cb._tracker
-    assert len(tracker.groups) == len(sizes) - 1
+    program = cb.program
+    assert len(program.groups) == len(sizes) - 1
     starts = list(itertools.accumulate([0] + sizes))
     for k in range(1, len(sizes)):
-        gs = {tracker.group_of[i] for i in range(starts[k], starts[k + 1])}
+        gs = {program.group_of[i] for i in range(starts[k], starts[k + 1])}
         assert len(gs) == 1
-        assert tracker.groups[gs.pop()] == tuple(range(starts[k - 1], starts[k]))
+        assert program.groups[gs.pop()] == tuple(range(starts[k - 1], starts[k]))
 
 
 @both
@@ -585,7 +585,7 @@ def test_slot_aliasing_runs_correctly(host, dependencies, strategy):
 def test_write_does_not_hide_earlier_writers_from_its_own_segment(host, strategy, variant):
     """Segment 0 writes x; segment 1 writes y (or a slot bound to y) and then x again. Nothing orders
     the second write of x after the write of y (same segment, no race), so it must wait for segment 0's
-    write of x itself. Once a slot is used, the tracker keeps all ranges in one map, where the write of
+    write of x itself. Once a slot is used, the planner keeps all ranges in one map, where the write of
     y covers segment 0's write of x: that must not hide it from the rest of segment 1."""
     x, y, z = host.allocate(16), host.allocate(16), host.allocate(128)
     x.write(np.zeros(4, np.uint32))
@@ -851,8 +851,8 @@ def test_generated_barriers(gen_env, variant, data):
     dev, exe, buffers = gen_env
     graphs = [record_abstract(dev, exe, buffers, program, "barriers", s) for s in STRATEGIES]
     assert nx.utils.graphs_equal(graphs[0].dependency_graph(), graphs[1].dependency_graph())
-    assert graphs[0]._tracker.groups == graphs[1]._tracker.groups
-    assert graphs[0]._tracker.group_of == graphs[1]._tracker.group_of
+    assert graphs[0].program.groups == graphs[1].program.groups
+    assert graphs[0].program.group_of == graphs[1].program.group_of
     g = graphs[0].dependency_graph()
     cmds = command_table(program)
     _check_common(g, cmds)
@@ -868,10 +868,10 @@ def test_generated_barriers(gen_env, variant, data):
                 expected.add((u, v))
     assert set(g.edges) == expected
     # One predecessor group per barrier step.
-    tracker = graphs[0]._tracker
-    assert len(tracker.groups) == max(0, len(segments) - 1)
+    program = graphs[0].program
+    assert len(program.groups) == max(0, len(segments) - 1)
     for cur in segments[1:]:
-        assert len({tracker.group_of[v] for v in members[cur]}) == 1
+        assert len({program.group_of[v] for v in members[cur]}) == 1
 
 
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])

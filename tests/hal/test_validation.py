@@ -212,14 +212,14 @@ def test_negative_offsets_and_lengths_refused_where_the_reference_is_made(host, 
         make(buf)
 
 
-def test_negative_offset_of_a_reference_built_by_hand_refused_by_the_command(host):
-    """BufferRef is public: one built without hal.slot() is still checked when a command uses it."""
-    buf = host.allocate(64)
-    cb = recording(host, binding_capacity=1)
-    with pytest.raises(hal.ValidationError,
-                       match=r"command 0 \(copy_buffer\): target has offset -4 and length 8"):
-        cb.copy_buffer(hal.ref(buf, 0, 8), hal.BufferRef(None, 0, -4, 8))
-    finish_and_check(host, cb, table=(host.allocate(8),))
+def test_a_reference_built_by_hand_is_checked_as_ref_and_slot_check():
+    """BufferRef is public: building one directly refuses what hal.ref() and hal.slot() refuse."""
+    with pytest.raises(hal.ValidationError, match="reference offset must be >= 0, got -4"):
+        hal.BufferRef(None, 0, -4, 8)
+    with pytest.raises(hal.ValidationError, match="reference length must be >= 0, got -8"):
+        hal.BufferRef(None, 0, 0, -8)
+    with pytest.raises(hal.ValidationError, match="slot index must be >= 0, got -2"):
+        hal.BufferRef(None, -2, 0, 8)
 
 
 def test_zero_size_buffer_as_target_refused(host):

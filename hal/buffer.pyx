@@ -1,21 +1,16 @@
-"""Buffers and buffer references.
+"""Buffers and buffer references (compiled: the recorder reads their fields on every command).
 
 A reference names a byte range of a buffer known at record time (`ref`) or of entry i of the binding
 table given at submit (`slot`). References are small immutable records built once and reused; their
 ranges are checked when a command uses them, so the error can name the command.
 """
 
-from __future__ import annotations
-
 import enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from hal.errors import ValidationError, integer
-
-if TYPE_CHECKING:
-    from hal.device import Device
 
 
 class BufferUsage(enum.IntFlag):
@@ -30,22 +25,16 @@ class BufferUsage(enum.IntFlag):
     DEFAULT = 7
 
 
-class Buffer:
+cdef class Buffer:
     """Device memory of `size` bytes. Backends subclass it and implement `_read`, `_write`, `_free`."""
 
-    __slots__ = ("device", "size", "usage", "_usage_bits", "_released", "_whole", "__weakref__")
-
-    def __init__(self, device: Device, size: int, usage: BufferUsage) -> None:
+    def __init__(self, device, size: int, usage: BufferUsage) -> None:
         self.device = device
         self.size = size
         self.usage = BufferUsage(usage)
-        self._usage_bits = int(usage)
-        self._released = False
-        self._whole = BufferRef(self, -1, 0, size)
-
-    @property
-    def released(self) -> bool:
-        return self._released
+        self.usage_bits = int(usage)
+        self.released = False
+        self.whole = BufferRef(self, -1, 0, size)
 
     def read(self, dtype: Any = np.uint8, *, offset: int = 0, count: int | None = None) -> np.ndarray:
         """A fresh array of `count` elements of `dtype` from byte `offset`, after all submitted work."""
@@ -80,9 +69,9 @@ class Buffer:
     def release(self) -> None:
         """Free the memory (once submitted work no longer needs it); later use raises ValidationError.
         Idempotent."""
-        if self._released:
+        if self.released:
             return
-        self._released = True
+        self.released = True
         self.device._buffer_released()
         self._free()
 
@@ -93,11 +82,11 @@ class Buffer:
         self.release()
 
     def __repr__(self) -> str:
-        state = " released" if self._released else ""
+        state = " released" if self.released else ""
         return f"<{type(self).__name__} {self.size} bytes on {self.device.driver}{state}>"
 
     def _check_live(self, what: str) -> None:
-        if self._released:
+        if self.released:
             raise ValidationError(f"{what}: the buffer was released")
         self.device._check_open()
 
@@ -112,40 +101,42 @@ class Buffer:
         raise NotImplementedError
 
 
-class BufferRef:
-    """A byte range of a buffer (slot < 0) or of binding-table entry `slot`. Immutable.
+cdef class BufferRef:
+    """A byte range of a buffer (`slot` -1), or of binding-table entry `slot` (`buffer` None). Immutable.
 
-    `length` None means "to the end of the buffer"; for a direct reference it is resolved at creation.
-    `end` is offset + length, or None when only the bound buffer will tell. Recording reads the
-    underscored slots directly; `_checked` holds the BufferUsage bits for which recording has already
-    validated this reference (range, usage, alignment). None of that can change later, since the
-    public fields are read-only, so recording re-checks only that the buffer is still live.
-    `_bindable` is the device's release token (see Device._release_token) under which the reference
-    last passed every check of a dispatch binding: while the token is current, no buffer of the device
-    has been released since, so one identity test settles a binding on the hot path.
+    `length` None means "to the end of the bound buffer" (slots only: for a buffer it is resolved here).
+    `end` is offset + length, or None when only the bound buffer will tell. A negative offset or length
+    is refused here; whether the range fits its buffer is checked when a command uses it.
     """
 
-    __slots__ = ("_buffer", "_slot", "_offset", "_length", "_end", "_checked", "_bindable")
-
     def __init__(self, buffer: Buffer | None, slot: int, offset: int, length: int | None) -> None:
-        self._buffer = buffer
-        self._slot = slot
-        self._offset = offset
-        self._length = length
-        self._end = None if length is None else offset + length
-        self._checked = 0
-        self._bindable: object = None
+        if buffer is None:
+            slot = integer(slot, "slot index", 0)
+        elif slot != -1:
+            raise ValidationError(f"a reference to a buffer has slot -1, got {slot!r}")
+        offset = integer(offset, "reference offset", 0)
+        if length is None and buffer is not None:
+            length = buffer.size - offset
+        self.buffer = buffer
+        self.slot = slot
+        self.offset = offset
+        self.bounded = length is not None
+        self.nbytes = integer(length, "reference length", 0) if self.bounded else 0
 
-    buffer = property(lambda self: self._buffer, doc="The Buffer, or None for a slot reference.")
-    slot = property(lambda self: self._slot, doc="The binding-table index, or -1 for a direct reference.")
-    offset = property(lambda self: self._offset, doc="First byte.")
-    length = property(lambda self: self._length, doc="Bytes, or None: to the end of the bound buffer.")
-    end = property(lambda self: self._end, doc="offset + length, or None when the bound buffer decides.")
+    @property
+    def length(self) -> int | None:
+        """Bytes, or None: to the end of the bound buffer."""
+        return self.nbytes if self.bounded else None
+
+    @property
+    def end(self) -> int | None:
+        """offset + length, or None when the bound buffer decides."""
+        return self.offset + self.nbytes if self.bounded else None
 
     def __repr__(self) -> str:
-        where = f"slot({self._slot})" if self._buffer is None else repr(self._buffer)
-        length = "to end" if self._length is None else f"{self._length} bytes"
-        return f"<BufferRef {where} offset {self._offset}, {length}>"
+        where = f"slot({self.slot})" if self.buffer is None else repr(self.buffer)
+        length = f"{self.nbytes} bytes" if self.bounded else "to end"
+        return f"<BufferRef {where} offset {self.offset}, {length}>"
 
 
 def ref(buffer: Buffer, offset: int = 0, length: int | None = None) -> BufferRef:

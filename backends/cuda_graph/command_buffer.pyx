@@ -1,0 +1,484 @@
+"""CUDA graph command buffers: the Program's graph layout becomes a CUDA graph, instantiated once, then
+only patched where something changed (compiled, through cuda-bindings' cydriver).
+
+- deferred: at end() every node of the layout (commands, and the empty join nodes the planner put
+  where several commands wait on several) becomes a graph node: kernel, memset, or memcpy (an update
+  copies from pinned memory the command buffer owns). The graph is instantiated once (its first launch
+  uploads it); a submit is one launch.
+- single_pass: each command's nodes are added as it is recorded (IREE's approach).
+- Lanes: the planner spreads a wide segment over at most `device.graph_lanes` chains, since the driver's
+  instantiation and launch cost grow with a graph's width (bench/README.md).
+- Binding tables: a command buffer that uses slots is built at its first submit; a later table patches
+  only the nodes whose resolved parameters changed (cuGraphExec*NodeSetParams), found through the
+  Program's slot users. An unchanged table costs nothing.
+- Re-recording after reset(): the old exec is updated in place (cuGraphExecUpdate) when the topology
+  allows; only otherwise is the graph instantiated again.
+- One-shot deferred command buffers skip the graph: their commands are launched on the stream in order,
+  which costs less than building and instantiating a graph that runs once (see bench/cuda.py).
+"""
+
+from libc.stdint cimport uint32_t, uint64_t, uintptr_t
+from libc.string cimport memset
+from libcpp.vector cimport vector
+
+from cuda.bindings cimport cydriver
+from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
+                                     CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream)
+
+from hal.buffer cimport Buffer, BufferRef
+from hal.commands cimport Command, Copy, Dispatch, Fill, Update
+from hal.program cimport Program
+
+import networkx as nx
+from cuda.bindings import driver
+
+from backends.cuda_graph.api import call, fail
+from backends.cuda_graph.buffer import host_alloc
+from hal.commands import constant_word
+from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError
+
+ARENA_BYTES = 1 << 20
+MAX_PARAMETERS = 1024  # 32-bit words: the classic 4 KiB kernel parameter limit
+
+
+class PinnedArena:
+    """Pinned host memory holding a command buffer's update data, where the GPU copies it from."""
+
+    __slots__ = ("device", "chunks", "used", "finalizers", "__weakref__")
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.chunks = []
+        self.used = 0
+        self.finalizers = []
+
+    def put(self, data: bytes) -> int:
+        """Copy `data` in; its device address."""
+        n = len(data)
+        if not self.chunks or self.used + n > len(self.chunks[-1][2]):
+            chunk = host_alloc(max(ARENA_BYTES, n))
+            self.chunks.append(chunk)
+            self.finalizers.append(self.device._track(self, "host", chunk[0]))
+            self.used = 0
+        _, device_address, view = self.chunks[-1]
+        view[self.used:self.used + n] = memoryview(data)
+        address = device_address + self.used
+        self.used += -(-n // 16) * 16
+        return address
+
+    def release(self) -> None:
+        """Free the chunks once the work submitted so far is done."""
+        for finalizer in self.finalizers:
+            finalizer()
+
+
+cdef class Node:
+    """The parameters of one command's node, resolved through a binding table: what building, patching
+    and launching pass to the driver (and what a patch compares)."""
+
+    cdef int kind  # 1 kernel, 2 memset, 3 memcpy
+    cdef CUDA_KERNEL_NODE_PARAMS kernel
+    cdef vector[uint64_t] values  # kernel parameters: one word each (a 32-bit one in the low half)
+    cdef vector[void*] pointers
+    cdef CUDA_MEMSET_NODE_PARAMS memset
+    cdef CUDA_MEMCPY3D memcpy
+
+    cdef bint same(self, Node other):
+        if self.kind != other.kind:
+            return False
+        if self.kind == 1:
+            return self.values == other.values
+        if self.kind == 2:
+            return (self.memset.dst == other.memset.dst and self.memset.width == other.memset.width and
+                    self.memset.value == other.memset.value)
+        return (self.memcpy.dstDevice == other.memcpy.dstDevice and self.memcpy.srcDevice == other.memcpy.srcDevice
+                and self.memcpy.WidthInBytes == other.memcpy.WidthInBytes)
+
+
+cdef inline Buffer _resolve(BufferRef r, tuple table):
+    return r.buffer if r.buffer is not None else <Buffer>table[r.slot]
+
+
+cdef inline CUdeviceptr _address(BufferRef r, Buffer b):
+    return <CUdeviceptr>(b.handle + r.offset)
+
+
+cdef inline size_t _length(BufferRef r, Buffer b):
+    return r.nbytes if r.bounded else b.size - r.offset
+
+
+cdef Node _node(Command c, tuple table, dict staging):
+    """The node parameters of `c`, slots resolved through `table`; `staging`: update index -> data address."""
+    cdef Node node = Node.__new__(Node)
+    cdef type kind = type(c)
+    cdef Py_ssize_t i, n
+    cdef BufferRef r
+    cdef Buffer b
+    cdef Dispatch d
+    if kind is Dispatch:
+        d = <Dispatch>c
+        node.kind = 1
+        memset(&node.kernel, 0, sizeof(node.kernel))
+        node.kernel.func = <CUfunction><uintptr_t>d.executable.functions[d.ordinal]
+        node.kernel.gridDimX, node.kernel.gridDimY, node.kernel.gridDimZ = d.workgroups
+        node.kernel.blockDimX, node.kernel.blockDimY, node.kernel.blockDimZ = d.export.workgroup_size
+        n = len(d.bindings) + len(d.constants)
+        if n > MAX_PARAMETERS:
+            raise DeviceError(f"command {c.index}: {n} kernel parameters, more than {MAX_PARAMETERS}")
+        node.values.resize(n)
+        node.pointers.resize(n)
+        for i in range(len(d.bindings)):
+            r = d.bindings[i]
+            node.values[i] = _address(r, _resolve(r, table))
+        for i in range(len(d.constants)):
+            value = d.constants[i]
+            node.values[len(d.bindings) + i] = (value & 0xFFFFFFFF) if type(value) is int else constant_word(value)
+        for i in range(n):
+            node.pointers[i] = &node.values[i]
+        node.kernel.kernelParams = node.pointers.data() if n else NULL
+    elif kind is Fill:
+        r = (<Fill>c).target
+        b = _resolve(r, table)
+        pattern = (<Fill>c).pattern
+        node.kind = 2
+        memset(&node.memset, 0, sizeof(node.memset))
+        node.memset.dst = _address(r, b)
+        node.memset.value = int.from_bytes(pattern, "little")
+        node.memset.elementSize = len(pattern)
+        node.memset.width = _length(r, b) // len(pattern)
+        node.memset.height = 1
+    else:
+        node.kind = 3
+        memset(&node.memcpy, 0, sizeof(node.memcpy))
+        # Unified addressing: pinned staging has a device address too.
+        node.memcpy.srcMemoryType = node.memcpy.dstMemoryType = cydriver.CU_MEMORYTYPE_DEVICE
+        if kind is Update:
+            r = (<Update>c).target
+            b = _resolve(r, table)
+            node.memcpy.srcDevice = <CUdeviceptr><uintptr_t>staging[c.index]
+            node.memcpy.WidthInBytes = len((<Update>c).data)
+        else:
+            r = (<Copy>c).source
+            b = _resolve(r, table)
+            node.memcpy.srcDevice = _address(r, b)
+            node.memcpy.WidthInBytes = _length(r, b)
+            r = (<Copy>c).target
+            b = _resolve(r, table)
+        node.memcpy.dstDevice = _address(r, b)
+        node.memcpy.Height = node.memcpy.Depth = 1
+    return node
+
+
+cdef void _check(CUresult result, str what) except *:
+    if result != cydriver.CUDA_SUCCESS:
+        raise fail(driver.CUresult(<int>result), what)
+
+
+cdef class CudaEmitter:
+    """The CUDA side of one command buffer (hal.program.Emitter): its graph, exec and pinned update data.
+
+    `instantiations` counts the graphs instantiated (a re-recording that updates the exec adds none),
+    `updates` the re-recordings absorbed by cuGraphExecUpdate, `patched` the nodes the latest submit patched.
+    `token`: the device's one-launch token while a resubmission is one launch (see CudaDevice.queue_execute).
+    """
+
+    cdef object device
+    cdef CUcontext context
+    cdef CUstream stream
+    cdef readonly Py_ssize_t lanes
+    cdef bint one_shot, single_pass, slots
+    cdef Program program
+    cdef CUgraph graph
+    cdef CUgraphExec exec
+    cdef object graph_finalizer, exec_finalizer, exec_graph_finalizer
+    cdef vector[CUgraphNode] nodes  # per layout node, its handle in `graph`
+    cdef vector[CUgraphNode] exec_nodes  # those of the graph the exec was instantiated from
+    cdef Py_ssize_t emitted  # single_pass: layout nodes added so far
+    cdef bint built, stream_launch
+    cdef object arena
+    cdef dict staging  # update command index -> device address of its data
+    cdef tuple table_seen  # the table the nodes were last given (its used prefix)
+    cdef dict given  # slot command index -> its Node, as last given
+    cdef readonly Py_ssize_t instantiations, updates, patched
+    cdef public object token
+
+    def __init__(self, device, str mode, str strategy, Py_ssize_t binding_capacity):
+        self.device = device
+        self.context = <CUcontext><uintptr_t>device.context_handle
+        self.stream = <CUstream><uintptr_t>device.stream_handle
+        self.lanes = device.graph_lanes
+        self.one_shot = mode == "one_shot"
+        self.single_pass = strategy == "single_pass"
+        self.slots = binding_capacity > 0
+        self.graph = NULL
+        self.exec = NULL
+        self.instantiations = self.updates = self.patched = 0
+        self.forget()
+
+    cdef void forget(self):
+        """Drop the recording's graph, nodes and staged update data (the exec stays, for cuGraphExecUpdate)."""
+        self.token = None
+        self.forget_nodes()
+        self.arena = None
+        self.staging = {}
+        self.stream_launch = False
+
+    cdef void forget_nodes(self):
+        """Drop the graph and what was built from it."""
+        self.graph = NULL
+        self.graph_finalizer = None
+        self.nodes.clear()
+        self.emitted = 0
+        self.built = False
+        self.table_seen = None
+        self.given = {}
+
+    # The emitter interface.
+    def begin(self, Program program) -> None:
+        self.program = program
+        if self.single_pass and not self.slots:
+            self.device.activate()
+            self.new_graph()
+
+    def command(self, Program program, Command command) -> None:
+        if self.graph != NULL:
+            self.device.activate()
+            if type(command) is Update:
+                self.stage(<Update>command)
+            self.add_nodes((), self.emitted, program.node_command.size(), command)
+
+    def end(self, Program program) -> None:
+        self.program = program
+        self.device.activate()
+        for c in program.commands:
+            if type(c) is Update and (<Update>c).index not in self.staging:
+                self.stage(<Update>c)
+        if self.graph != NULL:  # single_pass: the nodes are there
+            self.instantiate()
+            self.built = True
+        elif self.one_shot and not self.single_pass:
+            self.stream_launch = True  # launched in order at submit: no graph for a single run
+        elif not program.slot_users:
+            self.build(())
+
+    def reset(self) -> None:
+        self.drop_graph()
+        if self.arena is not None:
+            self.arena.release()
+        self.forget()
+        self.program = None
+
+    # Building.
+    cdef void stage(self, Update update) except *:
+        """Copy an update's data to pinned memory, where its memcpy node reads it."""
+        if self.arena is None:
+            self.arena = PinnedArena(self.device)
+        self.staging[update.index] = self.arena.put(update.data)
+
+    cdef void new_graph(self) except *:
+        cdef CUgraph graph
+        _check(cydriver.cuGraphCreate(&graph, 0), "cuGraphCreate")
+        self.graph = graph
+        self.graph_finalizer = self.device._track(self, "graph", <uintptr_t>graph)
+
+    cdef void drop_graph(self) except *:
+        """Free the recording's graph, unless the exec was instantiated from it (then it goes with the exec)."""
+        if self.graph_finalizer is not None and self.graph_finalizer is not self.exec_graph_finalizer:
+            self.graph_finalizer()
+            self.device._collect()
+
+    cdef void add_nodes(self, tuple table, Py_ssize_t start, Py_ssize_t stop, Command current=None) except *:
+        """Add the layout's nodes [start, stop) to the graph, resolved through `table`. `current`: single_pass,
+        the command just recorded (not in the Program's commands before end())."""
+        cdef Program program = self.program
+        cdef Py_ssize_t k, d, command
+        cdef vector[CUgraphNode] deps
+        cdef CUgraphNode node
+        cdef Node params
+        self.nodes.resize(stop)
+        for k in range(start, stop):
+            deps.clear()
+            for d in range(program.dep_start[k], program.dep_start[k + 1]):
+                deps.push_back(self.nodes[program.node_deps[d]])
+            command = program.node_command[k]
+            if command < 0:
+                _check(cydriver.cuGraphAddEmptyNode(&node, self.graph, deps.data(), deps.size()),
+                       f"cuGraphAddEmptyNode (join node {k})")
+            else:
+                c = current if current is not None and current.index == command else program.commands[command]
+                params = _node(c, table, self.staging)
+                if params.kind == 1:
+                    _check(cydriver.cuGraphAddKernelNode(&node, self.graph, deps.data(), deps.size(), &params.kernel),
+                           f"cuGraphAddKernelNode (command {command})")
+                elif params.kind == 2:
+                    _check(cydriver.cuGraphAddMemsetNode(&node, self.graph, deps.data(), deps.size(),
+                                                         &params.memset, self.context),
+                           f"cuGraphAddMemsetNode (command {command})")
+                else:
+                    _check(cydriver.cuGraphAddMemcpyNode(&node, self.graph, deps.data(), deps.size(),
+                                                         &params.memcpy, self.context),
+                           f"cuGraphAddMemcpyNode (command {command})")
+                if self.slots:
+                    self.given[command] = params
+            self.nodes[k] = node
+        self.emitted = stop
+
+    cdef void build(self, tuple table) except *:
+        """The whole graph from the Program, resolved through `table`; instantiated (or the old exec updated).
+        A failure leaves no graph or nodes behind: a retry builds from the start."""
+        self.new_graph()
+        try:
+            self.add_nodes(table, 0, self.program.node_command.size())
+            if self.slots:
+                self.table_seen = table[:self.program.slots_needed]
+            self.instantiate()
+        except BaseException:
+            try:
+                self.drop_graph()
+            except HalError:  # the failure that got here is the one to report
+                pass
+            self.forget_nodes()
+            raise
+        self.built = True
+
+    cpdef instantiate(self):
+        """Instantiate the graph, or update the exec in place with it when the topology allows."""
+        cdef CUgraphExec exec_
+        cdef cydriver.CUgraphExecUpdateResultInfo info
+        cdef bint updated = False
+        if self.exec != NULL:
+            updated = cydriver.cuGraphExecUpdate(self.exec, self.graph, &info) == cydriver.CUDA_SUCCESS
+            if updated:
+                self.updates += 1
+            else:  # another topology: instantiate anew
+                self.exec_finalizer()
+                self.exec_graph_finalizer()  # an earlier graph: end() always builds a new one
+                self.exec = NULL
+                self.exec_finalizer = self.exec_graph_finalizer = None
+        if not updated:
+            _check(cydriver.cuGraphInstantiate(&exec_, self.graph, 0), "cuGraphInstantiate")
+            self.exec = exec_
+            self.exec_finalizer = self.device._track(self, "exec", <uintptr_t>exec_)
+            # Node updates name the nodes of the graph the exec was instantiated from (CUDA's rule), also after
+            # cuGraphExecUpdate took a later graph's parameters: kept while the exec is.
+            self.exec_graph_finalizer = self.graph_finalizer
+            self.exec_nodes = self.nodes
+            self.instantiations += 1
+        # No cuGraphUpload: the first launch uploads the exec, which brings the first result no later than an
+        # upload here would, and end() returns sooner (bench/README.md, "The upload").
+
+    # Submission.
+    def launch(self) -> int:
+        """One cuGraphLaunch of the exec on the device's stream: the resubmission. Returns the CUresult."""
+        return cydriver.cuGraphLaunch(self.exec, self.stream)
+
+    def submit(self, tuple table) -> None:
+        """Queue the recorded work on the device's stream, resolved through `table` (already checked)."""
+        if self.stream_launch:
+            self.launch_on_stream(table)
+            return
+        if not self.built:
+            self.build(table)
+        elif self.slots and table[:self.program.slots_needed] != self.table_seen:
+            try:
+                self.patch(table)
+            except (DeviceLostError, OutOfMemoryError):
+                raise
+            except DeviceError:  # CUDA may refuse a memset or memcpy node its new address: build anew
+                self.drop_graph()
+                self.forget_nodes()
+                self.build(table)
+                self.patched = 0
+        else:
+            self.patched = 0
+        _check(cydriver.cuGraphLaunch(self.exec, self.stream), "cuGraphLaunch")
+
+    @property
+    def resubmits_in_one_launch(self) -> bool:
+        """Built, reusable and without slots: an unchanged resubmission is just `launch()`."""
+        return self.built and not self.one_shot and not self.slots
+
+    cdef void launch_on_stream(self, tuple table) except *:
+        """Every command in recording order, straight on the stream (one-shot deferred work)."""
+        cdef Node node
+        for c in self.program.commands:
+            node = _node(c, table, self.staging)
+            if node.kind == 1:
+                _check(cydriver.cuLaunchKernel(node.kernel.func, node.kernel.gridDimX, node.kernel.gridDimY,
+                                               node.kernel.gridDimZ, node.kernel.blockDimX, node.kernel.blockDimY,
+                                               node.kernel.blockDimZ, 0, self.stream, node.kernel.kernelParams,
+                                               NULL), f"cuLaunchKernel (command {(<Command>c).index})")
+            elif node.kind == 2:
+                if node.memset.elementSize == 1:
+                    _check(cydriver.cuMemsetD8Async(node.memset.dst, <unsigned char>node.memset.value,
+                                                    node.memset.width, self.stream), "cuMemsetD8Async")
+                elif node.memset.elementSize == 2:
+                    _check(cydriver.cuMemsetD16Async(node.memset.dst, <unsigned short>node.memset.value,
+                                                     node.memset.width, self.stream), "cuMemsetD16Async")
+                else:
+                    _check(cydriver.cuMemsetD32Async(node.memset.dst, node.memset.value, node.memset.width,
+                                                     self.stream), "cuMemsetD32Async")
+            else:
+                _check(cydriver.cuMemcpyAsync(node.memcpy.dstDevice, node.memcpy.srcDevice, node.memcpy.WidthInBytes,
+                                              self.stream), "cuMemcpyAsync")
+
+    cdef void patch(self, tuple table) except *:
+        """Set new parameters on the nodes whose resolved parameters changed: those of the commands using a
+        slot whose buffer changed, and of them only the ones whose parameters differ."""
+        cdef Program program = self.program
+        cdef Node old, new
+        cdef CUgraphNode node
+        cdef Py_ssize_t count = 0
+        table = table[:program.slots_needed]
+        seen = self.table_seen
+        done = set()
+        for i in range(len(table)):
+            if table[i] is seen[i]:
+                continue
+            for index in program.slot_users.get(i, ()):
+                if index in done:
+                    continue
+                done.add(index)
+                old = self.given[index]
+                new = _node(program.commands[index], table, self.staging)
+                if new.same(old):
+                    continue
+                self.set_node(index, new)
+                self.given[index] = new
+                count += 1
+        self.table_seen = table
+        self.patched = count
+
+    cpdef set_node(self, Py_ssize_t index, Node params):
+        """Give command `index`'s node of the exec new parameters (the driver may refuse: DeviceError)."""
+        cdef CUgraphNode node = self.exec_nodes[self.program.command_node[index]]
+        if params.kind == 1:
+            _check(cydriver.cuGraphExecKernelNodeSetParams(self.exec, node, &params.kernel),
+                   f"cuGraphExecKernelNodeSetParams (command {index})")
+        elif params.kind == 2:
+            _check(cydriver.cuGraphExecMemsetNodeSetParams(self.exec, node, &params.memset, self.context),
+                   f"cuGraphExecMemsetNodeSetParams (command {index})")
+        else:
+            _check(cydriver.cuGraphExecMemcpyNodeSetParams(self.exec, node, &params.memcpy, self.context),
+                   f"cuGraphExecMemcpyNodeSetParams (command {index})")
+
+    # Inspection.
+    def emitted_graph(self) -> nx.DiGraph:
+        """The CUDA graph as built, read back from the driver (cuGraphGetNodes, cuGraphGetEdges): nodes are
+        command indices, and ("join", node) for join nodes; edge u -> v: v waits for u."""
+        if self.graph == NULL:
+            raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
+                             "command buffers with slots build at their first submit)")
+        program = self.program
+        name_of = {<uintptr_t>self.nodes[k]: (program.node_command[k] if program.node_command[k] >= 0 else
+                                              ("join", k)) for k in range(self.nodes.size())}
+        graph = driver.CUgraph(<uintptr_t>self.graph)
+        found, _ = call(driver.cuGraphGetNodes, graph, self.nodes.size())
+        count = call(driver.cuGraphGetEdges, graph, 0)[-1]
+        result = call(driver.cuGraphGetEdges, graph, count)
+        emitted = nx.DiGraph()
+        for node in found:
+            emitted.add_node(name_of[int(node)])
+        for u, v in zip(result[0][:count], result[1][:count]):
+            emitted.add_edge(name_of[int(u)], name_of[int(v)])
+        return emitted

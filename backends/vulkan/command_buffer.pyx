@@ -1,0 +1,515 @@
+"""Vulkan command buffers: a Program replayed into one VkCommandBuffer, never one per dispatch (compiled).
+
+Every vkCmd* call goes straight to the driver's entry point (vkGetDeviceProcAddr, declared by the
+Khronos headers), so recording costs what the driver charges.
+
+- deferred: the whole Program is encoded at end() into one VkCommandBuffer.
+- single_pass: each command is encoded as it is recorded, after a barrier when the planner put one
+  before it.
+- A barrier is one global memory barrier between compute and transfer work, where the Program says a
+  command waits for one recorded since the last barrier. State Vulkan keeps across dispatches is not set
+  again: the pipeline, descriptors and push constants are emitted only when they change (for layouts
+  compatible for them, which hal's are whenever the binding and constant counts agree).
+- Slot references are only known at submit: a command buffer that uses them is encoded then, once per
+  binding table; the last TABLE_CACHE tables keep their VkCommandBuffers, so alternating between tables
+  costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable
+  command buffers are encoded once and resubmitted as they are.
+"""
+
+from libc.stdint cimport uint32_t, uint64_t, uintptr_t
+from libc.string cimport memcmp, memset
+from libcpp.vector cimport vector
+
+from hal.buffer cimport Buffer, BufferRef
+from hal.commands cimport Command, Copy, Dispatch, Fill, Update
+from hal.program cimport Program
+
+from backends.vulkan.recording import Recording
+from hal.commands import constant_word
+from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
+
+TABLE_CACHE = 8  # binding tables whose encodings a command buffer keeps
+
+
+cdef extern from "vulkan/vulkan.h" nogil:
+    ctypedef int VkResult
+    ctypedef uint32_t VkFlags
+    ctypedef uint32_t VkBool32
+    ctypedef uint64_t VkDeviceSize
+    ctypedef VkFlags VkPipelineStageFlags
+    ctypedef VkFlags VkAccessFlags
+    ctypedef VkFlags VkShaderStageFlags
+    ctypedef VkFlags VkCommandBufferUsageFlags
+    ctypedef VkFlags VkDependencyFlags
+    ctypedef void* VkDevice
+    ctypedef void* VkQueue
+    ctypedef void* VkCommandBuffer
+    ctypedef void* VkBuffer
+    ctypedef void* VkPipeline
+    ctypedef void* VkPipelineLayout
+    ctypedef void* VkDescriptorSet
+    ctypedef void* VkSemaphore
+    ctypedef void* VkFence
+
+    ctypedef enum VkStructureType:
+        VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+        VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
+        VK_STRUCTURE_TYPE_SUBMIT_INFO
+        VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
+    ctypedef enum VkPipelineBindPoint:
+        VK_PIPELINE_BIND_POINT_COMPUTE
+    ctypedef enum VkDescriptorType:
+        VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+    enum:
+        VK_SUCCESS
+        VK_ERROR_OUT_OF_HOST_MEMORY
+        VK_ERROR_OUT_OF_DEVICE_MEMORY
+        VK_ERROR_DEVICE_LOST
+        VK_SHADER_STAGE_COMPUTE_BIT
+        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+        VK_PIPELINE_STAGE_TRANSFER_BIT
+        VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+        VK_ACCESS_SHADER_READ_BIT
+        VK_ACCESS_SHADER_WRITE_BIT
+        VK_ACCESS_TRANSFER_READ_BIT
+        VK_ACCESS_TRANSFER_WRITE_BIT
+        VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
+        VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
+
+    ctypedef struct VkDescriptorBufferInfo:
+        VkBuffer buffer
+        VkDeviceSize offset
+        VkDeviceSize range
+    ctypedef struct VkWriteDescriptorSet:
+        VkStructureType sType
+        const void* pNext
+        VkDescriptorSet dstSet
+        uint32_t dstBinding
+        uint32_t dstArrayElement
+        uint32_t descriptorCount
+        VkDescriptorType descriptorType
+        const VkDescriptorBufferInfo* pBufferInfo
+    ctypedef struct VkBufferCopy:
+        VkDeviceSize srcOffset
+        VkDeviceSize dstOffset
+        VkDeviceSize size
+    ctypedef struct VkMemoryBarrier:
+        VkStructureType sType
+        const void* pNext
+        VkAccessFlags srcAccessMask
+        VkAccessFlags dstAccessMask
+    ctypedef struct VkCommandBufferBeginInfo:
+        VkStructureType sType
+        const void* pNext
+        VkCommandBufferUsageFlags flags
+    ctypedef struct VkSubmitInfo:
+        VkStructureType sType
+        const void* pNext
+        uint32_t waitSemaphoreCount
+        const VkSemaphore* pWaitSemaphores
+        const VkPipelineStageFlags* pWaitDstStageMask
+        uint32_t commandBufferCount
+        const VkCommandBuffer* pCommandBuffers
+        uint32_t signalSemaphoreCount
+        const VkSemaphore* pSignalSemaphores
+    ctypedef struct VkTimelineSemaphoreSubmitInfo:
+        VkStructureType sType
+        const void* pNext
+        uint32_t waitSemaphoreValueCount
+        const uint64_t* pWaitSemaphoreValues
+        uint32_t signalSemaphoreValueCount
+        const uint64_t* pSignalSemaphoreValues
+
+    ctypedef void (*PFN_vkVoidFunction)()
+    ctypedef void (*PFN_vkCmdBindPipeline)(VkCommandBuffer, VkPipelineBindPoint, VkPipeline)
+    ctypedef void (*PFN_vkCmdPushDescriptorSetKHR)(VkCommandBuffer, VkPipelineBindPoint, VkPipelineLayout, uint32_t,
+                                                   uint32_t, const VkWriteDescriptorSet*)
+    ctypedef void (*PFN_vkCmdBindDescriptorSets)(VkCommandBuffer, VkPipelineBindPoint, VkPipelineLayout, uint32_t,
+                                                 uint32_t, const VkDescriptorSet*, uint32_t, const uint32_t*)
+    ctypedef void (*PFN_vkCmdPushConstants)(VkCommandBuffer, VkPipelineLayout, VkShaderStageFlags, uint32_t,
+                                            uint32_t, const void*)
+    ctypedef void (*PFN_vkCmdDispatch)(VkCommandBuffer, uint32_t, uint32_t, uint32_t)
+    ctypedef void (*PFN_vkCmdFillBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, uint32_t)
+    ctypedef void (*PFN_vkCmdUpdateBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, const void*)
+    ctypedef void (*PFN_vkCmdCopyBuffer)(VkCommandBuffer, VkBuffer, VkBuffer, uint32_t, const VkBufferCopy*)
+    ctypedef void (*PFN_vkCmdPipelineBarrier)(VkCommandBuffer, VkPipelineStageFlags, VkPipelineStageFlags,
+                                              VkDependencyFlags, uint32_t, const VkMemoryBarrier*, uint32_t,
+                                              const void*, uint32_t, const void*)
+    ctypedef VkResult (*PFN_vkBeginCommandBuffer)(VkCommandBuffer, const VkCommandBufferBeginInfo*)
+    ctypedef VkResult (*PFN_vkEndCommandBuffer)(VkCommandBuffer)
+    ctypedef VkResult (*PFN_vkQueueSubmit)(VkQueue, uint32_t, const VkSubmitInfo*, VkFence)
+
+    PFN_vkVoidFunction vkGetDeviceProcAddr(VkDevice device, const char* name)
+
+
+BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
+MAX_CONSTANT_WORDS = 256  # 1 KiB, beyond any maxPushConstantsSize seen
+
+
+cdef class DeviceCommands:
+    """The driver's own entry points (no loader trampoline) of the calls on the hot paths, for one VkDevice."""
+
+    cdef PFN_vkCmdBindPipeline bind_pipeline
+    cdef PFN_vkCmdPushDescriptorSetKHR push_descriptor_set
+    cdef PFN_vkCmdBindDescriptorSets bind_descriptor_sets
+    cdef PFN_vkCmdPushConstants push_constants
+    cdef PFN_vkCmdDispatch dispatch
+    cdef PFN_vkCmdFillBuffer fill_buffer
+    cdef PFN_vkCmdUpdateBuffer update_buffer
+    cdef PFN_vkCmdCopyBuffer copy_buffer
+    cdef PFN_vkCmdPipelineBarrier pipeline_barrier
+    cdef PFN_vkBeginCommandBuffer begin
+    cdef PFN_vkEndCommandBuffer end
+    cdef PFN_vkQueueSubmit queue_submit
+    cdef VkMemoryBarrier memory_barrier
+
+    def __init__(self, uintptr_t device, bint push_descriptors):
+        cdef VkDevice handle = <VkDevice>device
+        self.bind_pipeline = <PFN_vkCmdBindPipeline>_entry(handle, b"vkCmdBindPipeline")
+        self.bind_descriptor_sets = <PFN_vkCmdBindDescriptorSets>_entry(handle, b"vkCmdBindDescriptorSets")
+        self.push_constants = <PFN_vkCmdPushConstants>_entry(handle, b"vkCmdPushConstants")
+        self.dispatch = <PFN_vkCmdDispatch>_entry(handle, b"vkCmdDispatch")
+        self.fill_buffer = <PFN_vkCmdFillBuffer>_entry(handle, b"vkCmdFillBuffer")
+        self.update_buffer = <PFN_vkCmdUpdateBuffer>_entry(handle, b"vkCmdUpdateBuffer")
+        self.copy_buffer = <PFN_vkCmdCopyBuffer>_entry(handle, b"vkCmdCopyBuffer")
+        self.pipeline_barrier = <PFN_vkCmdPipelineBarrier>_entry(handle, b"vkCmdPipelineBarrier")
+        self.begin = <PFN_vkBeginCommandBuffer>_entry(handle, b"vkBeginCommandBuffer")
+        self.end = <PFN_vkEndCommandBuffer>_entry(handle, b"vkEndCommandBuffer")
+        self.queue_submit = <PFN_vkQueueSubmit>_entry(handle, b"vkQueueSubmit")
+        self.push_descriptor_set = NULL
+        if push_descriptors:
+            self.push_descriptor_set = <PFN_vkCmdPushDescriptorSetKHR>_entry(handle, b"vkCmdPushDescriptorSetKHR")
+        memset(&self.memory_barrier, 0, sizeof(VkMemoryBarrier))
+        self.memory_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        self.memory_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
+        self.memory_barrier.dstAccessMask = (VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
+
+
+cdef PFN_vkVoidFunction _entry(VkDevice device, const char* name) except NULL:
+    cdef PFN_vkVoidFunction f = vkGetDeviceProcAddr(device, name)
+    if f == NULL:
+        raise DeviceError(f"vkGetDeviceProcAddr found no {name.decode()} on this device")
+    return f
+
+
+cdef void _check(VkResult result, str call) except *:
+    if result == VK_SUCCESS:
+        return
+    message = f"{call} failed: VkResult {result}"
+    if result in (VK_ERROR_OUT_OF_HOST_MEMORY, VK_ERROR_OUT_OF_DEVICE_MEMORY):
+        raise OutOfMemoryError(message)
+    if result == VK_ERROR_DEVICE_LOST:
+        raise DeviceLostError(f"{message}; the device is lost, create a new one")
+    raise DeviceError(message)
+
+
+cdef class Encoder:
+    """Records commands into one VkCommandBuffer (begun), skipping state Vulkan already holds; `table`
+    resolves slot references, `arena` gives descriptor sets when the device has no push descriptors."""
+
+    cdef DeviceCommands fn
+    cdef VkCommandBuffer cb
+    cdef tuple table
+    cdef object arena
+    cdef object executable  # the last dispatch's executable and export ordinal, and their handles
+    cdef Py_ssize_t ordinal
+    cdef VkPipeline pipeline  # what is bound
+    cdef VkPipeline pipeline_wanted
+    cdef VkPipelineLayout layout
+    cdef object set_layout
+    cdef object kind  # the layout kind state was set under (see VulkanExecutable.compatible)
+    cdef vector[VkDescriptorBufferInfo] descriptors  # the descriptors last set
+    cdef vector[uint32_t] constants  # the push constants last set
+    cdef bint descriptors_set, constants_set
+    cdef Py_ssize_t barriers, pipelines, descriptor_sets, constant_pushes, dispatches
+
+    def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, arena):
+        self.fn = fn
+        self.cb = <VkCommandBuffer>cb
+        self.table = table
+        self.arena = arena
+        self.executable = None
+        self.ordinal = -1
+        self.pipeline = NULL
+        self.kind = None
+        self.descriptors_set = self.constants_set = False
+        self.barriers = self.pipelines = self.descriptor_sets = self.constant_pushes = self.dispatches = 0
+
+    def counts(self) -> dict:
+        """The state-setting calls made so far, by kind: what the encoder did not skip."""
+        return {"barriers": self.barriers, "pipelines": self.pipelines, "descriptor_sets": self.descriptor_sets,
+                "constant_pushes": self.constant_pushes, "dispatches": self.dispatches}
+
+    cdef void barrier(self):
+        self.fn.pipeline_barrier(self.cb, BARRIER_STAGES, BARRIER_STAGES, 0, 1, &self.fn.memory_barrier, 0, NULL,
+                                 0, NULL)
+        self.barriers += 1
+
+    cdef void encode(self, Command c) except *:
+        cdef type kind = type(c)
+        cdef Buffer b, s
+        cdef BufferRef r
+        cdef VkBufferCopy region
+        cdef bytes data
+        if kind is Dispatch:
+            self.dispatch(<Dispatch>c)
+        elif kind is Fill:
+            r = (<Fill>c).target
+            b = self.resolve(r)
+            self.fn.fill_buffer(self.cb, <VkBuffer><uintptr_t>b.handle, r.offset, self.length(r, b),
+                                _pattern_word((<Fill>c).pattern))
+        elif kind is Update:
+            r = (<Update>c).target
+            b = self.resolve(r)
+            data = (<Update>c).data
+            self.fn.update_buffer(self.cb, <VkBuffer><uintptr_t>b.handle, r.offset, len(data), <const char*>data)
+        else:
+            r = (<Copy>c).source
+            s = self.resolve(r)
+            region.srcOffset = r.offset
+            region.size = self.length(r, s)
+            r = (<Copy>c).target
+            b = self.resolve(r)
+            region.dstOffset = r.offset
+            self.fn.copy_buffer(self.cb, <VkBuffer><uintptr_t>s.handle, <VkBuffer><uintptr_t>b.handle, 1, &region)
+
+    cdef inline Buffer resolve(self, BufferRef r):
+        return r.buffer if r.buffer is not None else <Buffer>self.table[r.slot]
+
+    cdef inline VkDeviceSize length(self, BufferRef r, Buffer b):
+        return r.nbytes if r.bounded else b.size - r.offset
+
+    cdef void dispatch(self, Dispatch c) except *:
+        cdef Py_ssize_t n, i
+        cdef BufferRef r
+        cdef Buffer b
+        cdef vector[VkDescriptorBufferInfo] infos
+        cdef vector[uint32_t] words
+        cdef VkWriteDescriptorSet write
+        cdef VkDescriptorSet chosen
+        exe = c.executable
+        if exe is not self.executable or c.ordinal != self.ordinal:
+            self.executable, self.ordinal = exe, c.ordinal
+            self.pipeline_wanted = <VkPipeline><uintptr_t>exe.pipeline_handles[c.ordinal]
+            self.layout = <VkPipelineLayout><uintptr_t>exe.layout_handles[c.ordinal]
+            self.set_layout = exe.set_layouts[c.ordinal]
+            kind = exe.compatible[c.ordinal]
+            if kind is not self.kind:  # another kind of layout: what was set may be disturbed
+                self.kind = kind
+                self.descriptors_set = self.constants_set = False
+        if self.pipeline_wanted != self.pipeline:
+            self.pipeline = self.pipeline_wanted
+            self.fn.bind_pipeline(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline)
+            self.pipelines += 1
+        n = len(c.bindings)
+        if n:
+            infos.resize(n)
+            for i in range(n):
+                r = c.bindings[i]
+                b = self.resolve(r)
+                infos[i].buffer = <VkBuffer><uintptr_t>b.handle
+                infos[i].offset = r.offset
+                infos[i].range = self.length(r, b)
+            if not (self.descriptors_set and self.descriptors.size() == infos.size() and
+                    memcmp(self.descriptors.data(), infos.data(), n * sizeof(VkDescriptorBufferInfo)) == 0):
+                self.descriptors = infos
+                self.descriptors_set = True
+                self.descriptor_sets += 1
+                if self.arena is None:
+                    memset(&write, 0, sizeof(write))
+                    write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+                    write.descriptorCount = <uint32_t>n
+                    write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+                    write.pBufferInfo = infos.data()
+                    self.fn.push_descriptor_set(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, &write)
+                else:
+                    chosen = <VkDescriptorSet><uintptr_t>self.arena.write(self.set_layout, [
+                        x for i in range(n) for x in (<uintptr_t>infos[i].buffer, infos[i].offset, infos[i].range)])
+                    self.fn.bind_descriptor_sets(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1,
+                                                 &chosen, 0, NULL)
+        n = len(c.constants)
+        if n:
+            words.resize(n)
+            for i in range(n):
+                value = c.constants[i]
+                words[i] = (value & 0xFFFFFFFF) if type(value) is int else constant_word(value)
+            if not (self.constants_set and self.constants.size() == words.size() and
+                    memcmp(self.constants.data(), words.data(), n * sizeof(uint32_t)) == 0):
+                self.constants = words
+                self.constants_set = True
+                self.constant_pushes += 1
+                self.fn.push_constants(self.cb, self.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, <uint32_t>(4 * n),
+                                       words.data())
+        x, y, z = c.workgroups
+        self.fn.dispatch(self.cb, x, y, z)
+        self.dispatches += 1
+
+
+cdef uint32_t _pattern_word(bytes pattern):
+    """A 1-, 2- or 4-byte fill pattern replicated to the 32 bits vkCmdFillBuffer takes."""
+    return int.from_bytes(pattern * (4 // len(pattern)), "little")
+
+
+cdef class VulkanEmitter:
+    """The Vulkan side of one command buffer (hal.program.Emitter): its encoded VkCommandBuffers.
+
+    `encodings` counts the VkCommandBuffers encoded so far (reuse shows as it not growing); `counts` the
+    state-setting calls of the latest encoding (barriers, pipelines, descriptor_sets, constant_pushes,
+    dispatches)."""
+
+    cdef object device
+    cdef DeviceCommands fn
+    cdef readonly Py_ssize_t lanes
+    cdef bint one_time, single_pass, slots
+    cdef Program program
+    cdef object recorded  # the Recording, when the command buffer uses no slot
+    cdef dict by_table  # binding table (its used prefix) -> Recording
+    cdef object open  # single_pass: the Recording being encoded
+    cdef Encoder encoder
+    cdef readonly Py_ssize_t encodings
+    cdef readonly dict counts
+
+    def __init__(self, device, DeviceCommands fn, str mode, str strategy, Py_ssize_t binding_capacity):
+        self.device = device
+        self.fn = fn
+        self.lanes = 0  # replayed in recording order: no graph to lay out
+        self.one_time = mode == "one_shot"
+        self.single_pass = strategy == "single_pass"
+        self.slots = binding_capacity > 0
+        self.by_table = {}
+        self.encodings = 0
+        self.counts = {}
+
+    def begin(self, Program program) -> None:
+        self.program = program
+        if self.single_pass and not self.slots:
+            self.open = Recording(self.device)
+            self.begin_recording(self.open.handle)
+            self.encoder = Encoder(self.fn, self.open.handle, (), self.open.arena)
+
+    def command(self, Program program, Command command) -> None:
+        if self.encoder is not None:
+            if program.barrier[command.index]:
+                self.encoder.barrier()
+            self.encoder.encode(command)
+
+    def end(self, Program program) -> None:
+        self.program = program
+        if self.open is not None:
+            _check(self.fn.end(<VkCommandBuffer><uintptr_t>self.open.handle), "vkEndCommandBuffer")
+            self.encodings += 1
+            self.counts = self.encoder.counts()
+            self.recorded, self.open, self.encoder = self.open, None, None
+        elif not program.slot_users:
+            self.recorded = self.encode(())
+
+    def reset(self) -> None:
+        for rec in [self.recorded, self.open, *self.by_table.values()]:
+            if rec is not None:
+                rec.finalizer()
+        self.recorded = self.open = self.encoder = None
+        self.by_table = {}
+        self.program = None
+        self.device._collect()
+
+    cdef void begin_recording(self, uintptr_t handle) except *:
+        cdef VkCommandBufferBeginInfo info
+        memset(&info, 0, sizeof(info))
+        info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
+        # A reusable one may be queued again while it is pending.
+        info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if self.one_time else \
+            VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
+        _check(self.fn.begin(<VkCommandBuffer>handle, &info), "vkBeginCommandBuffer")
+
+    cdef object encode(self, tuple table):
+        """A new Recording of the whole Program, slots resolved through `table`."""
+        rec = Recording(self.device)
+        cdef Encoder encoder
+        cdef Program program = self.program
+        cdef Py_ssize_t i
+        try:
+            self.begin_recording(rec.handle)
+            encoder = Encoder(self.fn, rec.handle, table, rec.arena)
+            for i in range(len(program.commands)):
+                if program.barrier[i]:
+                    encoder.barrier()
+                encoder.encode(program.commands[i])
+            _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
+        except BaseException:
+            rec.finalizer()
+            raise
+        self.encodings += 1
+        self.counts = encoder.counts()
+        return rec
+
+    def command_buffer(self, tuple table) -> int:
+        """The VkCommandBuffer (as an integer) to submit with `table` (already checked), encoded now if needed."""
+        if self.recorded is not None:
+            return self.recorded.handle
+        key = table[:self.program.slots_needed]
+        rec = self.by_table.get(key)
+        if rec is None:
+            if len(self.by_table) >= TABLE_CACHE:
+                oldest = next(iter(self.by_table))
+                self.by_table.pop(oldest).finalizer()
+            rec = self.by_table[key] = self.encode(table)
+        return rec.handle
+
+
+cdef class Submitter:
+    """vkQueueSubmit of one command buffer that waits for the queue's timeline at `value - 1` and the
+    given (semaphore handle, value) pairs, and signals the timeline at `value` and the given pairs. The
+    structs are built once and reused (the device calls it under its queue lock)."""
+
+    cdef DeviceCommands fn
+    cdef VkQueue queue
+    cdef VkSemaphore timeline
+    cdef vector[VkSemaphore] wait_semaphores, signal_semaphores
+    cdef vector[uint64_t] wait_values, signal_values
+    cdef vector[VkPipelineStageFlags] wait_stages
+    cdef VkCommandBuffer cb
+
+    def __init__(self, DeviceCommands fn, uintptr_t queue, uintptr_t timeline):
+        self.fn = fn
+        self.queue = <VkQueue>queue
+        self.timeline = <VkSemaphore>timeline
+
+    def submit(self, uintptr_t command_buffer, uint64_t value, tuple waits=(), tuple signals=()) -> None:
+        """Submit; waits and signals are (semaphore handle, value) pairs. Raises the hal error of a failure."""
+        cdef VkSubmitInfo info
+        cdef VkTimelineSemaphoreSubmitInfo timeline
+        self.wait_semaphores.clear()
+        self.wait_values.clear()
+        self.signal_semaphores.clear()
+        self.signal_values.clear()
+        self.wait_semaphores.push_back(self.timeline)
+        self.wait_values.push_back(value - 1)
+        self.signal_semaphores.push_back(self.timeline)
+        self.signal_values.push_back(value)
+        for handle, v in waits:
+            self.wait_semaphores.push_back(<VkSemaphore><uintptr_t>handle)
+            self.wait_values.push_back(v)
+        for handle, v in signals:
+            self.signal_semaphores.push_back(<VkSemaphore><uintptr_t>handle)
+            self.signal_values.push_back(v)
+        self.wait_stages.assign(self.wait_semaphores.size(), VK_PIPELINE_STAGE_ALL_COMMANDS_BIT)
+        self.cb = <VkCommandBuffer>command_buffer
+        memset(&timeline, 0, sizeof(timeline))
+        timeline.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
+        timeline.waitSemaphoreValueCount = <uint32_t>self.wait_values.size()
+        timeline.pWaitSemaphoreValues = self.wait_values.data()
+        timeline.signalSemaphoreValueCount = <uint32_t>self.signal_values.size()
+        timeline.pSignalSemaphoreValues = self.signal_values.data()
+        memset(&info, 0, sizeof(info))
+        info.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO
+        info.pNext = &timeline
+        info.waitSemaphoreCount = <uint32_t>self.wait_semaphores.size()
+        info.pWaitSemaphores = self.wait_semaphores.data()
+        info.pWaitDstStageMask = self.wait_stages.data()
+        info.commandBufferCount = 1
+        info.pCommandBuffers = &self.cb
+        info.signalSemaphoreCount = <uint32_t>self.signal_semaphores.size()
+        info.pSignalSemaphores = self.signal_semaphores.data()
+        _check(self.fn.queue_submit(self.queue, 1, &info, NULL), "vkQueueSubmit")

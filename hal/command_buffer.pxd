@@ -1,0 +1,52 @@
+from hal.buffer cimport Buffer, BufferRef
+from hal.commands cimport Command, Segment
+from hal.dependencies cimport Planner, RaceDetector
+from hal.program cimport Program
+
+
+cdef class CommandBuffer:
+    cdef readonly object device
+    cdef readonly str mode
+    cdef readonly Py_ssize_t binding_capacity
+    cdef readonly str strategy
+    cdef readonly str dependencies
+    cdef readonly bint validate
+    cdef readonly object emitter  # the backend's side (hal.program.Emitter)
+    cdef readonly Py_ssize_t slots_needed  # 1 + the highest slot a command uses (after end())
+
+    # The device's limits the checks use.
+    cdef object caps
+    cdef Py_ssize_t max_groups_x, max_groups_y, max_groups_z, max_constant_bytes, storage_alignment
+    cdef Py_ssize_t max_storage_range, fill_alignment, update_alignment, copy_alignment
+
+    # Recording.
+    cdef int phase
+    cdef Segment head, tail
+    cdef Py_ssize_t count, barriers
+    cdef bint single_pass, uses_slot
+    cdef Planner planner
+    cdef RaceDetector races
+    cdef Program recorded  # the Program, once ended (single_pass: while recording, too)
+    cdef list slot_commands
+
+    # What a release since recording may invalidate.
+    cdef object live_token
+    cdef tuple direct_buffers
+    cdef dict dispatched
+
+    # Submission.
+    cdef bint ran
+    cdef tuple table
+    cdef object table_token
+    cdef tuple slot_index
+    cdef object __weakref__
+
+    cdef void clear(self)
+    cdef bint workgroups_fit(self, tuple workgroups)
+    cdef void not_recording(self, str what) except *
+    cdef void check_table(self, tuple table) except *
+    cdef tuple index_slots(self)
+    cdef tuple direct(self, tuple commands)
+    cdef void check_released(self, str what, tuple commands) except *
+    cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, object arg, int usage)
+    cdef void record(self, Command command, tuple refs, tuple writes) except *

@@ -1,0 +1,637 @@
+"""CommandBuffer: the recording API and record-time validation (compiled: this is the hot path).
+
+Recording appends one typed record per command to the current segment of a linked list of segments
+(see hal.commands). Every check that keeps bad input away from a driver happens here, when the command
+is recorded, so the error can name the command index, the argument and the limit; a rejected command
+leaves the command buffer as it was. At end() the planner (hal.dependencies) freezes the recording into a
+Program and the backend's emitter (hal.program.Emitter) takes it from there: `deferred` command buffers
+plan and emit everything at end(), `single_pass` ones plan each command as it is recorded and hand it to
+the emitter at once.
+"""
+
+from libc.math cimport isinf, isnan
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from hal.buffer cimport Buffer, BufferRef
+from hal.commands cimport Command, Copy, Dispatch, Fill, Segment, Update
+from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
+from hal.program cimport Program
+
+from hal.buffer import BufferUsage, _bytes_view
+from hal.commands import constant_word
+from hal.errors import ValidationError, integer
+from hal.executable import Executable
+
+MAX_UPDATE_BYTES = 65536
+FLOAT32_MAX = 3.4028234663852886e38
+cdef int SOURCE = BufferUsage.TRANSFER_SOURCE
+cdef int TARGET = BufferUsage.TRANSFER_TARGET
+cdef int STORAGE = BufferUsage.DISPATCH_STORAGE
+_USAGE_NAMES = {int(BufferUsage.TRANSFER_SOURCE): "TRANSFER_SOURCE", int(BufferUsage.TRANSFER_TARGET): "TRANSFER_TARGET",
+                int(BufferUsage.DISPATCH_STORAGE): "DISPATCH_STORAGE"}
+cdef int INITIAL = 0, RECORDING = 1, ENDED = 2
+_PHASES = ("initial", "recording", "ended")
+_WRITE, _READ_WRITE = (True,), (False, True)  # what fill/update and copy do to their references
+
+
+cdef class CommandBuffer:
+    """A recorded list of commands, run by `Device.queue_execute`.
+
+    Created by `Device.create_command_buffer(mode, binding_capacity, strategy, dependencies, validate)`:
+    `one_shot` runs once, `reusable` any number of times (`reset()` allows re-recording); slots below
+    `binding_capacity` are bound at each submit; `deferred` leaves emission to `end()`, `single_pass`
+    emits while recording; `barriers` or `hazards` picks the dependency rediscovery. `validate=False`
+    drops the race check, the one check whose cost depends on what a segment holds; the checks that
+    keep bad input from a driver (types, ranges, usage, alignment, limits) always run.
+    """
+
+    def __init__(self, device, str mode, binding_capacity, str strategy, str dependencies, validate, emitter_for):
+        if mode not in ("one_shot", "reusable"):
+            raise ValidationError(f"mode must be 'one_shot' or 'reusable', got {mode!r}")
+        if strategy not in ("deferred", "single_pass"):
+            raise ValidationError(f"strategy must be 'deferred' or 'single_pass', got {strategy!r}")
+        if dependencies not in ("barriers", "hazards"):
+            raise ValidationError(f"dependencies must be 'barriers' or 'hazards', got {dependencies!r}")
+        binding_capacity = integer(binding_capacity, "binding_capacity", 0)
+        if not isinstance(validate, bool):
+            raise ValidationError(f"validate must be True or False, got {validate!r}")
+        self.device = device
+        self.mode = mode
+        self.binding_capacity = binding_capacity
+        self.strategy = strategy
+        self.dependencies = dependencies
+        self.validate = validate
+        self.single_pass = strategy == "single_pass"
+        caps = self.caps = device.capabilities
+        self.max_groups_x, self.max_groups_y, self.max_groups_z = caps.max_workgroup_count
+        self.max_constant_bytes = caps.max_push_constants_size
+        self.storage_alignment = caps.storage_buffer_offset_alignment
+        self.max_storage_range = caps.max_storage_buffer_range
+        self.fill_alignment = caps.fill_buffer_alignment
+        self.update_alignment = caps.update_buffer_alignment
+        self.copy_alignment = caps.copy_buffer_alignment
+        self.emitter = emitter_for(self)
+        self.clear()
+
+    cdef void clear(self):
+        self.phase = INITIAL
+        self.head = self.tail = Segment(0)
+        self.count = 0
+        self.barriers = 0
+        self.planner = None
+        self.races = RaceDetector()
+        self.recorded = None
+        self.slot_commands = []
+        self.slots_needed = 0
+        self.uses_slot = False
+        self.direct_buffers = None  # bound without a slot, when first needed
+        self.dispatched = None  # executable -> first command, when first needed
+        # The device's release token when nothing the recording uses was released: at begin(), then at
+        # each check that found it so. Until the token changes, no check is needed.
+        self.live_token = None
+        self.slot_index = None
+        self.ran = False  # submitted: a one_shot command buffer may not be again
+        self.table = ()
+        self.table_token = None
+
+    # State.
+    @property
+    def state(self) -> str:
+        return _PHASES[self.phase]
+
+    @property
+    def commands(self) -> tuple:
+        """The recorded commands in recording order (complete after end())."""
+        return self.recorded.commands if self.phase == ENDED else ()
+
+    @property
+    def program(self) -> Program:
+        """The frozen Program end() made: what the backend runs, and what tools inspect."""
+        if self.phase != ENDED:
+            raise ValidationError(f"program: the command buffer is {self.state}; call end() first")
+        return self.recorded
+
+    def segments(self) -> Iterator[Segment]:
+        """The segment linked list, from the head."""
+        seg = self.head
+        while seg is not None:
+            yield seg
+            seg = seg.next
+
+    def begin(self) -> None:
+        self.device._check_open()
+        if self.phase != INITIAL:
+            raise ValidationError(f"begin: the command buffer is {self.state}; call reset() to record it again")
+        self.phase = RECORDING
+        self.live_token = self.device.release_token
+        self.planner = Planner(self.dependencies, self.emitter.lanes, self.single_pass)
+        if self.single_pass:
+            self.recorded = self.planner.program
+            self.emitter.begin(self.recorded)
+
+    def end(self) -> None:
+        """Finish recording: the planner freezes the Program (a deferred command buffer is planned here, in
+        one pass over the segments) and the backend emits it."""
+        if self.phase != RECORDING:
+            raise ValidationError(f"end: the command buffer is {self.state}, not recording")
+        segments = [seg.commands for seg in self.segments()]
+        commands = tuple([c for seg in segments for c in seg])
+        try:
+            if not self.single_pass:
+                self.planner.plan(segments)
+            self.check_released("end", commands)
+            users = {}
+            for c in self.slot_commands:
+                for r in refs_and_writes(c)[0]:
+                    if (<BufferRef>r).buffer is None:
+                        user = users.setdefault((<BufferRef>r).slot, [])
+                        if not user or user[-1] != (<Command>c).index:
+                            user.append((<Command>c).index)
+            self.slots_needed = max(users, default=-1) + 1
+            self.recorded = self.planner.finish(commands, {k: tuple(v) for k, v in users.items()}, self.slots_needed)
+            self.emitter.end(self.recorded)
+        except BaseException:  # the backend failed to emit: stay recording, as before end()
+            self.direct_buffers = self.dispatched = None
+            if not self.single_pass:
+                self.planner = Planner(self.dependencies, self.emitter.lanes, False)
+                self.recorded = None
+            raise
+        self.phase = ENDED
+
+    def reset(self) -> None:
+        """Forget everything recorded; the command buffer can be begun again."""
+        self.emitter.reset()
+        self.clear()
+
+    def __enter__(self) -> CommandBuffer:
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.end()
+
+    def dependency_graph(self) -> nx.DiGraph:
+        """The rediscovered DAG: nodes are command indices (`kind`, `segment`), edge u -> v: v waits for u."""
+        if self.phase != ENDED:
+            raise ValidationError(f"dependency_graph: the command buffer is {self.state}; call end() first")
+        return self.recorded.dependency_graph()
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.mode} {self.strategy}/{self.dependencies} "
+                f"{self.count} commands, {self.state}>")
+
+    # Recording.
+    def fill_buffer(self, target: Buffer | BufferRef, pattern: Any) -> None:
+        """Repeat `pattern` (1, 2 or 4 bytes) over the target range."""
+        if self.phase != RECORDING:
+            self.not_recording("fill_buffer")
+        cdef Py_ssize_t index = self.count
+        cdef BufferRef t = self.check_ref(target, index, "fill_buffer", "target", TARGET)
+        p = _pattern(pattern, index)
+        cdef Py_ssize_t align = max(len(p), self.fill_alignment)
+        if t.offset % align or (t.bounded and t.nbytes % align):
+            raise ValidationError(
+                f"command {index} (fill_buffer): target offset {t.offset} and length {t.length} must be "
+                f"multiples of {align} (the {len(p)}-byte pattern and the device's fill_buffer_alignment "
+                f"{self.fill_alignment})")
+        self.record(Fill(index, self.tail.index, t, p), (t,), _WRITE)
+
+    def update_buffer(self, target: Buffer | BufferRef, data: Any) -> None:
+        """Write `data` (at most 64 KiB, copied now) at the target offset."""
+        if self.phase != RECORDING:
+            self.not_recording("update_buffer")
+        cdef Py_ssize_t index = self.count
+        cdef BufferRef t = self.check_ref(target, index, "update_buffer", "target", TARGET)
+        view = _bytes_view(data, f"command {index} (update_buffer): data")
+        cdef Py_ssize_t n = view.nbytes
+        if not 0 < n <= MAX_UPDATE_BYTES:
+            raise ValidationError(f"command {index} (update_buffer): data has {n} bytes; it must hold "
+                                  f"1 to {MAX_UPDATE_BYTES} (use a staging buffer and copy_buffer for more)")
+        if t.bounded and n > t.nbytes:
+            raise ValidationError(f"command {index} (update_buffer): {n} bytes of data do not fit the "
+                                  f"target range of {t.nbytes} bytes at offset {t.offset}")
+        cdef Py_ssize_t align = self.update_alignment
+        if t.offset % align or n % align:
+            raise ValidationError(f"command {index} (update_buffer): target offset {t.offset} and data size {n} "
+                                  f"must be multiples of the device's update_buffer_alignment {align}")
+        if not t.bounded or t.nbytes != n:
+            t = BufferRef(t.buffer, t.slot, t.offset, n)
+        self.record(Update(index, self.tail.index, t, view.tobytes()), (t,), _WRITE)
+
+    def copy_buffer(self, source: Buffer | BufferRef, target: Buffer | BufferRef) -> None:
+        """Copy the source range (or, for a slot of unknown length, the target range's length)."""
+        if self.phase != RECORDING:
+            self.not_recording("copy_buffer")
+        cdef Py_ssize_t index = self.count
+        cdef BufferRef s = self.check_ref(source, index, "copy_buffer", "source", SOURCE)
+        cdef BufferRef t = self.check_ref(target, index, "copy_buffer", "target", TARGET)
+        if not s.bounded and not t.bounded:
+            raise ValidationError(f"command {index} (copy_buffer): both ranges are slots of unknown length; "
+                                  f"give one a length: hal.slot(i, offset, length)")
+        cdef Py_ssize_t n = s.nbytes if s.bounded else t.nbytes
+        if n == 0:
+            raise ValidationError(f"command {index} (copy_buffer): the source range is empty")
+        if t.bounded and n > t.nbytes:
+            raise ValidationError(f"command {index} (copy_buffer): {n} source bytes do not fit the target "
+                                  f"range of {t.nbytes} bytes at offset {t.offset}")
+        cdef Py_ssize_t align = self.copy_alignment
+        if s.offset % align or t.offset % align or n % align:
+            raise ValidationError(f"command {index} (copy_buffer): offsets {s.offset}, {t.offset} and length {n} "
+                                  f"must be multiples of the device's copy_buffer_alignment {align}")
+        if s.buffer is t.buffer and s.slot == t.slot and s.offset < t.offset + n and t.offset < s.offset + n:
+            raise ValidationError(f"command {index} (copy_buffer): source [{s.offset}, {s.offset + n}) and target "
+                                  f"[{t.offset}, {t.offset + n}) overlap in one buffer; copy through a second buffer")
+        if not s.bounded or s.nbytes != n:
+            s = BufferRef(s.buffer, s.slot, s.offset, n)
+        if not t.bounded or t.nbytes != n:
+            t = BufferRef(t.buffer, t.slot, t.offset, n)
+        self.record(Copy(index, self.tail.index, s, t), (s, t), _READ_WRITE)
+
+    def execution_barrier(self) -> None:
+        """Everything recorded after waits for everything recorded before."""
+        if self.phase != RECORDING:
+            self.not_recording("execution_barrier")
+        self.barriers += 1
+        if self.tail.commands:
+            self.tail.next = Segment(self.barriers)
+            self.tail = self.tail.next
+        else:
+            self.tail.index = self.barriers
+
+    def dispatch(self, executable: Executable, name: str, workgroups: Any = (1, 1, 1),
+                 constants: Sequence[Any] = (), bindings: Sequence[Buffer | BufferRef] = ()) -> None:
+        """Run export `name` over `workgroups` with 32-bit `constants` and buffer `bindings`."""
+        if self.phase != RECORDING:
+            self.not_recording("dispatch")
+        cdef Py_ssize_t index = self.count, i
+        try:
+            ordinal, export = executable.entries[name]
+            mine = executable.device is self.device
+        except (AttributeError, KeyError, TypeError):
+            mine = False
+        if not mine:
+            _bad_export(executable, name, self.device, index)
+        if not (type(workgroups) is tuple and len(workgroups) == 3 and self.workgroups_fit(workgroups)):
+            workgroups = _workgroups(workgroups, index, name, (self.max_groups_x, self.max_groups_y,
+                                                               self.max_groups_z))
+        if type(constants) is not tuple:
+            constants = _sequence(constants, index, name, "constants")
+        cdef Py_ssize_t n = len(constants)
+        if n != export.constants:
+            raise ValidationError(f"command {index} (dispatch {name}): {n} constants given, "
+                                  f"the export takes {export.constants}")
+        if 4 * n > self.max_constant_bytes:
+            raise ValidationError(f"command {index} (dispatch {name}): {4 * n} bytes of constants "
+                                  f"exceed the device's max_push_constants_size {self.max_constant_bytes}")
+        for c in <tuple>constants:
+            if not _plain_word(c):
+                _check_constants(constants, index, name)
+                break
+        if type(bindings) is not tuple:
+            bindings = _sequence(bindings, index, name, "bindings")
+        n = len(bindings)
+        if n != export.bindings:
+            raise ValidationError(f"command {index} (dispatch {name}): {n} bindings given, "
+                                  f"the export takes {export.bindings}")
+        resolved = [None] * n
+        for i in range(n):
+            resolved[i] = self.check_ref((<tuple>bindings)[i], index, "dispatch", i, STORAGE)
+        command = Dispatch(index, self.tail.index, executable, export, ordinal, workgroups, constants,
+                           tuple(resolved))
+        self.record(command, command.bindings, command.writes)
+
+    cdef bint workgroups_fit(self, tuple workgroups):
+        x, y, z = workgroups
+        return type(x) is int and type(y) is int and type(z) is int and \
+            0 < x <= self.max_groups_x and 0 < y <= self.max_groups_y and 0 < z <= self.max_groups_z
+
+    cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, object arg, int usage):
+        """Check reference `r` for use as `arg` (a name, or a binding position) of command `index`;
+        returns it as a BufferRef. Messages are only formatted on the error path."""
+        cdef BufferRef ref
+        if type(r) is BufferRef:
+            ref = r
+        elif isinstance(r, Buffer):
+            ref = (<Buffer>r).whole
+        else:
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} must be a hal.Buffer or a reference "
+                                  f"from hal.ref()/hal.slot(), got {type(r).__name__}")
+        cdef Buffer b = ref.buffer
+        if b is None:
+            if ref.slot >= self.binding_capacity:
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} uses slot {ref.slot}, but the "
+                                      f"command buffer's binding_capacity is {self.binding_capacity}")
+            if ref.bounded and ref.nbytes <= 0:
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} has offset {ref.offset} and "
+                                      f"length {ref.nbytes}; the length must be > 0")
+            if usage == STORAGE and ref.offset % self.storage_alignment:
+                raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {ref.offset} is not a "
+                                      f"multiple of the device's storage_buffer_offset_alignment "
+                                      f"{self.storage_alignment}")
+            self.uses_slot = True
+            return ref
+        if b.device is not self.device:
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} is a buffer of another device "
+                                  f"({b.device!r})")
+        if b.released:
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} is a released buffer")
+        if ref.nbytes <= 0 or ref.offset + ref.nbytes > b.size or not b.usage_bits & usage or (
+                usage == STORAGE and (ref.offset % self.storage_alignment or ref.nbytes > self.max_storage_range)):
+            _check_range(ref.offset, ref.nbytes, b, self.caps, index, command, arg, usage)
+        return ref
+
+    cdef void record(self, Command command, tuple refs, tuple writes) except *:
+        """Append `command`, which accesses `refs` (`writes`: which it writes), to the current segment once it
+        is known not to race; a single_pass command buffer plans it and hands it to the emitter."""
+        cdef list commands = self.tail.commands
+        if commands and self.validate:  # the first command of a segment cannot race
+            if len(commands) == 1:  # the second command: index the first, forgetting the last segment
+                self.races.rebuild(commands)
+            self.races.add(command, refs, writes, commands)
+        if self.single_pass:
+            self.planner.add(command)
+            self.emitter.command(self.recorded, command)
+        commands.append(command)
+        if self.uses_slot:
+            self.slot_commands.append(command)
+            self.uses_slot = False
+        self.count += 1
+
+    cdef void not_recording(self, str what) except *:
+        hint = "call begin() first" if self.phase == INITIAL else "call reset() to record it again"
+        raise ValidationError(f"command {self.count} ({what}): the command buffer is {self.state}, "
+                              f"not recording; {hint}")
+
+    # Submission (Device.queue_execute calls these).
+    def accepts(self, table: tuple, token: object) -> bool:
+        """Would a submission with `table` pass every check now without a look? Yes for a reusable command
+        buffer submitted again with the very table it was last checked with, nothing released since."""
+        return table is self.table and token is self.table_token
+
+    def submitted(self) -> None:
+        """Note a submission (a one_shot command buffer runs once)."""
+        self.ran = True
+
+    def prepare_submit(self, binding_table: Sequence[Buffer]) -> tuple:
+        """Check the command buffer can run against `binding_table`; returns the table as a tuple."""
+        if self.phase != ENDED:
+            raise ValidationError(f"queue_execute: the command buffer is {self.state}; call end() before submitting")
+        if self.ran and self.mode == "one_shot":
+            raise ValidationError("queue_execute: a one_shot command buffer runs once; create it with "
+                                  "mode='reusable' to submit it again")
+        table = binding_table if type(binding_table) is tuple else _table(binding_table)
+        token = self.device.release_token
+        last = self.table
+        if token is self.table_token and (table is last or (
+                len(table) == len(last) and all([a is b for a, b in zip(table, last)]))):
+            return table
+        self.check_table(table)
+        self.table = table
+        if self.mode == "reusable":  # accepted again without a look (see `accepts`)
+            self.table_token = token
+        return table
+
+    cdef void check_table(self, tuple table) except *:
+        if len(table) > self.binding_capacity:
+            raise ValidationError(f"queue_execute: the binding table has {len(table)} entries, more than the "
+                                  f"command buffer's binding_capacity {self.binding_capacity}")
+        if len(table) < self.slots_needed:
+            raise ValidationError(f"queue_execute: the binding table has {len(table)} entries; the command "
+                                  f"buffer uses slots up to {self.slots_needed - 1}")
+        for i, b in enumerate(table):
+            if not isinstance(b, Buffer):
+                raise ValidationError(f"queue_execute: binding_table[{i}] must be a hal.Buffer, got {type(b).__name__}")
+            if (<Buffer>b).device is not self.device:
+                raise ValidationError(f"queue_execute: binding_table[{i}] is a buffer of another device")
+            if (<Buffer>b).released:
+                raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
+        self.check_released("queue_execute", self.recorded.commands)
+        if not self.slot_commands:
+            return
+        segment_of, direct = self.slot_index or self.index_slots()
+        users = self.recorded.slot_users
+        commands = self.recorded.commands
+        n = self.slots_needed
+        last = self.table if self.table_token is self.device.release_token else ()
+        changed = [i for i in range(n) if i >= len(last) or table[i] is not last[i]]
+        if not changed or _same_answers(table[:n], last[:n], changed, direct):
+            return
+        seen = {}  # the commands using a slot whose buffer changed since the last table
+        for i in changed:
+            seen.update(dict.fromkeys(users.get(i, ())))
+        segments = set()
+        for index in seen:
+            c = commands[index]
+            _check_slot_command(c, table, self.caps)
+            segments.add((<Command>c).segment)
+        if self.validate:
+            for index in segments:
+                seg = segment_of[index]
+                if len(seg.commands) > 1:  # a lone command cannot race
+                    races = RaceDetector()
+                    for c in seg.commands:
+                        refs, writes = refs_and_writes(c)
+                        races.add(c, refs, writes, seg.commands, table)
+
+    cdef tuple index_slots(self):
+        """The segments holding slot commands, and the buffers bound without a slot: so a new table re-checks
+        only the commands of the slots whose buffer changed."""
+        wanted = {(<Command>c).segment for c in self.slot_commands}
+        self.slot_index = ({seg.index: seg for seg in self.segments() if seg.index in wanted},
+                           frozenset(self.direct(self.recorded.commands)))
+        return self.slot_index
+
+    cdef tuple direct(self, tuple commands):
+        """The buffers the commands bind without a slot."""
+        if self.direct_buffers is None:
+            found = {}
+            for c in commands:
+                for r in refs_and_writes(c)[0]:
+                    found[(<BufferRef>r).buffer] = None
+            found.pop(None, None)  # slot references
+            self.direct_buffers = tuple(found)
+        return self.direct_buffers
+
+    cdef void check_released(self, str what, tuple commands) except *:
+        """Refuse a recording that uses a buffer or an executable released since it was recorded (each
+        reference was checked as it was recorded: only a release since then can matter)."""
+        token = self.device.release_token
+        if token is self.live_token:
+            return
+        for b in self.direct(commands):
+            if (<Buffer>b).released:
+                user = next(c.index for c in commands for r in refs_and_writes(c)[0] if (<BufferRef>r).buffer is b)
+                raise ValidationError(f"{what}: command {user} uses a buffer that was released after recording; "
+                                      f"record the command buffer again")
+        if self.dispatched is None:
+            self.dispatched = {}
+            for c in commands:
+                if type(c) is Dispatch:
+                    self.dispatched.setdefault((<Dispatch>c).executable, (<Dispatch>c).index)
+        for exe, user in self.dispatched.items():
+            if exe.released:
+                raise ValidationError(f"{what}: command {user} dispatches an executable that was released after "
+                                      f"recording; record the command buffer again")
+        self.live_token = token
+
+
+cdef bint _plain_word(object c):
+    """A constant that is certainly a valid 32-bit word: an int in range, or a float within float32's range."""
+    if type(c) is int:
+        return -2147483648 <= c <= 4294967295
+    cdef double v
+    if type(c) is float:
+        v = c
+        return -FLOAT32_MAX <= v <= FLOAT32_MAX or isinf(v) or isnan(v)
+    return False
+
+
+def _check_slot_command(Command c, tuple table, caps) -> None:
+    """The record-time reference checks, for the slot references of `c` resolved through `table`."""
+    ranges = []
+    refs, writes = refs_and_writes(c)
+    cdef BufferRef r
+    for i in range(len(refs)):
+        r = refs[i]
+        write = writes[i]
+        key, start, end = access_range(r, table)
+        if r.buffer is None:
+            usage = STORAGE if c.kind == "dispatch" else (TARGET if write else SOURCE)
+            if not (0 <= start < end <= key.size and key.usage_bits & usage and (usage != STORAGE or (
+                    start % caps.storage_buffer_offset_alignment == 0
+                    and end - start <= caps.max_storage_buffer_range))):
+                arg = f"slot {r.slot} (binding_table[{r.slot}])"  # the message, on the failing path only
+                if c.kind == "dispatch":
+                    arg = f"bindings[{i}] = {arg}"
+                try:
+                    _check_range(start, end - start, key, caps, c.index, c.kind, arg, usage)
+                except ValidationError as e:
+                    raise ValidationError(f"queue_execute: {e}") from None
+            if c.kind == "fill" and (end - start) % max(len((<Fill>c).pattern), caps.fill_buffer_alignment):
+                raise ValidationError(f"queue_execute: command {c.index} (fill_buffer) fills {end - start} bytes "
+                                      f"of slot {r.slot}, not a multiple of the pattern and fill alignment")
+        ranges.append((key, start, end))
+    if c.kind == "copy" and ranges[0][0] is ranges[1][0] and \
+            ranges[0][1] < ranges[1][2] and ranges[1][1] < ranges[0][2]:
+        raise ValidationError(f"queue_execute: command {c.index} (copy_buffer) copies between overlapping "
+                              f"ranges of one buffer through the binding table")
+
+
+def _check_range(Py_ssize_t offset, Py_ssize_t nbytes, Buffer b, caps, index, command, arg, usage) -> None:
+    """Every check of a range of `b`, raising the first that fails (the recorder calls this only on its
+    failing path, to word the error)."""
+    if nbytes <= 0 or offset + nbytes > b.size:
+        raise ValidationError(f"command {index} ({command}): {_name(arg)} range [{offset}, {offset + nbytes}) "
+                              f"is empty or outside the buffer's {b.size} bytes")
+    if not b.usage_bits & usage:
+        raise ValidationError(f"command {index} ({command}): {_name(arg)} lacks BufferUsage.{_USAGE_NAMES[usage]} "
+                              f"(it was allocated with {b.usage!r})")
+    if usage == STORAGE:
+        if offset % caps.storage_buffer_offset_alignment:
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {offset} is not a multiple "
+                                  f"of the device's storage_buffer_offset_alignment "
+                                  f"{caps.storage_buffer_offset_alignment}")
+        if nbytes > caps.max_storage_buffer_range:
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} spans {nbytes} bytes, more than the "
+                                  f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
+
+
+def _same_answers(tuple table, tuple last, list changed, frozenset direct) -> bool:
+    """Would every check of the slot commands answer for `table` as it did for `last`? Yes when each
+    changed slot holds a buffer of the same size and usage as before, no buffer used directly enters or
+    leaves the table, and the slots alias each other as before (ranges, alignment and races depend on
+    nothing else)."""
+    if len(last) < len(table):
+        return False
+    for i in changed:
+        new, old = table[i], last[i]
+        if new.size != old.size or new.usage_bits != old.usage_bits or new in direct or old in direct:
+            return False
+    return len(table) < 2 or _aliasing(table) == _aliasing(last)
+
+
+def _aliasing(tuple table) -> tuple:
+    """Per slot, the first slot bound to the same buffer."""
+    first = {}
+    return tuple([first.setdefault(id(b), i) for i, b in enumerate(table)])
+
+
+def _name(arg) -> str:
+    return f"bindings[{arg}]" if type(arg) is int else arg
+
+
+def _bad_export(executable, name, device, index) -> None:
+    if not isinstance(executable, Executable) or executable.device is not device:
+        raise ValidationError(f"command {index} (dispatch): executable must be a hal.Executable loaded "
+                              f"on this device, got {executable!r}")
+    if executable.released:
+        raise ValidationError(f"command {index} (dispatch {name}): the executable was released; load it again")
+    raise ValidationError(f"command {index} (dispatch): no export {name!r}; the executable has "
+                          f"{', '.join(executable.entries)}")
+
+
+def _check_constants(tuple constants, index, name) -> None:
+    for i, c in enumerate(constants):
+        try:
+            constant_word(c)
+        except (TypeError, OverflowError) as e:
+            raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] = {c!r}: {e}") from None
+
+
+def _pattern(pattern, index) -> bytes:
+    if isinstance(pattern, (bytes, bytearray, memoryview)):
+        p = bytes(pattern)
+    elif isinstance(pattern, np.generic):
+        p = pattern.tobytes()
+    else:
+        raise ValidationError(f"command {index} (fill_buffer): pattern must be bytes or a numpy scalar "
+                              f"(e.g. np.uint32(7), np.float32(1.0)), got {type(pattern).__name__}")
+    if len(p) not in (1, 2, 4):
+        raise ValidationError(f"command {index} (fill_buffer): pattern has {len(p)} bytes; it must have 1, 2 or 4")
+    return p
+
+
+def _workgroups(workgroups, index, name, limit) -> tuple:
+    """The slow path: normalise 1 to 3 integers (numpy ones too) and check them against the limit."""
+    if isinstance(workgroups, (int, np.integer)) and not isinstance(workgroups, bool):
+        workgroups = (workgroups,)
+    try:
+        items = tuple(workgroups)
+    except TypeError:
+        items = ()
+    if not 1 <= len(items) <= 3:
+        raise ValidationError(f"command {index} (dispatch {name}): workgroups must be 1 to 3 integers, "
+                              f"got {workgroups!r}")
+    items += (1,) * (3 - len(items))
+    for axis, w in enumerate(items):
+        if not isinstance(w, (int, np.integer)) or isinstance(w, bool) or not 0 < w <= limit[axis]:
+            raise ValidationError(f"command {index} (dispatch {name}): workgroups[{axis}] = {w!r} must be "
+                                  f"an integer from 1 to the device's max_workgroup_count {limit[axis]}")
+    return (int(items[0]), int(items[1]), int(items[2]))
+
+
+def _sequence(items, index, name, what) -> tuple:
+    if isinstance(items, (str, bytes)):
+        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
+                              f"got {type(items).__name__}")
+    try:
+        return tuple(items)
+    except TypeError:
+        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
+                              f"got {type(items).__name__}") from None
+
+
+def _table(binding_table) -> tuple:
+    if isinstance(binding_table, Buffer):
+        raise ValidationError("queue_execute: binding_table must be a sequence of buffers, got one buffer")
+    try:
+        return tuple(binding_table)
+    except TypeError:
+        raise ValidationError(f"queue_execute: binding_table must be a sequence of buffers, "
+                              f"got {type(binding_table).__name__}") from None

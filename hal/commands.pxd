@@ -1,0 +1,40 @@
+from hal.buffer cimport BufferRef
+
+
+cdef class Command:
+    cdef readonly Py_ssize_t index  # position in recording order
+    cdef readonly Py_ssize_t segment  # the barriers recorded before it
+
+
+cdef class Fill(Command):
+    cdef readonly BufferRef target
+    cdef readonly bytes pattern  # 1, 2 or 4 bytes
+
+
+cdef class Update(Command):
+    cdef readonly BufferRef target
+    cdef readonly bytes data  # a private copy, taken at record time
+
+
+cdef class Copy(Command):
+    cdef readonly BufferRef source
+    cdef readonly BufferRef target
+
+
+cdef class Dispatch(Command):
+    cdef readonly object executable
+    cdef readonly object export
+    cdef readonly Py_ssize_t ordinal  # the export's position in the executable
+    cdef readonly tuple workgroups  # (x, y, z)
+    cdef readonly tuple constants  # as given: ints, floats or 32-bit numpy scalars
+    cdef readonly tuple bindings  # BufferRef per binding
+    cdef readonly tuple writes  # per binding: does the kernel write it?
+
+
+cdef class Segment:
+    cdef readonly Py_ssize_t index  # the barriers recorded before its commands
+    cdef readonly list commands
+    cdef public Segment next
+
+
+cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF

@@ -1,0 +1,37 @@
+from libcpp.vector cimport vector
+
+
+cdef class Program:
+    cdef readonly tuple commands
+    cdef readonly str dependencies
+    cdef readonly Py_ssize_t lane_limit
+    cdef readonly Py_ssize_t slots_needed
+    cdef readonly dict slot_users
+    cdef readonly tuple regions
+    cdef readonly object transients
+    cdef readonly bint frozen
+
+    # The dependency DAG, transitively reduced: command i waits for the commands
+    # members[group_start[g]:group_start[g + 1]] of its group g = group_of[i] (-1: for nothing).
+    cdef vector[Py_ssize_t] group_of
+    cdef vector[Py_ssize_t] group_start
+    cdef vector[Py_ssize_t] members
+    cdef vector[Py_ssize_t] group_last  # per group, its latest member
+
+    # Replay in recording order: barrier[i] says an execution barrier goes just before command i.
+    cdef vector[char] barrier
+
+    # The graph layout: node k runs command node_command[k] (-1: an empty join node) after the nodes
+    # node_deps[dep_start[k]:dep_start[k + 1]] (all earlier nodes); command i is node command_node[i].
+    cdef vector[Py_ssize_t] node_command
+    cdef vector[Py_ssize_t] dep_start
+    cdef vector[Py_ssize_t] node_deps
+    cdef vector[Py_ssize_t] command_node
+
+    # Non-empty segments: their first command and the lanes they run in.
+    cdef vector[Py_ssize_t] segment_start
+    cdef vector[Py_ssize_t] segment_width
+
+    cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds)
+    cdef void add_node(self, Py_ssize_t command, vector[Py_ssize_t]& deps)
+    cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed)

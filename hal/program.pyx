@@ -1,0 +1,207 @@
+"""Program: the frozen result of a command buffer's end(), the one thing every backend consumes.
+
+The planner (hal.dependencies) fills it in; after end() it never changes. It holds:
+
+- `commands`: the records in recording order, their references resolved (buffers, or slots);
+- the dependency DAG (`predecessors(i)`, `groups`): what each command waits for, transitively reduced,
+  with commands sharing a predecessor set sharing one group (an m-to-n barrier step is one group);
+- `barriers`: where a replay in recording order (Vulkan) puts an execution barrier;
+- the graph layout (`nodes`, `node_dependencies(k)`, `lanes`): graph nodes in an order in which every
+  node comes after the nodes it waits for: one per command plus empty join nodes where a shared group
+  has several members, with the commands of a wide segment spread over `lane_limit` lanes;
+- `slot_users`: binding-table slot -> the commands that use it (what a new table touches);
+- `regions` and `transients`: room for conditional regions and the transient-memory plan.
+
+A backend's side of a command buffer is its emitter (see `Emitter`): the command buffer hands it the
+Program, never its own fields, and the backend never re-derives dependencies.
+"""
+
+import heapq
+from typing import Any, Protocol
+
+import networkx as nx
+
+
+cdef class Program:
+    """See the module docstring. Created empty by the planner; read-only once `frozen`."""
+
+    def __init__(self, str dependencies, Py_ssize_t lane_limit):
+        self.dependencies = dependencies
+        self.lane_limit = lane_limit
+        self.commands = ()
+        self.slot_users = {}
+        self.slots_needed = 0
+        self.regions = ()
+        self.transients = None
+        self.frozen = False
+        self.group_start.push_back(0)
+        self.dep_start.push_back(0)
+
+    # Filled in by the planner.
+    cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds):
+        cdef Py_ssize_t p, last = -1
+        for p in preds:
+            self.members.push_back(p)
+            if p > last:
+                last = p
+        self.group_start.push_back(self.members.size())
+        self.group_last.push_back(last)
+        return self.group_last.size() - 1
+
+    cdef void add_node(self, Py_ssize_t command, vector[Py_ssize_t]& deps):
+        cdef Py_ssize_t d
+        for d in deps:
+            self.node_deps.push_back(d)
+        self.dep_start.push_back(self.node_deps.size())
+        if command >= 0:
+            self.command_node.push_back(self.node_command.size())
+        self.node_command.push_back(command)
+
+    cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed):
+        self.commands = commands
+        self.slot_users = slot_users
+        self.slots_needed = slots_needed
+        self.frozen = True
+
+    # The DAG.
+    def predecessors(self, Py_ssize_t index) -> tuple:
+        """The commands command `index` waits for (recording order)."""
+        if not 0 <= index < <Py_ssize_t>self.group_of.size():
+            raise IndexError(f"no command {index}; the program has {self.group_of.size()}")
+        cdef Py_ssize_t g = self.group_of[index]
+        if g < 0:
+            return ()
+        return _tuple(self.members, self.group_start[g], self.group_start[g + 1])
+
+    @property
+    def groups(self) -> tuple:
+        """The distinct predecessor sets, each a tuple of command indices."""
+        cdef Py_ssize_t g
+        return tuple([_tuple(self.members, self.group_start[g], self.group_start[g + 1])
+                      for g in range(self.group_last.size())])
+
+    @property
+    def group_of(self) -> tuple:
+        """Per command, the index of its group in `groups` (-1: it waits for nothing)."""
+        return tuple(self.group_of)
+
+    def dependency_graph(self) -> nx.DiGraph:
+        """Nodes: command indices with `kind` and `segment`; edge u -> v: v waits for u."""
+        graph = nx.DiGraph()
+        for c in self.commands:
+            graph.add_node(c.index, kind=c.kind, segment=c.segment)
+        for c in self.commands:
+            for p in self.predecessors(c.index):
+                graph.add_edge(p, c.index)
+        return graph
+
+    def topological_order(self) -> list:
+        """The commands in an order the DAG allows that, among those ready, always takes the one recorded
+        last: as far from recording order as the dependencies permit (the host backend runs this, so a
+        missing dependency shows up as a wrong result rather than hiding behind program order)."""
+        cdef Py_ssize_t n = self.group_of.size(), groups = self.group_last.size(), i, g, m
+        cdef vector[Py_ssize_t] waiting, feed_start, feeds
+        cdef list members = [[] for _ in range(groups)]
+        waiting.resize(groups)
+        feed_start.resize(n + 1)
+        for g in range(groups):
+            waiting[g] = self.group_start[g + 1] - self.group_start[g]
+            for i in range(self.group_start[g], self.group_start[g + 1]):
+                feed_start[self.members[i] + 1] += 1
+        for i in range(n):
+            feed_start[i + 1] += feed_start[i]
+        feeds.resize(feed_start[n])
+        cdef vector[Py_ssize_t] fill = feed_start
+        for g in range(groups):
+            for i in range(self.group_start[g], self.group_start[g + 1]):
+                m = self.members[i]
+                feeds[fill[m]] = g
+                fill[m] += 1
+        ready = []
+        for i in range(n):
+            g = self.group_of[i]
+            if g < 0:
+                ready.append(-i)
+            else:
+                members[g].append(i)
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            i = -heapq.heappop(ready)
+            order.append(self.commands[i])
+            for m in range(feed_start[i], feed_start[i + 1]):
+                g = feeds[m]
+                waiting[g] -= 1
+                if waiting[g] == 0:
+                    for j in members[g]:
+                        heapq.heappush(ready, -j)
+        return order
+
+    # Replay in recording order.
+    @property
+    def barriers(self) -> tuple:
+        """The commands just before which a replay in recording order puts an execution barrier: before a
+        command that waits for one recorded since the last barrier (in barriers mode, before every segment
+        but the first)."""
+        return tuple(i for i in range(self.barrier.size()) if self.barrier[i])
+
+    # The graph layout.
+    @property
+    def nodes(self) -> tuple:
+        """Per graph node, in an order where each comes after what it waits for: the command index it
+        runs, or None for an empty join node."""
+        return tuple(None if c < 0 else c for c in self.node_command)
+
+    def node_dependencies(self, Py_ssize_t node) -> tuple:
+        """The graph nodes node `node` waits for."""
+        if not 0 <= node < <Py_ssize_t>self.node_command.size():
+            raise IndexError(f"no node {node}; the layout has {self.node_command.size()}")
+        return _tuple(self.node_deps, self.dep_start[node], self.dep_start[node + 1])
+
+    def node_of(self, Py_ssize_t index) -> int:
+        """The graph node of command `index`."""
+        return self.command_node[index]
+
+    @property
+    def lanes(self) -> tuple:
+        """Per non-empty segment: (its first command, the lanes its commands run in)."""
+        return tuple(zip(self.segment_start, self.segment_width))
+
+    def graph(self) -> nx.DiGraph:
+        """The graph layout as networkx: nodes are command indices and ("join", node) for join nodes."""
+        def name(k):
+            c = self.node_command[k]
+            return ("join", k) if c < 0 else c
+
+        graph = nx.DiGraph()
+        for k in range(self.node_command.size()):
+            graph.add_node(name(k))
+            for d in self.node_dependencies(k):
+                graph.add_edge(name(d), name(k))
+        return graph
+
+    def __repr__(self) -> str:
+        return (f"<Program {len(self.commands)} commands, {self.group_last.size()} dependency groups, "
+                f"{self.node_command.size() - len(self.commands)} join nodes, {self.dependencies}>")
+
+
+cdef tuple _tuple(vector[Py_ssize_t]& items, Py_ssize_t start, Py_ssize_t stop):
+    return tuple([items[i] for i in range(start, stop)])
+
+
+class Emitter(Protocol):
+    """A backend's side of one command buffer (each backend's command_buffer module implements it).
+
+    The command buffer records and plans; the emitter turns the Program into the backend's form and runs it.
+    `begin` and `command` serve single_pass recording, where the backend may emit each command as it comes
+    (`program` is then still growing: the planner has added the command's nodes and barrier flag); `end`
+    gets the frozen Program. Submission goes through the backend's device, which calls its own emitter.
+    """
+
+    def begin(self, program: Program) -> None: ...
+
+    def command(self, program: Program, command: Any) -> None: ...
+
+    def end(self, program: Program) -> None: ...
+
+    def reset(self) -> None: ...

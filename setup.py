@@ -1,0 +1,78 @@
+"""Builds hal's compiled core (Cython 3) at install time: `pip install .` or `pip install -e .`.
+
+Always: the recording, planning and Program modules of `hal` (no vendor headers needed). Where the
+headers are found at build time, also each GPU backend's command-buffer module:
+- backends.vulkan.command_buffer: the Khronos Vulkan headers (Debian: libvulkan-dev; or $VULKAN_SDK/include);
+- backends.cuda_graph.command_buffer: cuda-bindings' cydriver.pxd and cuda.h (the build requirements bring
+  both on Linux: cuda-bindings and nvidia-cuda-runtime; or $CUDA_HOME/include).
+A backend module that cannot be built is left out with a warning, and that backend says so at run time
+(`python -m hal info`). Nothing is compiled at import or first use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+CORE = ["hal.buffer", "hal.commands", "hal.program", "hal.dependencies", "hal.command_buffer"]
+DIRECTIVES = {"language_level": 3, "cdivision": True, "annotation_typing": False,
+              "embedsignature": True}
+
+
+def extension(name: str, include_dirs: list[str] = (), libraries: list[str] = ()) -> Extension:
+    return Extension(name, [name.replace(".", "/") + ".pyx"], include_dirs=list(include_dirs), language="c++",
+                     libraries=list(libraries), extra_compile_args=["-O2", "-std=c++17"])
+
+
+def warn(message: str) -> None:
+    print(f"hal build: {message}", file=sys.stderr)
+
+
+def vulkan_headers() -> list[str] | None:
+    candidates = [os.path.join(os.environ[v], "include") for v in ("VULKAN_SDK",) if os.environ.get(v)]
+    candidates += ["/usr/include", "/usr/local/include"]
+    found = [d for d in candidates if os.path.exists(os.path.join(d, "vulkan", "vulkan_core.h"))]
+    return found[:1] or None
+
+
+def cuda_headers() -> list[str] | None:
+    if importlib.util.find_spec("cuda.bindings") is None:
+        return None
+    bindings = Path(importlib.util.find_spec("cuda.bindings").origin).parent
+    if not (bindings / "cydriver.pxd").exists():
+        return None
+    # cydriver.pxd declares every type of its CUDA release, so cuda.h must be at least as new: first the one
+    # nvidia-cuda-runtime brings beside cuda-bindings, then a toolkit's.
+    candidates = []
+    nvidia = importlib.util.find_spec("nvidia")
+    if nvidia is not None and nvidia.submodule_search_locations:
+        for root in nvidia.submodule_search_locations:
+            candidates += sorted(str(p.parent) for p in Path(root).glob("cu*/include/cuda.h"))
+            candidates += [str(p.parent) for p in Path(root).glob("cuda_runtime/include/cuda.h")]
+    candidates += [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates.append("/usr/local/cuda/include")
+    found = [d for d in candidates if os.path.exists(os.path.join(d, "cuda.h"))]
+    return found[:1] or None
+
+
+extensions = [extension(name) for name in CORE]
+vulkan = vulkan_headers()
+if vulkan is None:
+    warn("no Vulkan headers (vulkan/vulkan_core.h): the Vulkan backend is left out; install libvulkan-dev "
+         "(or set VULKAN_SDK) and reinstall to build it")
+else:
+    extensions.append(extension("backends.vulkan.command_buffer", vulkan, ["vulkan"]))
+cuda = cuda_headers()
+if cuda is None:
+    warn("no cuda-bindings with cydriver.pxd, or no cuda.h: the CUDA backend is left out; install cuda-bindings "
+         "and the CUDA headers (nvidia-cuda-runtime, or set CUDA_HOME) and reinstall to build it")
+else:
+    extensions.append(extension("backends.cuda_graph.command_buffer", cuda))
+
+setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, include_path=["."],
+                            nthreads=os.cpu_count() or 1))

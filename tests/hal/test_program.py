@@ -1,0 +1,152 @@
+"""The Program the planner freezes at end(): its graph layout (lanes, join nodes) and its barrier flags keep
+every dependency of the DAG, whatever the lane limit, strategy or dependency mode; and it is read-only."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+from hal.dependencies import Planner, lane_width
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hal
+from tests import kernels
+
+
+@pytest.fixture(scope="module")
+def device():
+    with hal.create_device("host") as dev:
+        yield dev
+
+
+def record(host, sizes, fills, dependencies):
+    """Segments of `sizes` commands (empty ones too: barriers in a row); command k fills its own range when
+    k is in `fills`, else scales it; in hazards mode every third command also reads range 0."""
+    exe = host.load_executable(kernels.SOURCE)
+    out = host.allocate(256 * (sum(sizes) + 1))
+    cb = host.create_command_buffer(mode="reusable", dependencies=dependencies, validate=False)
+    with cb:
+        k = 0
+        for size in sizes:
+            for _ in range(size):
+                target = hal.ref(out, 256 * (k + 1), 256)
+                if k in fills:
+                    cb.fill_buffer(target, b"\x07")
+                elif k % 3 == 0:
+                    cb.dispatch(exe, "add", (1, 1, 1), (64,), (hal.ref(out, 0, 256), target, target))
+                else:
+                    cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (target,))
+                k += 1
+            cb.execution_barrier()
+    return cb
+
+
+def plan(cb, lanes, strategy):
+    """The Program of `cb`'s recording, planned again with a lane limit of `lanes`."""
+    planner = Planner(cb.dependencies, lanes, strategy == "single_pass")
+    segments = [list(seg.commands) for seg in cb.segments()]
+    if strategy == "single_pass":
+        for commands in segments:
+            for c in commands:
+                planner.add(c)
+    else:
+        planner.plan(segments)
+    return planner.finish(cb.commands, {}, 0)
+
+
+def layout(program):
+    """The graph layout with its join nodes contracted: command -> commands it waits for, transitively."""
+    graph = program.graph()
+    return nx.transitive_closure_dag(graph)
+
+
+@given(sizes=st.lists(st.integers(0, 12), min_size=1, max_size=7), lanes=st.integers(0, 5),
+       fills=st.sets(st.integers(0, 60)), dependencies=st.sampled_from(["barriers", "hazards"]),
+       strategy=st.sampled_from(["deferred", "single_pass"]))
+@settings(max_examples=120, deadline=None)
+def test_the_layout_keeps_every_dependency_in_lanes(device, sizes, lanes, fills, dependencies, strategy):
+    cb = record(device, sizes, fills, dependencies)
+    program = plan(cb, lanes, strategy)
+    assert program.dependency_graph().edges == cb.dependency_graph().edges  # lanes change the layout only
+    reach = layout(program)
+    for u, v in cb.dependency_graph().edges:
+        assert reach.has_edge(u, v), f"the layout lost the dependency {u} -> {v}"
+    nodes = program.nodes
+    assert sorted(c for c in nodes if c is not None) == list(range(len(cb.commands)))
+    for k in range(len(nodes)):
+        assert all(d < k for d in program.node_dependencies(k)), "a node waits for a later one"
+    order = {program.node_of(i): i for i in range(len(cb.commands))}
+    for (start, width), seg in zip(program.lanes, [s for s in cb.segments() if s.commands]):
+        size = len(seg.commands)
+        assert start == seg.commands[0].index
+        if lanes:
+            assert width == (lane_width(size, lanes) if strategy == "deferred" else lanes)
+            for c in seg.commands:  # at most one lane predecessor of its own segment, `width` behind
+                mine = [order[d] for d in program.node_dependencies(program.node_of(c.index))
+                        if d in order and cb.commands[order[d]].segment == c.segment]
+                assert mine in ([], [c.index - width])
+        else:
+            assert all(cb.commands[order[d]].segment != c.segment for c in seg.commands
+                       for d in program.node_dependencies(program.node_of(c.index)) if d in order)
+
+
+@given(sizes=st.lists(st.integers(0, 8), min_size=1, max_size=7), fills=st.sets(st.integers(0, 40)),
+       dependencies=st.sampled_from(["barriers", "hazards"]), strategy=st.sampled_from(["deferred", "single_pass"]))
+@settings(max_examples=80, deadline=None)
+def test_a_replay_in_recording_order_has_a_barrier_across_every_dependency(device, sizes, fills, dependencies,
+                                                                           strategy):
+    cb = record(device, sizes, fills, dependencies)
+    program = plan(cb, 0, strategy)
+    barriers = set(program.barriers)
+    for u, v in cb.dependency_graph().edges:
+        assert any(u < b <= v for b in barriers), f"no barrier between {u} and its dependent {v}"
+    if dependencies == "barriers" and strategy == "deferred":
+        firsts = [s.commands[0].index for s in cb.segments() if s.commands]
+        assert sorted(barriers) == firsts[1:]
+
+
+def test_wide_fan_in_waits_on_the_last_node_of_each_lane(host):
+    """98 commands in 5 lanes are 20 deep (deferred balances them: 5 lanes of 20 and less); the reducer after
+    them waits for 5 nodes, through no join node (only it waits on that group)."""
+    cb = record(host, [1, 98, 1], set(), "barriers")
+    program = plan(cb, 5, "deferred")
+    assert program.lanes == ((0, 1), (1, 5), (99, 1))
+    reducer = program.node_dependencies(program.node_of(99))
+    assert sorted(program.nodes[d] for d in reducer) == [94, 95, 96, 97, 98]
+
+
+def test_a_shared_group_goes_through_one_join_node(host):
+    cb = record(host, [3, 4], set(), "barriers")
+    program = cb.program
+    joins = [k for k, c in enumerate(program.nodes) if c is None]
+    assert len(joins) == 1 and sorted(program.node_dependencies(joins[0])) == [program.node_of(i) for i in range(3)]
+    for i in range(3, 7):
+        assert program.node_dependencies(program.node_of(i)) == (joins[0],)
+    assert program.graph().number_of_edges() == 3 + 4  # m + n, not m * n
+
+
+def test_the_program_is_frozen_and_read_only(host):
+    cb = record(host, [2, 1], set(), "barriers")
+    program = cb.program
+    assert program.frozen and program.commands == cb.commands and program.dependencies == "barriers"
+    assert program.predecessors(2) == (0, 1) and program.groups == ((0, 1),) and program.group_of == (-1, -1, 0)
+    assert program.slot_users == {} and program.slots_needed == 0 and program.regions == ()
+    with pytest.raises(AttributeError):
+        program.commands = ()
+    assert [c.index for c in program.topological_order()] == [1, 0, 2]  # latest ready first
+    recording = host.create_command_buffer()
+    recording.begin()
+    with pytest.raises(hal.ValidationError, match="program: the command buffer is recording; call end"):
+        assert recording.program is None  # never reached: reading it raises
+
+
+def test_slot_users_name_the_commands_of_each_slot(host):
+    exe = host.load_executable(kernels.SOURCE)
+    cb = host.create_command_buffer(mode="reusable", binding_capacity=3)
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 3), (hal.slot(0),))
+        cb.execution_barrier()
+        cb.copy_buffer(hal.slot(0, 0, 16), hal.slot(2, 0, 16))
+        cb.fill_buffer(host.allocate(16), b"\x01")
+    assert cb.program.slot_users == {0: (0, 1), 2: (1,)}
+    assert cb.program.slots_needed == 3
