@@ -2,7 +2,8 @@
 
 Always: the recording, planning and Program modules of `hal` (no vendor headers needed). Where the
 headers are found at build time, also each GPU backend's command-buffer module:
-- backends.vulkan.command_buffer: the Khronos Vulkan headers (Debian: libvulkan-dev; or $VULKAN_SDK/include);
+- backends.vulkan.command_buffer: the Khronos Vulkan headers and the loader to link (Debian: libvulkan-dev; or
+  $VULKAN_SDK/include and $VULKAN_SDK/lib);
 - backends.cuda_graph.command_buffer: cuda-bindings' cydriver.pxd and cuda.h (the build requirements bring
   both on Linux: cuda-bindings and nvidia-cuda-runtime; or $CUDA_HOME/include).
 A backend module that cannot be built is left out with a warning, and that backend says so at run time
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,13 +22,16 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 CORE = ["hal.buffer", "hal.commands", "hal.program", "hal.dependencies", "hal.command_buffer"]
+SDK = os.environ.get("VULKAN_SDK")  # a Vulkan SDK's root: include/ and lib/ (libvulkan.so)
 DIRECTIVES = {"language_level": 3, "cdivision": True, "annotation_typing": False,
               "embedsignature": True}
 
 
-def extension(name: str, include_dirs: list[str] = (), libraries: list[str] = ()) -> Extension:
+def extension(name: str, include_dirs: list[str] = (), libraries: list[str] = (),
+              library_dirs: list[str] = ()) -> Extension:
     return Extension(name, [name.replace(".", "/") + ".pyx"], include_dirs=list(include_dirs), language="c++",
-                     libraries=list(libraries), extra_compile_args=["-O2", "-std=c++17"])
+                     libraries=list(libraries), library_dirs=list(library_dirs),
+                     extra_compile_args=["-O2", "-std=c++17"])
 
 
 def warn(message: str) -> None:
@@ -34,7 +39,7 @@ def warn(message: str) -> None:
 
 
 def vulkan_headers() -> list[str] | None:
-    candidates = [os.path.join(os.environ[v], "include") for v in ("VULKAN_SDK",) if os.environ.get(v)]
+    candidates = [os.path.join(SDK, "include")] if SDK else []
     candidates += ["/usr/include", "/usr/local/include"]
     found = [d for d in candidates if os.path.exists(os.path.join(d, "vulkan", "vulkan_core.h"))]
     return found[:1] or None
@@ -46,18 +51,21 @@ def cuda_headers() -> list[str] | None:
     bindings = Path(importlib.util.find_spec("cuda.bindings").origin).parent
     if not (bindings / "cydriver.pxd").exists():
         return None
-    # cydriver.pxd declares every type of its CUDA release, so cuda.h must be at least as new: first the one
-    # nvidia-cuda-runtime brings beside cuda-bindings, then a toolkit's.
-    candidates = []
+    # cydriver.pxd declares every type of its CUDA release, so cuda.h must be at least as new: the newest found
+    # first (nvidia-cuda-runtime brings one beside cuda-bindings; a toolkit has one).
+    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates.append(Path("/usr/local/cuda/include"))
     nvidia = importlib.util.find_spec("nvidia")
-    if nvidia is not None and nvidia.submodule_search_locations:
-        for root in nvidia.submodule_search_locations:
-            candidates += sorted(str(p.parent) for p in Path(root).glob("cu*/include/cuda.h"))
-            candidates += [str(p.parent) for p in Path(root).glob("cuda_runtime/include/cuda.h")]
-    candidates += [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    candidates.append("/usr/local/cuda/include")
-    found = [d for d in candidates if os.path.exists(os.path.join(d, "cuda.h"))]
-    return found[:1] or None
+    for root in (nvidia.submodule_search_locations or []) if nvidia is not None else []:
+        candidates += [p.parent for p in Path(root).glob("*/include/cuda.h")]
+    found = sorted({(_cuda_version(d / "cuda.h"), str(d)) for d in candidates if (d / "cuda.h").exists()},
+                   reverse=True)
+    return [d for _, d in found] or None  # the others after: headers a package lacks (cudaProfiler.h) from a toolkit
+
+
+def _cuda_version(header: Path) -> int:
+    match = re.search(r"#define CUDA_VERSION (\d+)", header.read_text(errors="replace"))
+    return int(match.group(1)) if match else 0
 
 
 extensions = [extension(name) for name in CORE]
@@ -66,7 +74,8 @@ if vulkan is None:
     warn("no Vulkan headers (vulkan/vulkan_core.h): the Vulkan backend is left out; install libvulkan-dev "
          "(or set VULKAN_SDK) and reinstall to build it")
 else:
-    extensions.append(extension("backends.vulkan.command_buffer", vulkan, ["vulkan"]))
+    extensions.append(extension("backends.vulkan.command_buffer", vulkan, ["vulkan"],
+                                [os.path.join(SDK, "lib")] if SDK else []))
 cuda = cuda_headers()
 if cuda is None:
     warn("no cuda-bindings with cydriver.pxd, or no cuda.h: the CUDA backend is left out; install cuda-bindings "

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The whole GPU check in one call on a GPU machine: the Vulkan tests on the GPU's Vulkan driver (push
-# descriptors and the native encoder, then descriptor sets and the Python encoder), the CUDA tests (with
-# the native graph builder, then through cuda-python alone), then the GPU benchmarks. Every log and
-# result lands in $OUT (default bench/results/gpu-check).
+# The whole GPU check in one call on a GPU machine: build hal's compiled core for the machine's Python, then
+# the Vulkan tests on the GPU's Vulkan driver (push descriptors, then descriptor sets), the CUDA tests, then
+# the GPU benchmarks. Every log and result lands in $OUT (default bench/results/gpu-check).
 #
-# The machine lacks the Vulkan loader, the shader tools and some wheels; they travel with the tree
-# (README's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools),
-# .whl (vulkan, cffi, pycparser), .whl-bench (matplotlib, tqdm, where the machine lacks them). From the
-# repository root, through the device tool:
+# The machine lacks the Vulkan loader and headers, the shader tools and some wheels; they travel with the
+# tree (README's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools,
+# libvulkan-dev), .whl (vulkan, cffi, pycparser, Cython, setuptools, nvidia-cuda-runtime for cuda.h),
+# .whl-bench (matplotlib, tqdm, where the machine lacks them). From the repository root, through the device
+# tool:
 #     bash bench/gpu_check.sh [all|tests|bench]      with carry [".gl", ".tools", ".whl", ".whl-bench"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
 # figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both.
@@ -25,6 +25,11 @@ mkdir -p /tmp/tools
 for f in .tools/*.deb; do dpkg -x "$f" /tmp/tools; done
 export PATH="/tmp/tools/usr/bin:$PATH"
 export LD_LIBRARY_PATH="/tmp/tools/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+# A Vulkan SDK for the build: libvulkan-dev's headers, and the loader (from .gl) to link against.
+mkdir -p /tmp/vulkan-sdk/lib
+cp -r /tmp/tools/usr/include /tmp/vulkan-sdk/
+ln -sf /usr/lib/x86_64-linux-gnu/libvulkan.so.1 /tmp/vulkan-sdk/lib/libvulkan.so
+export VULKAN_SDK=/tmp/vulkan-sdk
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 if ! python3 -c "import matplotlib, tqdm" 2>/dev/null && [ -d .whl-bench ]; then  # the benchmark suite's figures
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -35,10 +40,16 @@ if [ ! -e /usr/share/vulkan/icd.d/nvidia_icd.json ] && [ -e /usr/local/nvidia/sh
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 
+# The compiled core, for this machine's Python, in the source tree (the tree is importable from $PWD).
+start=$(date +%s)
+python3 setup.py -q build_ext --inplace -j 16 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "compiled core built in $(( $(date +%s) - start )) s"
+
 {
     echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     python3 --version
+    python3 -c "import cuda.bindings, Cython; print('cuda-bindings', cuda.bindings.__version__, 'Cython', Cython.__version__)"
     python3 -m hal info
     python3 -m hal demo
     python3 -m hal demo --device vulkan
@@ -53,13 +64,10 @@ run() {  # run LOG TITLE COMMAND...: append the output to $OUT/LOG under TITLE, 
 
 if [ "$PART" != bench ]; then
     rm -f "$OUT"/tests-*.log
-    run tests-vulkan.log "push descriptors, native encoder" env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan \
-        -p no:cacheprovider
-    run tests-vulkan.log "descriptor sets, Python encoder" env HAL_REQUIRE=vulkan HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR=1 \
-        HAL_VULKAN_DISABLE_NATIVE_ENCODER=1 python3 -m pytest -q -m vulkan -p no:cacheprovider
-    run tests-cuda.log "native graph builder" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
-    run tests-cuda.log "cuda-python only" env HAL_REQUIRE=cuda HAL_CUDA_DISABLE_NATIVE=1 python3 -m pytest -q -m cuda \
-        -p no:cacheprovider
+    run tests-vulkan.log "push descriptors" env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan -p no:cacheprovider
+    run tests-vulkan.log "descriptor sets" env HAL_REQUIRE=vulkan HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR=1 python3 -m pytest \
+        -q -m vulkan -p no:cacheprovider
+    run tests-cuda.log "CUDA" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
 fi
 if [ "$PART" != tests ]; then
     rm -f "$OUT"/bench.log

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cuda.bindings import driver
-from hal.buffer import Buffer, BufferUsage
 
 from backends.cuda_graph.api import call
+from hal.buffer import Buffer, BufferUsage
 
 if TYPE_CHECKING:
     from backends.cuda_graph.device import CudaDevice

@@ -201,6 +201,7 @@ cdef class CudaEmitter:
     cdef dict given  # slot command index -> its Node, as last given
     cdef readonly Py_ssize_t instantiations, updates, patched
     cdef public object token
+    cdef object __weakref__  # the device frees the graph and exec once the emitter is gone
 
     def __init__(self, device, str mode, str strategy, Py_ssize_t binding_capacity):
         self.device = device

@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 from cuda.bindings import driver
-from hal.buffer import Buffer, BufferUsage
-from hal.command_buffer import CommandBuffer
 
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
 from backends.cuda_graph.command_buffer import CudaEmitter
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
+from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
+from hal.command_buffer import CommandBuffer
 from hal.device import _NONE, Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hal.buffer import Buffer, BufferRef
-from hal.commands import Command, Copy, Dispatch, Fill, Update
-from hal.program import Program
 
 from backends.host.executable import DispatchContext
+from hal.buffer import Buffer, BufferRef
+from hal.commands import Command, Copy, Dispatch, Fill, Update
 from hal.errors import DeviceError
+from hal.program import Program
 
 _PATTERN_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 

@@ -13,15 +13,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from hal.buffer import Buffer, BufferUsage
-from hal.command_buffer import CommandBuffer
-from hal.commands import Command
-
 from backends.host.buffer import HostBuffer
 from backends.host.command_buffer import HostEmitter, execute
 from backends.host.executable import HostExecutable
 from backends.host.semaphore import HostSemaphore
+from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
+from hal.command_buffer import CommandBuffer
+from hal.commands import Command
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource

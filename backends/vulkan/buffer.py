@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from hal.buffer import Buffer, BufferUsage
 
 from backends.vulkan.api import check, ffi, lib, vk
 from backends.vulkan.memory import DEVICE_LOCAL
+from hal.buffer import Buffer, BufferUsage
 
 if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice

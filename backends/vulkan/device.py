@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from hal.buffer import Buffer, BufferUsage
-from hal.command_buffer import CommandBuffer
 
 from backends.vulkan import capabilities as caps_module
 from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ffi, lib, vk
@@ -33,6 +31,8 @@ from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.recording import Recording
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
+from hal.buffer import Buffer, BufferUsage
+from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource

@@ -297,7 +297,6 @@ def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypat
     command buffer then builds its graph again for the new table and updates the exec with it. The
     refusal is staged here; the rebuild, the exec update and the launch run on the GPU."""
     from backends.cuda_graph.command_buffer import CudaEmitter
-
     from hal.errors import DeviceError
 
     refusing = [True]

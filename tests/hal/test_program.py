@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
-from hal.dependencies import Planner, lane_width
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hal
+from hal.dependencies import Planner, lane_width
 from tests import kernels
 
 
