@@ -46,8 +46,8 @@ def vulkan_headers() -> list[str] | None:
 
 
 def cuda_headers() -> list[str] | None:
-    if importlib.util.find_spec("cuda.bindings") is None:
-        return None
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
+        return None  # (find_spec of a submodule raises when its parent package is missing)
     bindings = Path(importlib.util.find_spec("cuda.bindings").origin).parent
     if not (bindings / "cydriver.pxd").exists():
         return None

@@ -85,10 +85,10 @@ class FloorRecorder:
         self._segment = 0
 
     def dispatch(self, executable: hal.Executable, name: str, workgroups=(1, 1, 1), constants=(), bindings=()):
-        ordinal, export = executable.entries[name]
+        entry = executable.entries[name]
         commands = self.commands
-        commands.append(Record(len(commands), self._segment, executable, export, ordinal, workgroups, constants,
-                               bindings))
+        commands.append(Record(len(commands), self._segment, executable, entry.export, entry.ordinal, workgroups,
+                               constants, bindings))
 
     def execution_barrier(self) -> None:
         self._segment += 1

@@ -9,6 +9,9 @@ plan and emit everything at end(), `single_pass` ones plan each command as it is
 the emitter at once.
 """
 
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isinf, isnan
 
 from collections.abc import Iterator, Sequence
@@ -18,7 +21,8 @@ import networkx as nx
 import numpy as np
 
 from hal.buffer cimport Buffer, BufferRef
-from hal.commands cimport Command, Copy, Dispatch, Fill, Segment, Update
+from hal.commands cimport (Command, Dispatch, Entry, Fill, Segment, new_copy, new_dispatch, new_fill, new_segment,
+                           new_update)
 from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
 from hal.program cimport Program
 
@@ -80,7 +84,7 @@ cdef class CommandBuffer:
 
     cdef void clear(self):
         self.phase = INITIAL
-        self.head = self.tail = Segment(0)
+        self.head = self.tail = new_segment(0)
         self.count = 0
         self.barriers = 0
         self.planner = None
@@ -139,8 +143,14 @@ cdef class CommandBuffer:
         one pass over the segments) and the backend emits it."""
         if self.phase != RECORDING:
             raise ValidationError(f"end: the command buffer is {self.state}, not recording")
-        segments = [seg.commands for seg in self.segments()]
-        commands = tuple([c for seg in segments for c in seg])
+        cdef list segments = []
+        cdef list flat = []
+        cdef Segment seg = self.head
+        while seg is not None:
+            segments.append(seg.commands)
+            flat.extend(seg.commands)
+            seg = seg.next
+        commands = tuple(flat)
         try:
             if not self.single_pass:
                 self.planner.plan(segments)
@@ -200,7 +210,7 @@ cdef class CommandBuffer:
                 f"command {index} (fill_buffer): target offset {t.offset} and length {t.length} must be "
                 f"multiples of {align} (the {len(p)}-byte pattern and the device's fill_buffer_alignment "
                 f"{self.fill_alignment})")
-        self.record(Fill(index, self.tail.index, t, p), (t,), _WRITE)
+        self.record(new_fill(index, self.tail.index, t, p), (t,), _WRITE)
 
     def update_buffer(self, target: Buffer | BufferRef, data: Any) -> None:
         """Write `data` (at most 64 KiB, copied now) at the target offset."""
@@ -222,7 +232,7 @@ cdef class CommandBuffer:
                                   f"must be multiples of the device's update_buffer_alignment {align}")
         if not t.bounded or t.nbytes != n:
             t = BufferRef(t.buffer, t.slot, t.offset, n)
-        self.record(Update(index, self.tail.index, t, view.tobytes()), (t,), _WRITE)
+        self.record(new_update(index, self.tail.index, t, view.tobytes()), (t,), _WRITE)
 
     def copy_buffer(self, source: Buffer | BufferRef, target: Buffer | BufferRef) -> None:
         """Copy the source range (or, for a slot of unknown length, the target range's length)."""
@@ -251,7 +261,7 @@ cdef class CommandBuffer:
             s = BufferRef(s.buffer, s.slot, s.offset, n)
         if not t.bounded or t.nbytes != n:
             t = BufferRef(t.buffer, t.slot, t.offset, n)
-        self.record(Copy(index, self.tail.index, s, t), (s, t), _READ_WRITE)
+        self.record(new_copy(index, self.tail.index, s, t), (s, t), _READ_WRITE)
 
     def execution_barrier(self) -> None:
         """Everything recorded after waits for everything recorded before."""
@@ -259,7 +269,7 @@ cdef class CommandBuffer:
             self.not_recording("execution_barrier")
         self.barriers += 1
         if self.tail.commands:
-            self.tail.next = Segment(self.barriers)
+            self.tail.next = new_segment(self.barriers)
             self.tail = self.tail.next
         else:
             self.tail.index = self.barriers
@@ -270,12 +280,13 @@ cdef class CommandBuffer:
         if self.phase != RECORDING:
             self.not_recording("dispatch")
         cdef Py_ssize_t index = self.count, i
+        cdef Entry entry = None
         try:
-            ordinal, export = executable.entries[name]
-            mine = executable.device is self.device
+            if executable.device is self.device:
+                entry = executable.entries[name]
         except (AttributeError, KeyError, TypeError):
-            mine = False
-        if not mine:
+            pass
+        if entry is None:
             _bad_export(executable, name, self.device, index)
         if not (type(workgroups) is tuple and len(workgroups) == 3 and self.workgroups_fit(workgroups)):
             workgroups = _workgroups(workgroups, index, name, (self.max_groups_x, self.max_groups_y,
@@ -283,9 +294,9 @@ cdef class CommandBuffer:
         if type(constants) is not tuple:
             constants = _sequence(constants, index, name, "constants")
         cdef Py_ssize_t n = len(constants)
-        if n != export.constants:
+        if n != entry.constants:
             raise ValidationError(f"command {index} (dispatch {name}): {n} constants given, "
-                                  f"the export takes {export.constants}")
+                                  f"the export takes {entry.constants}")
         if 4 * n > self.max_constant_bytes:
             raise ValidationError(f"command {index} (dispatch {name}): {4 * n} bytes of constants "
                                   f"exceed the device's max_push_constants_size {self.max_constant_bytes}")
@@ -296,20 +307,23 @@ cdef class CommandBuffer:
         if type(bindings) is not tuple:
             bindings = _sequence(bindings, index, name, "bindings")
         n = len(bindings)
-        if n != export.bindings:
+        if n != entry.bindings:
             raise ValidationError(f"command {index} (dispatch {name}): {n} bindings given, "
-                                  f"the export takes {export.bindings}")
-        resolved = [None] * n
+                                  f"the export takes {entry.bindings}")
+        cdef tuple resolved = PyTuple_New(n)  # filled below: a tuple built in place, not from a list
+        cdef BufferRef r
         for i in range(n):
-            resolved[i] = self.check_ref((<tuple>bindings)[i], index, "dispatch", i, STORAGE)
-        command = Dispatch(index, self.tail.index, executable, export, ordinal, workgroups, constants,
-                           tuple(resolved))
+            r = self.check_ref((<tuple>bindings)[i], index, "dispatch", i, STORAGE)
+            Py_INCREF(r)  # PyTuple_SET_ITEM steals a reference
+            PyTuple_SET_ITEM(resolved, i, r)
+        cdef Dispatch command = new_dispatch(index, self.tail.index, executable, entry, workgroups, constants,
+                                             resolved)
         self.record(command, command.bindings, command.writes)
 
     cdef bint workgroups_fit(self, tuple workgroups):
-        x, y, z = workgroups
-        return type(x) is int and type(y) is int and type(z) is int and \
-            0 < x <= self.max_groups_x and 0 < y <= self.max_groups_y and 0 < z <= self.max_groups_z
+        """The common case: three ints within the device's limits (anything else takes _workgroups' path)."""
+        return _int_within(workgroups[0], 1, self.max_groups_x) and _int_within(workgroups[1], 1, self.max_groups_y) \
+            and _int_within(workgroups[2], 1, self.max_groups_z)
 
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, object arg, int usage):
         """Check reference `r` for use as `arg` (a name, or a binding position) of command `index`;
@@ -481,10 +495,19 @@ cdef class CommandBuffer:
         self.live_token = token
 
 
+cdef inline bint _int_within(object value, long long low, long long high):
+    """Is `value` an int (not a subclass) from `low` to `high`?"""
+    cdef int overflow = 0
+    if type(value) is not int:
+        return False
+    cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return not overflow and low <= v <= high
+
+
 cdef bint _plain_word(object c):
     """A constant that is certainly a valid 32-bit word: an int in range, or a float within float32's range."""
     if type(c) is int:
-        return -2147483648 <= c <= 4294967295
+        return _int_within(c, -2147483648, 4294967295)
     cdef double v
     if type(c) is float:
         v = c

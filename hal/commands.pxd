@@ -21,6 +21,14 @@ cdef class Copy(Command):
     cdef readonly BufferRef target
 
 
+cdef class Entry:
+    cdef readonly object export
+    cdef readonly Py_ssize_t ordinal  # the export's position in the executable
+    cdef readonly Py_ssize_t bindings
+    cdef readonly Py_ssize_t constants
+    cdef readonly tuple writes  # per binding: does the kernel write it?
+
+
 cdef class Dispatch(Command):
     cdef readonly object executable
     cdef readonly object export
@@ -36,5 +44,12 @@ cdef class Segment:
     cdef readonly list commands
     cdef public Segment next
 
+
+cdef Fill new_fill(Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes pattern)
+cdef Update new_update(Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes data)
+cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, BufferRef target)
+cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
+                           tuple constants, tuple bindings)
+cdef Segment new_segment(Py_ssize_t index)
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF

@@ -29,18 +29,12 @@ cdef class Command:
 cdef class Fill(Command):
     kind = "fill"
 
-    def __init__(self, Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes pattern):
-        self.index, self.segment, self.target, self.pattern = index, segment, target, pattern
-
     def accesses(self):
         return ((self.target, WRITE),)
 
 
 cdef class Update(Command):
     kind = "update"
-
-    def __init__(self, Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes data):
-        self.index, self.segment, self.target, self.data = index, segment, target, data
 
     def accesses(self):
         return ((self.target, WRITE),)
@@ -49,9 +43,6 @@ cdef class Update(Command):
 cdef class Copy(Command):
     kind = "copy"
 
-    def __init__(self, Py_ssize_t index, Py_ssize_t segment, BufferRef source, BufferRef target):
-        self.index, self.segment, self.source, self.target = index, segment, source, target
-
     def accesses(self):
         return ((self.source, READ), (self.target, WRITE))
 
@@ -59,24 +50,62 @@ cdef class Copy(Command):
 cdef class Dispatch(Command):
     kind = "dispatch"
 
-    def __init__(self, Py_ssize_t index, Py_ssize_t segment, executable, export, Py_ssize_t ordinal,
-                 tuple workgroups, tuple constants, tuple bindings):
-        self.index, self.segment = index, segment
-        self.executable, self.export, self.ordinal = executable, export, ordinal
-        self.workgroups, self.constants, self.bindings = workgroups, constants, bindings
-        self.writes = export.writes
-
     def accesses(self):
         return tuple(zip(self.bindings, self.writes))
+
+
+cdef class Entry:
+    """What the recorder needs of one export of a loaded executable, as typed fields: `Executable.entries`
+    maps each export's name to one."""
+
+    def __init__(self, export, Py_ssize_t ordinal):
+        self.export = export
+        self.ordinal = ordinal
+        self.bindings = export.bindings
+        self.constants = export.constants
+        self.writes = tuple([i not in export.readonly for i in range(export.bindings)])
+
+    def __repr__(self):
+        return f"<Entry {self.ordinal}: {self.export!r}>"
 
 
 cdef class Segment:
     """Commands between two barriers; `index` counts the barriers recorded before them."""
 
-    def __init__(self, Py_ssize_t index):
-        self.index = index
-        self.commands = []
-        self.next = None
+
+# Records are made only by the recorder, which has checked every field: these set them without a Python call.
+cdef Fill new_fill(Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes pattern):
+    cdef Fill c = Fill.__new__(Fill)
+    c.index, c.segment, c.target, c.pattern = index, segment, target, pattern
+    return c
+
+
+cdef Update new_update(Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes data):
+    cdef Update c = Update.__new__(Update)
+    c.index, c.segment, c.target, c.data = index, segment, target, data
+    return c
+
+
+cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, BufferRef target):
+    cdef Copy c = Copy.__new__(Copy)
+    c.index, c.segment, c.source, c.target = index, segment, source, target
+    return c
+
+
+cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
+                           tuple constants, tuple bindings):
+    cdef Dispatch c = Dispatch.__new__(Dispatch)
+    c.index, c.segment = index, segment
+    c.executable, c.export, c.ordinal = executable, entry.export, entry.ordinal
+    c.workgroups, c.constants, c.bindings, c.writes = workgroups, constants, bindings, entry.writes
+    return c
+
+
+cdef Segment new_segment(Py_ssize_t index):
+    cdef Segment s = Segment.__new__(Segment)
+    s.index = index
+    s.commands = []
+    return s
 
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF:

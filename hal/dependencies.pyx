@@ -26,6 +26,7 @@ overlapping accesses of which one writes are a race.
 
 from bisect import bisect_left, bisect_right
 
+from libcpp.algorithm cimport lower_bound, upper_bound
 from hal.commands cimport Copy, Dispatch, Fill, Update
 
 from hal.errors import ValidationError
@@ -486,7 +487,8 @@ cdef class _AccessMap:
 
 
 cdef class RaceDetector:
-    """Per-segment ranges of each buffer (or slot) key: one access as a plain tuple, more as _Ranges.
+    """The accesses of the current segment: per buffer (or slot) key, the unions of its written and of its
+    read ranges.
 
     The first command of a segment cannot race, so the recorder indexes it (`rebuild`) only when a second
     command arrives: a chain of one command per segment pays nothing for the check. A reference read with
@@ -522,8 +524,8 @@ cdef class RaceDetector:
         cdef dict ranges = self.ranges
         cdef set quiet = self.quiet
         cdef BufferRef r
-        cdef Py_ssize_t i, start, end, s0, e0
-        cdef bint write, w0, clash
+        cdef Py_ssize_t i, start, end
+        cdef bint write, clash
         cdef _Ranges state
         for i in range(len(refs)):
             r = refs[i]
@@ -536,18 +538,13 @@ cdef class RaceDetector:
             else:
                 start = r.offset
                 end = r.offset + r.nbytes
-            found = ranges.get(key)
-            if found is None:
-                ranges[key] = (start, end, write)
-                continue
-            if type(found) is tuple:
-                s0, e0, w0 = found
-                clash = start < e0 and s0 < end and (write or w0)
-                state = ranges[key] = _Ranges(s0, e0, w0)
-            else:  # the extents settle most checks without a search
-                state = found
-                clash = (start < state.whi and state.wlo < end and _overlaps(state.ws, state.we, start, end)) or \
-                    (write and start < state.rhi and state.rlo < end and _overlaps(state.rs, state.re, start, end))
+            state = ranges.get(key)
+            if state is None:
+                state = ranges[key] = _Ranges.__new__(_Ranges)
+                state.quiet = []
+                clash = False
+            else:
+                clash = _overlaps(state.ws, state.we, start, end) or (write and _overlaps(state.rs, state.re, start, end))
             if clash:
                 other = _partner(command, key, start, end, write, segment, table)
                 if other is not None:
@@ -557,74 +554,52 @@ cdef class RaceDetector:
                 if state.quiet:  # this write may overlap them
                     quiet.difference_update(state.quiet)
                     state.quiet.clear()
-                if start < state.whi:
-                    state.add(start, end, True)
-                    continue
-                if start == state.whi:  # at or past the end of everything written so far: extend or append
-                    state.we[-1] = end
-                else:
-                    state.ws.append(start)
-                    state.we.append(end)
-                    if start < state.wlo:
-                        state.wlo = start
-                state.whi = end
+                _union(state.ws, state.we, start, end)
             else:
                 if not clash:  # an overlap with the command's own write must not be skipped later
                     quiet.add(r)
                     state.quiet.append(r)
-                if not (state.rs and state.rs[-1] <= start and end <= state.rhi):  # not inside the last interval
-                    state.add(start, end, False)
+                _union(state.rs, state.re, start, end)
 
 
 cdef class _Ranges:
-    """Unions of the written and of the read ranges of one key, as sorted disjoint intervals, with
-    their extents so that the common cases (a new range past everything so far, or inside the last
-    interval) cost a comparison or two; `quiet` lists the key's references in RaceDetector.quiet."""
+    """The unions of the written (ws, we) and of the read (rs, re) ranges of one key, each as sorted
+    disjoint intervals; `quiet` lists the key's references in RaceDetector.quiet."""
 
-    cdef list ws, we, rs, re, quiet
-    cdef Py_ssize_t wlo, whi, rlo, rhi
-
-    def __init__(self, Py_ssize_t start, Py_ssize_t end, bint write):
-        self.ws = []
-        self.we = []
-        self.rs = []
-        self.re = []
-        self.wlo = self.rlo = END
-        self.whi = self.rhi = -1
-        self.quiet = []
-        self.add(start, end, write)
-
-    cdef void add(self, Py_ssize_t start, Py_ssize_t end, bint write):
-        if write:
-            _union(self.ws, self.we, start, end)
-            self.wlo, self.whi = self.ws[0], self.we[-1]
-        else:
-            _union(self.rs, self.re, start, end)
-            self.rlo, self.rhi = self.rs[0], self.re[-1]
+    cdef vector[Py_ssize_t] ws, we, rs, re
+    cdef list quiet
 
 
-cdef bint _overlaps(list starts, list ends, Py_ssize_t start, Py_ssize_t end):
-    cdef Py_ssize_t i = bisect_right(ends, start)
-    return i < len(starts) and starts[i] < end and start < end
+cdef bint _overlaps(vector[Py_ssize_t]& starts, vector[Py_ssize_t]& ends, Py_ssize_t start, Py_ssize_t end):
+    """Does [start, end) overlap one of the intervals? The extents settle the common cases."""
+    if starts.empty() or start >= end or start >= ends.back() or end <= starts.front():
+        return False
+    cdef Py_ssize_t i = upper_bound(ends.begin(), ends.end(), start) - ends.begin()  # the first ending past start
+    return starts[i] < end
 
 
-cdef void _union(list starts, list ends, Py_ssize_t start, Py_ssize_t end):
+cdef void _union(vector[Py_ssize_t]& starts, vector[Py_ssize_t]& ends, Py_ssize_t start, Py_ssize_t end):
+    """Add [start, end) to the intervals, merging those it overlaps or touches. Appending past the end, or
+    growing the last interval, is the common case."""
     if start >= end:
         return
-    if not ends or start > ends[-1]:
-        starts.append(start)
-        ends.append(end)
+    if ends.empty() or start > ends.back():
+        starts.push_back(start)
+        ends.push_back(end)
         return
-    if start >= starts[-1]:  # touches or overlaps the last interval only
-        if end > ends[-1]:
-            ends[-1] = end
+    if start >= starts.back():  # touches or overlaps the last interval only
+        if end > ends.back():
+            ends[ends.size() - 1] = end
         return
-    cdef Py_ssize_t i = bisect_left(ends, start), j = bisect_right(starts, end)
+    cdef Py_ssize_t i = lower_bound(ends.begin(), ends.end(), start) - ends.begin()  # the first ending at or past start
+    cdef Py_ssize_t j = upper_bound(starts.begin(), starts.end(), end) - starts.begin()  # the first starting past end
     if i < j:
         start = min(start, starts[i])
         end = max(end, ends[j - 1])
-    starts[i:j] = [start]
-    ends[i:j] = [end]
+        starts.erase(starts.begin() + i, starts.begin() + j)
+        ends.erase(ends.begin() + i, ends.begin() + j)
+    starts.insert(starts.begin() + i, start)
+    ends.insert(ends.begin() + i, end)
 
 
 cdef object _partner(Command command, object key, Py_ssize_t start, Py_ssize_t end, bint write, list segment,

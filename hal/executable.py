@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hal.commands import Entry
 from hal.errors import UnsupportedError, ValidationError, integer
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ def _payload_bytes(payload: Any) -> bytes:
 
 class Executable:
     """A source loaded on one device. Backends subclass it; `export` looks an entry point up by name, and
-    `entries` maps each export's name to (its position, the Export) for the recorder."""
+    `entries` maps each export's name to its hal.commands.Entry (its position and what the recorder checks)."""
 
     __slots__ = ("device", "source", "exports", "entries", "_released", "__weakref__")
 
@@ -181,7 +182,7 @@ class Executable:
         self.device = device
         self.source = source
         self.exports = source.exports
-        self.entries: dict[str, tuple[int, Export]] = {e.name: (i, e) for i, e in enumerate(source.exports)}
+        self.entries: dict[str, Entry] = {e.name: Entry(e, i) for i, e in enumerate(source.exports)}
         self._released = False
 
     @property
@@ -201,7 +202,7 @@ class Executable:
 
     def export(self, name: str) -> Export:
         try:
-            return self.entries[name][1]
+            return self.entries[name].export
         except KeyError:
             raise ValidationError(f"no export {name!r}; this executable has {', '.join(self.entries)}") from None
 

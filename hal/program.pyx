@@ -16,7 +16,8 @@ A backend's side of a command buffer is its emitter (see `Emitter`): the command
 Program, never its own fields, and the backend never re-derives dependencies.
 """
 
-import heapq
+from libcpp.queue cimport priority_queue
+
 from typing import Any, Protocol
 
 import networkx as nx
@@ -99,42 +100,50 @@ cdef class Program:
         """The commands in an order the DAG allows that, among those ready, always takes the one recorded
         last: as far from recording order as the dependencies permit (the host backend runs this, so a
         missing dependency shows up as a wrong result rather than hiding behind program order)."""
-        cdef Py_ssize_t n = self.group_of.size(), groups = self.group_last.size(), i, g, m
-        cdef vector[Py_ssize_t] waiting, feed_start, feeds
-        cdef list members = [[] for _ in range(groups)]
+        cdef Py_ssize_t n = self.group_of.size(), groups = self.group_last.size(), i, g, k, j
+        # Per group, its members still to run; per command, the groups it is a member of and, per group, the
+        # commands waiting on it (each as one array and its starts, counted first).
+        cdef vector[Py_ssize_t] waiting, feed_start, feeds, waiter_start, waiters
         waiting.resize(groups)
         feed_start.resize(n + 1)
+        waiter_start.resize(groups + 1)
         for g in range(groups):
             waiting[g] = self.group_start[g + 1] - self.group_start[g]
-            for i in range(self.group_start[g], self.group_start[g + 1]):
-                feed_start[self.members[i] + 1] += 1
+            for k in range(self.group_start[g], self.group_start[g + 1]):
+                feed_start[self.members[k] + 1] += 1
         for i in range(n):
-            feed_start[i + 1] += feed_start[i]
+            if self.group_of[i] >= 0:
+                waiter_start[self.group_of[i] + 1] += 1
+        _running_sum(feed_start)
+        _running_sum(waiter_start)
         feeds.resize(feed_start[n])
+        waiters.resize(waiter_start[groups])
         cdef vector[Py_ssize_t] fill = feed_start
         for g in range(groups):
-            for i in range(self.group_start[g], self.group_start[g + 1]):
-                m = self.members[i]
-                feeds[fill[m]] = g
-                fill[m] += 1
-        ready = []
+            for k in range(self.group_start[g], self.group_start[g + 1]):
+                i = self.members[k]
+                feeds[fill[i]] = g
+                fill[i] += 1
+        fill = waiter_start
+        cdef priority_queue[Py_ssize_t] ready  # the largest index first
         for i in range(n):
             g = self.group_of[i]
             if g < 0:
-                ready.append(-i)
+                ready.push(i)
             else:
-                members[g].append(i)
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            i = -heapq.heappop(ready)
+                waiters[fill[g]] = i
+                fill[g] += 1
+        cdef list order = []
+        while not ready.empty():
+            i = ready.top()
+            ready.pop()
             order.append(self.commands[i])
-            for m in range(feed_start[i], feed_start[i + 1]):
-                g = feeds[m]
+            for k in range(feed_start[i], feed_start[i + 1]):
+                g = feeds[k]
                 waiting[g] -= 1
                 if waiting[g] == 0:
-                    for j in members[g]:
-                        heapq.heappush(ready, -j)
+                    for j in range(waiter_start[g], waiter_start[g + 1]):
+                        ready.push(waiters[j])
         return order
 
     # Replay in recording order.
@@ -183,6 +192,13 @@ cdef class Program:
     def __repr__(self) -> str:
         return (f"<Program {len(self.commands)} commands, {self.group_last.size()} dependency groups, "
                 f"{self.node_command.size() - len(self.commands)} join nodes, {self.dependencies}>")
+
+
+cdef void _running_sum(vector[Py_ssize_t]& counts):
+    """counts[i] becomes counts[0] + ... + counts[i]: counts kept one place up (item i's at i + 1) become
+    where each item's run starts in one flat array."""
+    for i in range(1, counts.size()):
+        counts[i] += counts[i - 1]
 
 
 cdef tuple _tuple(vector[Py_ssize_t]& items, Py_ssize_t start, Py_ssize_t stop):
