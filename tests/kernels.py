@@ -99,3 +99,7 @@ def reference(name: str, constants: tuple[int, ...], arrays: list[np.ndarray]) -
 def groups(n: int) -> tuple[int, int, int]:
     """Workgroups covering n elements."""
     return (max(1, -(-n // WORKGROUP)), 1, 1)
+
+
+def u32(values):
+    return np.asarray(values, np.uint32)

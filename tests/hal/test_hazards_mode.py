@@ -1,0 +1,238 @@
+"""Hazards mode on hand-written programs: hazard kinds, byte ranges, bindings, transitive reduction, search budget."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import hal
+from tests.hal.dependency_helpers import add, assert_graph, hazards, record, scale, strategies, xor_copy
+
+
+def _access(cb, exe, what, x, other):
+    """Record one access to buffer x: 'r' reads bytes [0, 256) of x, 'w' writes them."""
+    if what == "w":
+        cb.fill_buffer(hal.ref(x, 0, 256), np.uint32(9))
+    else:
+        cb.copy_buffer(hal.ref(x, 0, 256), other)
+
+
+@hazards
+@strategies
+@pytest.mark.parametrize("first,second,edge", [
+    ("w", "r", True),   # read after write
+    ("r", "w", True),   # write after read
+    ("w", "w", True),   # write after write
+    ("r", "r", False),  # read after read
+])
+def test_hazard_kinds(host, exe, bufs, dependencies, strategy, first, second, edge):
+    x = bufs[0]
+
+    def build(cb):
+        _access(cb, exe, first, x, hal.ref(bufs[1], 0, 256))
+        cb.execution_barrier()
+        _access(cb, exe, second, x, hal.ref(bufs[2], 0, 256))
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    kinds = {"w": "fill", "r": "copy"}
+    assert_graph(cb, [(kinds[first], 0), (kinds[second], 1)], [(0, 1)] if edge else [])
+
+
+@hazards
+@strategies
+@pytest.mark.parametrize("first,second,edge", [
+    ((0, 16), (16, 16), False),    # adjacent
+    ((0, 16), (512, 64), False),   # far apart
+    ((64, 32), (0, 64), False),    # adjacent, before
+    ((0, 16), (12, 16), True),     # one word in common
+    ((16, 16), (0, 64), True),     # contained
+    ((0, 1024), (1008, 16), True),
+])
+def test_byte_ranges_of_one_buffer(host, bufs, dependencies, strategy, first, second, edge):
+    x = bufs[0]
+
+    def build(cb):
+        cb.fill_buffer(hal.ref(x, *first), np.uint32(1))
+        cb.execution_barrier()
+        cb.fill_buffer(hal.ref(x, *second), np.uint32(2))
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    assert_graph(cb, [("fill", 0), ("fill", 1)], [(0, 1)] if edge else [])
+
+
+@hazards
+@strategies
+def test_read_range_split_by_later_writes(host, bufs, dependencies, strategy):
+    """Pieces of one buffer keep their own writers: a read waits only for the writers of what it reads."""
+    x, y = bufs[0], bufs[1]
+
+    def build(cb):
+        cb.fill_buffer(hal.ref(x, 0, 64), np.uint32(1))     # 0
+        cb.execution_barrier()
+        cb.fill_buffer(hal.ref(x, 16, 16), np.uint32(2))    # 1 (waits for 0)
+        cb.fill_buffer(hal.ref(x, 48, 16), np.uint32(3))    # 2 (waits for 0)
+        cb.execution_barrier()
+        cb.copy_buffer(hal.ref(x, 0, 16), hal.ref(y, 0, 16))    # 3: reads only what 0 wrote
+        cb.copy_buffer(hal.ref(x, 32, 32), hal.ref(y, 32, 32))  # 4: 0's bytes 32..48 and 2's
+        cb.copy_buffer(hal.ref(x, 16, 16), hal.ref(y, 16, 16))  # 5: only 1's bytes
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    assert_graph(cb, [("fill", 0), ("fill", 1), ("fill", 1), ("copy", 2), ("copy", 2), ("copy", 2)],
+                 [(0, 1), (0, 2), (0, 3), (2, 4), (1, 5)])
+
+
+@hazards
+@strategies
+def test_readonly_bindings_are_reads(host, exe, bufs, dependencies, strategy):
+    x, y, z, w = bufs[:4]
+
+    def build(cb):
+        xor_copy(cb, exe, x, y)          # 0: reads x, writes y
+        cb.execution_barrier()
+        xor_copy(cb, exe, x, z)          # 1: reads x again: no edge
+        add(cb, exe, x, y, w)            # 2: reads x and y (after 0 wrote y), writes w
+        cb.execution_barrier()
+        add(cb, exe, x, y, z)            # 3: reads y (0 wrote it) and x; writes z (1 wrote it); 2 only reads
+        cb.execution_barrier()
+        cb.fill_buffer(y, np.uint32(0))  # 4: writes y, which 2 and 3 read (0 is implied)
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    assert_graph(cb, [("dispatch", 0), ("dispatch", 1), ("dispatch", 1), ("dispatch", 2), ("fill", 3)],
+                 [(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)])
+
+
+@hazards
+@strategies
+def test_read_write_bindings_are_writes(host, exe, bufs, dependencies, strategy):
+    x, y = bufs[0], bufs[1]
+
+    def build(cb):
+        scale(cb, exe, x)           # 0: read-write x
+        cb.execution_barrier()
+        xor_copy(cb, exe, x, y)     # 1: reads x
+        cb.execution_barrier()
+        xor_copy(cb, exe, x, hal.ref(bufs[2], 0, 256))  # 2: reads x again: waits for 0 only (RAR with 1)
+        cb.execution_barrier()
+        scale(cb, exe, x)           # 3: writes x: waits for readers 1 and 2
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    assert_graph(cb, [("dispatch", 0), ("dispatch", 1), ("dispatch", 2), ("dispatch", 3)],
+                 [(0, 1), (0, 2), (1, 3), (2, 3)])
+
+
+@hazards
+@strategies
+def test_copy_source_is_a_read(host, bufs, dependencies, strategy):
+    x, y, z = bufs[:3]
+
+    def build(cb):
+        cb.copy_buffer(x, y)             # 0
+        cb.execution_barrier()
+        cb.copy_buffer(x, z)             # 1: RAR on x, nothing else shared
+        cb.execution_barrier()
+        cb.fill_buffer(x, np.uint32(1))  # 2: WAR on x with 0 and 1
+        cb.execution_barrier()
+        cb.copy_buffer(y, z)             # 3: reads y (0 wrote it), writes z (1 wrote it)
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    assert_graph(cb, [("copy", 0), ("copy", 1), ("fill", 2), ("copy", 3)],
+                 [(0, 2), (1, 2), (0, 3), (1, 3)])
+
+
+@hazards
+@strategies
+def test_transitive_reduction_hand(host, exe, bufs, dependencies, strategy):
+    """A writes X; B reads X, writes Y; C reads X and Y: A->B, B->C, not A->C."""
+    x, y, z = bufs[:3]
+
+    def build(cb):
+        cb.fill_buffer(x, np.uint32(3))  # A
+        cb.execution_barrier()
+        xor_copy(cb, exe, x, y)          # B
+        cb.execution_barrier()
+        add(cb, exe, x, y, z)            # C
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    assert_graph(cb, [("fill", 0), ("dispatch", 1), ("dispatch", 2)], [(0, 1), (1, 2)])
+
+
+@hazards
+@strategies
+def test_transitive_reduction_long_chain(host, bufs, dependencies, strategy):
+    """Each fill of x waits for the previous one only; a final read of x waits for the last one only."""
+    x, y = bufs[0], bufs[1]
+    n = 30
+
+    def build(cb):
+        for i in range(n):
+            cb.fill_buffer(x, np.uint32(i))
+            cb.execution_barrier()
+        cb.copy_buffer(x, y)
+
+    cb = record(host, build, dependencies=dependencies, strategy=strategy)
+    assert_graph(cb, [("fill", i) for i in range(n)] + [("copy", n)], [(i, i + 1) for i in range(n)])
+
+
+@strategies
+def test_unvalidated_same_segment_writes_both_wait_for_the_previous_segment(host, strategy):
+    """A race inside segment 1 (validate=False) leaves the order of its two writes open, but both must
+    still run after segment 0: x can end as 2 or 3, never as segment 0's 1."""
+    x = host.allocate(16)
+
+    def build(cb):
+        cb.fill_buffer(x, np.uint32(1))  # 0
+        cb.execution_barrier()
+        cb.fill_buffer(x, np.uint32(2))  # 1
+        cb.fill_buffer(x, np.uint32(3))  # 2
+
+    cb = record(host, build, dependencies="hazards", strategy=strategy, validate=False)
+    g = cb.dependency_graph()
+    assert nx.has_path(g, 0, 1) and nx.has_path(g, 0, 2), sorted(g.edges)
+    host.queue_execute(cb)
+    host.synchronize()
+    assert x.read(np.uint32)[0] in (2, 3)
+
+
+# Long chains and the search budget.
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_weights_read_by_every_step_of_a_long_chain_need_no_edge_past_the_first(host, strategy):
+    """A buffer written once and read by every step: each step's wait for the writer is implied by
+    the previous step (which read it too), and finding that must not need a walk down the chain."""
+    def k(ctx):
+        pass
+    exe = host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=3, readonly=(0, 1))]))
+    weights, a, b = host.allocate(64), host.allocate(64), host.allocate(64)
+    cb = host.create_command_buffer(dependencies="hazards", strategy=strategy)
+    steps = 600  # more than the search budget: only the pruning by shared reads keeps this exact
+    with cb:
+        cb.fill_buffer(weights, np.uint8(1))
+        cb.execution_barrier()
+        for i in range(steps):
+            cb.dispatch(exe, "k", 1, (), (weights, (a, b)[i % 2], (b, a)[i % 2]))
+            cb.execution_barrier()
+    assert sorted(cb.dependency_graph().edges) == [(i, i + 1) for i in range(steps)]
+
+
+def test_a_search_past_the_budget_keeps_a_redundant_edge_but_never_drops_an_order(host):
+    """Steps reading distinct slices of the weights: the writer's redundancy lies deeper than the
+    search budget, so the edge stays; the DAG still orders every hazard."""
+    from hal.dependencies import SEARCH_BUDGET
+
+    def k(ctx):
+        pass
+    exe = host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=3, readonly=(0, 1))]))
+    steps = SEARCH_BUDGET + 50
+    weights, a, b = host.allocate(16 * steps), host.allocate(64), host.allocate(64)
+    cb = host.create_command_buffer(dependencies="hazards")
+    with cb:
+        cb.fill_buffer(weights, np.uint8(1))
+        cb.execution_barrier()
+        for i in range(steps):
+            cb.dispatch(exe, "k", 1, (), (hal.ref(weights, 16 * i, 16), (a, b)[i % 2], (b, a)[i % 2]))
+            cb.execution_barrier()
+    g = cb.dependency_graph()
+    assert all(g.has_edge(i, i + 1) for i in range(steps))
+    assert all(nx.has_path(g, 0, i) for i in range(1, steps + 1))
+    redundant = [v for u, v in g.edges if u == 0 and v > 1]
+    assert redundant and min(redundant) > SEARCH_BUDGET // 2  # exact while the search fits the budget
