@@ -50,7 +50,7 @@ cdef class Buffer:
         if offset + nbytes > self.size:
             raise ValidationError(
                 f"read: {count} x {dt} from offset {offset} needs {offset + nbytes} bytes; the buffer has {self.size}")
-        self.device._order_host_access()
+        self.device.order_host_access()
         return self._read(offset, nbytes).view(dt)
 
     def write(self, data: Any, offset: int = 0) -> None:
@@ -62,7 +62,7 @@ cdef class Buffer:
             raise ValidationError(
                 f"write: {view.nbytes} bytes at offset {offset} end at {offset + view.nbytes}; "
                 f"the buffer has {self.size}")
-        self.device._order_host_access()
+        self.device.order_host_access()
         if view.nbytes:
             self._write(offset, view)
 
@@ -72,7 +72,7 @@ cdef class Buffer:
         if self.released:
             return
         self.released = True
-        self.device._buffer_released()
+        self.device.buffer_released()
         self._free()
 
     def __enter__(self) -> Buffer:
@@ -88,7 +88,7 @@ cdef class Buffer:
     def _check_live(self, what: str) -> None:
         if self.released:
             raise ValidationError(f"{what}: the buffer was released")
-        self.device._check_open()
+        self.device.check_open()
 
     # Backend hooks.
     def _read(self, offset: int, nbytes: int) -> np.ndarray:

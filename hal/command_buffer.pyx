@@ -128,7 +128,7 @@ cdef class CommandBuffer:
             seg = seg.next
 
     def begin(self) -> None:
-        self.device._check_open()
+        self.device.check_open()
         if self.phase != INITIAL:
             raise ValidationError(f"begin: the command buffer is {self.state}; call reset() to record it again")
         self.phase = RECORDING

@@ -59,7 +59,13 @@ class Driver:
 
 
 class Device:
-    """A device and its queue. Backends implement the `_` hooks; the public methods validate."""
+    """A device and its queue. Backends implement the `_` hooks; the public methods validate.
+
+    Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few
+    plain methods: `check_open()`, `closed`, `order_host_access()`, `waiting()`, `buffer_released()` and
+    `executable_released()`; each backend's device adds its own (its `lifetime`, a hal.lifetime.Lifetime,
+    staging copies, ...). No module reaches into another's private names.
+    """
 
     def __init__(self, driver: str, name: str, capabilities: Capabilities) -> None:
         self.driver = driver
@@ -72,12 +78,12 @@ class Device:
         # Replaced at every buffer or executable release: what was checked under an older token (binding
         # tables, dispatched executables) is checked again, since it may use the released one.
         self.release_token = object()
-        self._waiters = 0  # threads inside _waiting()
+        self._waiters = 0  # threads inside waiting()
         self._waiters_lock = threading.Lock()
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
-        self._check_open()
+        self.check_open()
         nbytes = integer(nbytes, "allocate: nbytes", 0)
         if isinstance(usage, bool) or not isinstance(usage, int) or not 0 < int(usage) <= int(BufferUsage.DEFAULT):
             raise ValidationError(f"allocate: usage must be a combination of hal.BufferUsage flags, got {usage!r}")
@@ -97,7 +103,7 @@ class Device:
     # Executables.
     def load_executable(self, source: ExecutableSource) -> Executable:
         """Load once per device: the same source content returns the same Executable."""
-        self._check_open()
+        self.check_open()
         if not isinstance(source, ExecutableSource):
             raise ValidationError(f"load_executable: expected a hal.ExecutableSource, got {type(source).__name__}")
         source = source.for_driver(self.driver)
@@ -127,11 +133,11 @@ class Device:
                               strategy: str = "deferred", dependencies: str = "barriers",
                               validate: bool = True) -> CommandBuffer:
         """A command buffer to record into; see CommandBuffer for what each argument chooses."""
-        self._check_open()
+        self.check_open()
         return CommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate, self._create_emitter)
 
     def create_semaphore(self, initial: int = 0) -> Semaphore:
-        self._check_open()
+        self.check_open()
         return self._create_semaphore(check_value(initial, "create_semaphore"))
 
     def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
@@ -142,7 +148,7 @@ class Device:
         Never blocks on the device. Submissions to one device run in submission order.
         """
         if self._closed:
-            self._check_open()
+            self.check_open()
         if not isinstance(command_buffer, CommandBuffer) or command_buffer.device is not self:
             raise ValidationError("queue_execute: expected a command buffer created by this device")
         # One-shot claims, promised signal values and the backend's submit state stay consistent across
@@ -161,7 +167,7 @@ class Device:
                 signals = self._semaphore_pairs(signal, "signal")
                 self._queue_execute(command_buffer, table, waits, signals)
                 for sem, value in signals:
-                    sem._promised = value
+                    sem.promised = value
             command_buffer.submitted()
         finally:
             lock.release()
@@ -182,13 +188,13 @@ class Device:
                 raise ValidationError(f"queue_execute: a {what} semaphore belongs to another device")
             value = check_value(value, f"queue_execute {what}")
             if what == "signal":
-                sem._check_queue_signal(value)
+                sem.check_queue_signal(value)
             result.append((sem, value))
         return tuple(result)
 
     def synchronize(self) -> None:
         """Wait until all submitted work is done; raises the first failure of that work."""
-        self._check_open()
+        self.check_open()
         self._synchronize()
 
     def close(self) -> None:
@@ -209,16 +215,21 @@ class Device:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.driver}: {self.name}{' closed' if self._closed else ''}>"
 
-    def _check_open(self) -> None:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        """Raise ValidationError if the device is closed."""
         if self._closed:
             raise ValidationError(f"the {self.driver} device {self.name!r} is closed; create a new one")
 
-    def _order_host_access(self) -> None:
+    def order_host_access(self) -> None:
         """Called before a buffer read or write: host access is ordered after submitted work."""
         self._synchronize()
 
     @contextlib.contextmanager
-    def _waiting(self) -> Iterator[None]:
+    def waiting(self) -> Iterator[None]:
         """Marks a thread waiting on the device (for backends whose close() must let such waits end
         before destroying what they wait on: see `_waiters`)."""
         with self._waiters_lock:
@@ -229,10 +240,12 @@ class Device:
             with self._waiters_lock:
                 self._waiters -= 1
 
-    def _buffer_released(self) -> None:
+    def buffer_released(self) -> None:
+        """A buffer was released: what was checked with it in use must be checked again."""
         self.release_token = object()
 
-    def _executable_released(self, executable: Executable) -> None:
+    def executable_released(self, executable: Executable) -> None:
+        """An executable was released: it leaves the cache, and command buffers using it are checked again."""
         key = executable.source.key
         if self._executables.get(key) is executable:
             del self._executables[key]

@@ -197,7 +197,7 @@ class Executable:
             return
         self._released = True
         self.entries = {}  # dispatch's one lookup now fails, and its slow path says why
-        self.device._executable_released(self)
+        self.device.executable_released(self)
         self._free()
 
     def export(self, name: str) -> Export:

@@ -19,14 +19,15 @@ MAX_VALUE = (1 << 64) - 1
 
 
 class Semaphore:
-    """A timeline semaphore of one device. `_promised` is the highest value a submitted queue operation
-    will signal: a later queue signal must exceed it, so queued signals never go backwards."""
+    """A timeline semaphore of one device. `promised` is the highest value a submitted queue operation
+    will signal (the device notes it): a later queue signal must exceed it, so queued signals never go
+    backwards."""
 
-    __slots__ = ("device", "_promised", "__weakref__")
+    __slots__ = ("device", "promised", "__weakref__")
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self._promised = 0
+        self.promised = 0
 
     def query(self) -> int:
         """The current value (raises the failure if the semaphore failed)."""
@@ -47,11 +48,12 @@ class Semaphore:
         """Set the value from the host; it must be larger than the current one. (A queued signal of a
         smaller value, run later, then leaves the value as it is.)"""
         value = check_value(value, "signal")
-        self.device._check_open()
+        self.device.check_open()
         self._signal(value)
 
-    def _check_queue_signal(self, value: int) -> None:
-        floor = max(self.query(), self._promised)
+    def check_queue_signal(self, value: int) -> None:
+        """Refuse a queue signal of `value` that does not exceed the current or promised value."""
+        floor = max(self.query(), self.promised)
         if value <= floor:
             raise ValidationError(f"queue_execute: signal value {value} is not above {floor}, the semaphore's "
                                   f"current or already promised value; timeline values only grow")

@@ -31,11 +31,11 @@ class CudaBuffer(Buffer):
                  owner: Any = None) -> None:
         self._finalizer = None
         if address is None:
-            address = device._allocate_memory(size) if size else 0
+            address = device.allocate_memory(size) if size else 0
             if address:
-                self._finalizer = device._track(self, "memory", address)
+                self._finalizer = device.track(self, "memory", address)
         elif owner is not None:  # released or collected: the owner is let go once hal's work is done
-            self._finalizer = device._track(self, "owner", owner)
+            self._finalizer = device.track(self, "owner", owner)
         self.address = address
         self.owner = owner  # imported: the object whose memory this is; never freed by hal
         self._core: Any = None  # a cuda.core view, made for the first DLPack export
@@ -49,18 +49,18 @@ class CudaBuffer(Buffer):
     def _read(self, offset: int, nbytes: int) -> np.ndarray:
         out = np.empty(nbytes, np.uint8)
         if nbytes:
-            self.device._staging_copy(self.address + offset, out, to_device=False)
+            self.device.staging_copy(self.address + offset, out, to_device=False)
         return out
 
     def _write(self, offset: int, data: memoryview) -> None:
-        self.device._staging_copy(self.address + offset, np.frombuffer(data, np.uint8), to_device=True)
+        self.device.staging_copy(self.address + offset, np.frombuffer(data, np.uint8), to_device=True)
 
     def _free(self) -> None:
         self.owner = None  # the device keeps it until the work submitted so far is done
         self._core = None
         if self._finalizer is not None:
             self._finalizer()
-            self.device._collect()
+            self.device.collect()
 
     # Sharing with other libraries.
     @property
@@ -77,9 +77,9 @@ class CudaBuffer(Buffer):
         """A DLPack capsule of the bytes (uint8, one dimension), ready for work on the consumer's `stream`
         once what was submitted before is done."""
         self._check_live("__dlpack__")
-        self.device._order_consumer(stream)
+        self.device.order_consumer(stream)
         if self._core is None:
-            self._core = self.device._core_view(self)
+            self._core = self.device.core_view(self)
         kwargs = {"stream": -1}  # ordering is done above
         if max_version is not None:
             kwargs["max_version"] = max_version

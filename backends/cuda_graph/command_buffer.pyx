@@ -58,7 +58,7 @@ class PinnedArena:
         if not self.chunks or self.used + n > len(self.chunks[-1][2]):
             chunk = host_alloc(max(ARENA_BYTES, n))
             self.chunks.append(chunk)
-            self.finalizers.append(self.device._track(self, "host", chunk[0]))
+            self.finalizers.append(self.device.track(self, "host", chunk[0]))
             self.used = 0
         _, device_address, view = self.chunks[-1]
         view[self.used:self.used + n] = memoryview(data)
@@ -280,13 +280,13 @@ cdef class CudaEmitter:
         cdef CUgraph graph
         _check(cydriver.cuGraphCreate(&graph, 0), "cuGraphCreate")
         self.graph = graph
-        self.graph_finalizer = self.device._track(self, "graph", <uintptr_t>graph)
+        self.graph_finalizer = self.device.track(self, "graph", <uintptr_t>graph)
 
     cdef void drop_graph(self) except *:
         """Free the recording's graph, unless the exec was instantiated from it (then it goes with the exec)."""
         if self.graph_finalizer is not None and self.graph_finalizer is not self.exec_graph_finalizer:
             self.graph_finalizer()
-            self.device._collect()
+            self.device.collect()
 
     cdef void add_nodes(self, tuple table, Py_ssize_t start, Py_ssize_t stop, Command current=None) except *:
         """Add the layout's nodes [start, stop) to the graph, resolved through `table`. `current`: single_pass,
@@ -359,7 +359,7 @@ cdef class CudaEmitter:
         if not updated:
             _check(cydriver.cuGraphInstantiate(&exec_, self.graph, 0), "cuGraphInstantiate")
             self.exec = exec_
-            self.exec_finalizer = self.device._track(self, "exec", <uintptr_t>exec_)
+            self.exec_finalizer = self.device.track(self, "exec", <uintptr_t>exec_)
             # Node updates name the nodes of the graph the exec was instantiated from (CUDA's rule), also after
             # cuGraphExecUpdate took a later graph's parameters: kept while the exec is.
             self.exec_graph_finalizer = self.graph_finalizer

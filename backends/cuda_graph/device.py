@@ -4,18 +4,17 @@ Everything a device does goes on its one stream, in submission order: graph laun
 launches of one-shot command buffers, semaphore waits and signals (stream memory operations, so a
 submission waits for another's signal without a host round trip), staging copies and frees. Host
 access waits for the stream. What must outlive in-flight work (modules, pinned staging) is retired
-with an event and destroyed once the event has passed.
+with an event and destroyed once the event has passed (hal.lifetime).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ from hal.command_buffer import CommandBuffer
 from hal.device import _NONE, Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
+from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore
 
 A = driver.CUdevice_attribute
@@ -129,7 +129,7 @@ class CudaDevice(Device):
         call(driver.cuMemPoolSetAttribute, self.pool, driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
              driver.cuuint64_t(0xFFFFFFFFFFFFFFFF))  # keep freed memory for reuse instead of returning it
         self.graph_lanes = graph_lanes()
-        self._lock = threading.RLock()  # what is owned, unreferenced or retired, and the pending list
+        self._lock = threading.Lock()  # the pending list
         self._staging: tuple[int, int, np.ndarray] | None = None
         self._staging_lock = threading.Lock()
         # A pinned timeline the stream writes after each submission that waits or signals: the host reads
@@ -138,10 +138,8 @@ class CudaDevice(Device):
         self._marks[2][:] = 0
         self._submitted = 0  # submissions with waits or signals: the mark each writes
         self._pending: list[tuple[int, tuple, tuple]] = []  # (mark, waits, signals) of unfinished submissions
-        self._graveyard: list[tuple[Any, Callable[[], None]]] = []  # (event, destroy)
-        self._owned: dict[int, tuple[str, Any]] = {}  # what hal objects hold: (kind, handle), by key
-        self._unreferenced: list[tuple[str, Any]] = []  # released or collected: freed at the next safe point
-        self._keys = itertools.count()
+        self.lifetime = Lifetime(mark=self._mark, finished=lambda event: driver.cuEventQuery(event)[0] != NOT_READY,
+                                 forget=driver.cuEventDestroy, on_release=self._replace_token)
         self._lost: HalError | None = None
         # A command buffer holding this token resubmits as one launch (queue_execute): replaced whenever
         # that stops being safe for all of them (something to free, the device lost or closing), and given
@@ -168,88 +166,71 @@ class CudaDevice(Device):
             call(driver.cuCtxSetCurrent, self.context)
             _current.device = self
 
-    def _track(self, owner: object, kind: str, handle: Any) -> weakref.finalize:
-        """Free `handle` (kind: memory, host, module, graph, exec, owner) once `owner` is released (call
-        the result) or collected, when the work submitted until then no longer needs it; or at close."""
-        key = next(self._keys)
-        self._owned[key] = (kind, handle)
-        finalizer = weakref.finalize(owner, self._disown, key)
-        finalizer.atexit = False
-        return finalizer
+    def track(self, owner: object, kind: str, handle: Any) -> weakref.finalize:
+        """Free `handle` (kind: memory, host, module, graph, exec, or owner: an imported buffer's owner object,
+        kept alive) once `owner` is released (call the result) or collected, when the work submitted until then
+        no longer needs it; or at close (hal.lifetime)."""
+        destroy, ordered = {
+            "memory": (self._free_memory, True),  # cuMemFreeAsync is ordered after the work submitted so far
+            "exec": (self._destroy_exec, True),  # an exec in flight is freed by the driver when it is done
+            "graph": (self._destroy_graph, True),
+            "host": (self._free_host, False),
+            "module": (self._unload_module, False),
+            "owner": (_keep, False),
+        }[kind]
+        return self.lifetime.track(owner, destroy, handle, ordered=ordered)
 
-    def _disown(self, key: int) -> None:
-        # May run inside the garbage collector, in any thread (the lock is reentrant): only note it;
-        # _collect() frees it.
-        with self._lock:
-            item = self._owned.pop(key, None)
-            if item is not None:
-                self._unreferenced.append(item)
-                self._launchable = object()
+    def collect(self) -> None:
+        """Free what was released or collected and what retired work has finished with (a safe point)."""
+        if self.lifetime.pending:
+            self.lifetime.collect()
 
-    def _free(self, kind: str, handle: Any, idle: bool) -> None:
-        """Free a handle; `idle`: nothing submitted still uses it (else what needs it is retired). Kind
-        "owner" is an imported buffer's owner object: kept alive until the work submitted so far is done."""
-        if kind == "memory":
-            call(driver.cuMemFreeAsync, handle, self.stream)  # stream-ordered: after the work submitted so far
-        elif kind == "exec":
-            call(driver.cuGraphExecDestroy, driver.CUgraphExec(handle))  # an in-flight exec is freed when done
-        elif kind == "graph":
-            call(driver.cuGraphDestroy, driver.CUgraph(handle))
-        elif kind == "host":
-            self._after_work(lambda: call(driver.cuMemFreeHost, handle), idle)
-        elif kind == "module":
-            self._after_work(lambda: call(driver.cuModuleUnload, driver.CUmodule(handle)), idle)
-        elif kind == "owner":
-            self._after_work(lambda owner=handle: None, idle)  # the closure holds the owner until then
+    def _free_memory(self, address: int) -> None:
+        self.activate()
+        call(driver.cuMemFreeAsync, address, self.stream)
 
-    def _after_work(self, destroy: Callable[[], None], idle: bool) -> None:
-        """Run destroy() now if `idle`, else once the work submitted so far is done (an event tells)."""
-        if idle:
-            destroy()
-            return
+    def _destroy_exec(self, handle: int) -> None:
+        self.activate()
+        call(driver.cuGraphExecDestroy, driver.CUgraphExec(handle))
+
+    def _destroy_graph(self, handle: int) -> None:
+        self.activate()
+        call(driver.cuGraphDestroy, driver.CUgraph(handle))
+
+    def _free_host(self, address: int) -> None:
+        self.activate()
+        call(driver.cuMemFreeHost, address)
+
+    def _unload_module(self, handle: int) -> None:
+        self.activate()
+        call(driver.cuModuleUnload, driver.CUmodule(handle))
+
+    def _mark(self) -> Any:
+        """An event recorded after the work submitted so far (hal.lifetime's mark)."""
+        self.activate()
         event = call(driver.cuEventCreate, driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         call(driver.cuEventRecord, event, self.stream)
-        with self._lock:
-            self._graveyard.append((event, destroy))
-            self._launchable = object()
+        return event
 
-    def _collect(self) -> None:
-        """Free what was released or collected, and what retired work has finished with."""
-        if not (self._unreferenced or self._graveyard) or self._closed:
-            return
-        self.activate()
-        if self._unreferenced:
-            with self._lock:
-                items, self._unreferenced = self._unreferenced, []
-            for kind, handle in items:
-                self._free(kind, handle, idle=False)
-        if not self._graveyard:
-            return
-        with self._lock:
-            graves, self._graveyard = self._graveyard, []
-            for grave in graves:
-                if driver.cuEventQuery(grave[0])[0] == NOT_READY:
-                    self._graveyard.append(grave)
-                    self._launchable = object()  # a submission may have seen the graveyard empty meanwhile
-                else:
-                    grave[1]()
-                    driver.cuEventDestroy(grave[0])
+    def _replace_token(self) -> None:
+        """Something is left to free: the next submission must take the general path, which collects."""
+        self._launchable = object()
 
     # Memory.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> CudaBuffer:
-        self._check_lost()
+        self.check_lost()
         self.activate()
-        self._collect()
+        self.collect()
         return CudaBuffer(self, nbytes, usage)
 
-    def _allocate_memory(self, nbytes: int) -> int:
+    def allocate_memory(self, nbytes: int) -> int:
         return int(call(driver.cuMemAllocAsync, nbytes, self.stream))
 
     def import_buffer(self, obj: Any, usage: BufferUsage | int = BufferUsage.DEFAULT) -> CudaBuffer:
         """A hal buffer over the memory of `obj` (a PyTorch or CuPy tensor, or anything speaking DLPack or
         the CUDA Array Interface), without a copy. `obj` stays alive while the buffer does; it must be
         contiguous and on this device. Work `obj`'s stream had queued is ordered before this device's."""
-        self._check_open()
+        self.check_open()
         view = _strided_view(obj, self.stream_handle)
         if view.device_id != self.ordinal or not view.is_device_accessible:
             raise ValidationError(f"import_buffer: the memory is on device {view.device_id}, "
@@ -270,12 +251,12 @@ class CudaDevice(Device):
                                   f"and bind a range of it with hal.ref()")
         return CudaBuffer(self, size, BufferUsage(usage), address=int(view.ptr), owner=obj)
 
-    def _core_view(self, buffer: CudaBuffer) -> Any:
+    def core_view(self, buffer: CudaBuffer) -> Any:
         """A cuda.core Buffer over `buffer`'s memory, for DLPack export."""
         core = _cuda_core()
         return core.Buffer.from_handle(buffer.address, buffer.size, owner=buffer)
 
-    def _order_consumer(self, stream: Any) -> None:
+    def order_consumer(self, stream: Any) -> None:
         """Make the consumer's `stream` (a DLPack stream value) wait for the work submitted here."""
         if stream == -1:
             return
@@ -287,10 +268,10 @@ class CudaDevice(Device):
         call(driver.cuStreamWaitEvent, driver.CUstream(int(stream)), event, 0)
         call(driver.cuEventDestroy, event)
 
-    def _staging_copy(self, address: int, host: np.ndarray, to_device: bool) -> None:
+    def staging_copy(self, address: int, host: np.ndarray, to_device: bool) -> None:
         """Copy between `host` and device memory at `address` through pinned staging, piece by piece, in
         stream order; waits for each piece."""
-        self._check_lost()
+        self.check_lost()
         self.activate()
         with self._staging_lock:
             if self._staging is None:
@@ -310,7 +291,7 @@ class CudaDevice(Device):
 
     # Executables, command buffers, semaphores.
     def _load_executable(self, source: ExecutableSource) -> CudaExecutable:
-        self._check_lost()
+        self.check_lost()
         self.activate()
         return CudaExecutable(self, source)
 
@@ -351,7 +332,7 @@ class CudaDevice(Device):
         """The general path: a first submission, a new table, semaphores (queue_execute takes the resubmission)."""
         token = self._launchable  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
-            self._check_lost()
+            self.check_lost()
         self.activate()
         for sem, value in waits:
             call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
@@ -369,10 +350,10 @@ class CudaDevice(Device):
             call(driver.cuStreamWriteValue64, stream, self._marks[1], self._submitted, 0)
             with self._lock:
                 self._pending.append((self._submitted, waits, signals))
-        if self._graveyard or self._unreferenced:
+        if self.lifetime.pending:
             with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
-                self._collect()
-        if not (waits or signals or self._graveyard or self._unreferenced or self._closed) and \
+                self.lifetime.collect()
+        if not (waits or signals or self.lifetime.pending or self._closed) and \
                 emitter.resubmits_in_one_launch:
             emitter.token = token  # the same again is one launch
 
@@ -398,7 +379,7 @@ class CudaDevice(Device):
             self._pending = [p for p in self._pending if p[0] > done]
             return list(self._pending)
 
-    def _pending_signal(self, sem: Semaphore) -> int | None:
+    def pending_signal(self, sem: Semaphore) -> int | None:
         """The smallest value an unfinished submission will still signal on `sem`."""
         values = [v for _, _, signals in self._unfinished() for s, v in signals if s is sem]
         return min(values) if values else None
@@ -406,9 +387,9 @@ class CudaDevice(Device):
     def _wait_stream(self) -> None:
         """Wait for everything on the stream. While a submission waits for a semaphore, poll instead of
         blocking, and refuse to wait for a host signal no other thread could give."""
-        with self._waiting():
+        with self.waiting():
             while True:
-                self._check_lost()
+                self.check_lost()
                 unfinished = self._unfinished()
                 if not any(s.value < v for _, waits, _ in unfinished for s, v in waits):
                     err, = driver.cuStreamSynchronize(self.stream)
@@ -422,7 +403,7 @@ class CudaDevice(Device):
                     raise self._remember_lost(fail(err, "cuStreamQuery"))
                 self._refuse_certain_deadlock(unfinished)
                 time.sleep(POLL_S)
-        self._collect()
+        self.collect()
 
     def _refuse_certain_deadlock(self, unfinished: list[tuple[int, tuple, tuple]]) -> None:
         """The first unfinished submission with a wait that neither the current values nor the signals
@@ -437,7 +418,7 @@ class CudaDevice(Device):
         self.activate()
         self._wait_stream()
 
-    def _check_lost(self) -> None:
+    def check_lost(self) -> None:
         if self._lost is not None:
             raise DeviceLostError(f"the CUDA device {self.name!r} is lost ({self._lost}); create a new one")
 
@@ -451,16 +432,7 @@ class CudaDevice(Device):
         while self._waiters:  # semaphore waits end within a poll once they see the device closed
             time.sleep(0.001)
         driver.cuStreamSynchronize(self.stream)
-        for event, destroy in self._graveyard:
-            with contextlib.suppress(HalError):
-                destroy()
-            driver.cuEventDestroy(event)
-        self._graveyard.clear()
-        items = self._unreferenced + list(self._owned.values())
-        self._unreferenced, self._owned = [], {}
-        for kind, handle in items:
-            with contextlib.suppress(HalError):
-                self._free(kind, handle, idle=True)
+        self.lifetime.close()
         for host in (self._staging, self._marks):
             if host is not None:
                 driver.cuMemFreeHost(host[0])
@@ -477,6 +449,10 @@ class _Current(threading.local):
 
 
 _current = _Current()
+
+
+def _keep(owner: Any) -> None:
+    """An imported buffer's owner needs no freeing: holding it until the work is done is the point."""
 
 
 def _cuda_core() -> Any:

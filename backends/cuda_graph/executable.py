@@ -33,7 +33,7 @@ class CudaExecutable(Executable):
         super().__init__(device, source)
         image = _image(device, source)
         self.module = call(driver.cuModuleLoadData, image)
-        self._finalizer = device._track(self, "module", int(self.module))
+        self._finalizer = device.track(self, "module", int(self.module))
         try:
             self.functions = tuple(int(_function(self.module, e)) for e in source.exports)
         except BaseException:
@@ -42,7 +42,7 @@ class CudaExecutable(Executable):
 
     def _free(self) -> None:
         self._finalizer()
-        self.device._collect()
+        self.device.collect()
 
 
 def _function(module: Any, export: Export) -> Any:

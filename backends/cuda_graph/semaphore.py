@@ -32,7 +32,7 @@ class CudaSemaphore(Semaphore):
         self.host_address, self.device_address, view = host_alloc(8)
         self._cell = view.view(np.uint64)
         self._cell[0] = initial
-        device._track(self, "host", self.host_address)
+        device.track(self, "host", self.host_address)
 
     @property
     def value(self) -> int:
@@ -43,19 +43,19 @@ class CudaSemaphore(Semaphore):
         self._cell[0] = value
 
     def _query(self) -> int:
-        if self.device._closed:
+        if self.device.closed:
             raise DeviceLostError("semaphore query: the device was closed")
-        self.device._check_lost()
+        self.device.check_lost()
         return self.value
 
     def _wait(self, value: int, timeout: float | None) -> None:
         device = self.device
         start = time.monotonic()
-        with device._waiting():
+        with device.waiting():
             while self._cell[0] < value:
-                if device._closed:
+                if device.closed:
                     raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
-                device._check_lost()
+                device.check_lost()
                 elapsed = time.monotonic() - start
                 if timeout is not None and elapsed >= timeout:
                     raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} after "
@@ -64,5 +64,5 @@ class CudaSemaphore(Semaphore):
                     time.sleep(SLEEP_S if timeout is None else min(SLEEP_S, max(0.0, timeout - elapsed)))
 
     def _signal(self, value: int) -> None:
-        check_host_signal(value, self._query(), self.device._pending_signal(self))
+        check_host_signal(value, self._query(), self.device.pending_signal(self))
         self._cell[0] = value

@@ -30,4 +30,10 @@ class HostBuffer(Buffer):
         self.data[offset:offset + data.nbytes] = np.frombuffer(data, np.uint8)
 
     def _free(self) -> None:
-        self.device._free_when_idle(self)
+        """Drop the memory once the work submitted so far, which may use it, is done."""
+        self.device.lifetime.retire(_drop, self)
+        self.device.lifetime.collect()
+
+
+def _drop(buffer: HostBuffer) -> None:
+    buffer.data = None

@@ -24,6 +24,7 @@ from hal.commands import Command
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
+from hal.lifetime import Lifetime
 
 IDLE_EXIT_S = 1.0
 WORKER_NAME = "hal-host-queue"
@@ -78,13 +79,15 @@ class _Submission:
 class HostDevice(Device):
     def __init__(self, capabilities: Capabilities) -> None:
         super().__init__("host", "numpy (CPU)", capabilities)
-        self._cv = threading.Condition()
+        self.condition = threading.Condition()  # the queue's state; semaphores wait on it too
         self._pending: collections.deque[_Submission] = collections.deque()
         self._running = False
         self._closing = False
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._unfreed: list[HostBuffer] = []
+        self._queued = 0  # submissions queued so far
+        self._finished = 0  # of them, those run (or failed)
+        self.lifetime = Lifetime(mark=lambda: self._queued, finished=lambda queued: queued <= self._finished)
 
     def _allocate(self, nbytes: int, usage: BufferUsage) -> HostBuffer:
         return HostBuffer(self, nbytes, usage)
@@ -101,22 +104,23 @@ class HostDevice(Device):
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[HostSemaphore, int], ...],
                        signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
-        with self._cv:
+        with self.condition:
             self._pending.append(_Submission(command_buffer.emitter.order, table, waits, signals))
+            self._queued += 1
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, name=WORKER_NAME, daemon=True)
                 self._worker.start()
-            self._cv.notify_all()
+            self.condition.notify_all()
 
     def _wait_idle(self) -> None:
         if threading.current_thread() is self._worker:
             raise ValidationError("a host kernel cannot wait for its own queue (a buffer read or write, or "
                                   "synchronize, inside a kernel); pass data through the dispatch's bindings")
-        with self._cv:
+        with self.condition:
             while self._pending or self._running:
                 if not self._running:
                     self._refuse_certain_deadlock()
-                self._cv.wait()
+                self.condition.wait()
 
     def _refuse_certain_deadlock(self) -> None:
         """Under the lock, the queue idle: if its head waits for a value that only the host can signal
@@ -130,37 +134,30 @@ class HostDevice(Device):
         sem, value = unmet[0]
         raise queue_deadlock(value, sem.value)
 
-    def _order_host_access(self) -> None:
+    def order_host_access(self) -> None:
         """Reads and writes wait for submitted work but leave its failures to synchronize()."""
         self._wait_idle()
 
     def _synchronize(self) -> None:
         self._wait_idle()
-        with self._cv:
+        with self.condition:
             error, self._error = self._error, None
         if error is not None:
             raise DeviceError(f"a submission failed: {error}") from error
 
-    def _free_when_idle(self, buffer: HostBuffer) -> None:
-        """Drop a released buffer's memory, at once if no submitted work may still use it."""
-        with self._cv:
-            if self._pending or self._running:
-                self._unfreed.append(buffer)
-            else:
-                buffer.data = None
-
     def _close(self) -> None:
-        with self._cv:
+        with self.condition:
             self._closing = True
-            self._cv.notify_all()  # wakes the worker, and semaphore waiters, who then see the device closed
+            self.condition.notify_all()  # wakes the worker, and semaphore waiters, who then see the device closed
             worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join()
+        self.lifetime.close()
 
     def _serve(self) -> None:
         """The queue worker: run submissions in order, each once its waits are reached. It exits after
         IDLE_EXIT_S without work, so a device dropped without close() does not keep a thread alive."""
-        cv = self._cv
+        cv = self.condition
         while True:
             with cv:
                 head, error = self._next()
@@ -176,6 +173,7 @@ class HostDevice(Device):
             finally:
                 with cv:
                     self._pending.popleft()
+                    self._finished += 1
                     self._running = False
                     for sem, value in head.signals:
                         if error is not None:
@@ -185,15 +183,13 @@ class HostDevice(Device):
                     if error is not None and self._error is None:
                         self._error = error
                     cv.notify_all()
+                self.lifetime.collect()  # what was released while this ran
 
     def _next(self) -> tuple[_Submission | None, BaseException | None]:
         """Under the lock: wait for the head submission to become runnable (or failed); (None, None) to exit."""
-        cv = self._cv
+        cv = self.condition
         while True:
             if not self._pending:
-                for b in self._unfreed:
-                    b.data = None
-                self._unfreed.clear()
                 if self._closing or not cv.wait(IDLE_EXIT_S) and not self._pending:
                     self._worker = None
                     return None, None

@@ -22,16 +22,16 @@ class HostSemaphore(Semaphore):
         self.failure: BaseException | None = None
 
     def _query(self) -> int:
-        with self.device._cv:
+        with self.device.condition:
             self._raise_failure()
             return self.value
 
     def _wait(self, value: int, timeout: float | None) -> None:
-        cv = self.device._cv
+        cv = self.device.condition
         deadline = None if timeout is None else time.monotonic() + timeout
         with cv:
             while self.value < value and self.failure is None:
-                if self.device._closed:
+                if self.device.closed:
                     raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -41,11 +41,11 @@ class HostSemaphore(Semaphore):
             self._raise_failure()
 
     def _signal(self, value: int) -> None:
-        with self.device._cv:
+        with self.device.condition:
             self._raise_failure()
             check_host_signal(value, self.value)
             self.value = value
-            self.device._cv.notify_all()
+            self.device.condition.notify_all()
 
     def _raise_failure(self) -> None:
         if self.failure is not None:

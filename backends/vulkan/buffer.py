@@ -27,22 +27,20 @@ def create_buffer(device: VulkanDevice, nbytes: int, usage_bits: int, required: 
     info = ffi.new("VkBufferCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": nbytes,
                                            "usage": usage_bits, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
     out = ffi.new("VkBuffer*")
-    with device._lock:
-        check(lib.vkCreateBuffer(device.handle, info, ffi.NULL, out), f"vkCreateBuffer of {nbytes} bytes")
-        try:
-            allocation = device._memory.bind_buffer(out[0], nbytes, required, preferred, own)
-        except BaseException:
-            lib.vkDestroyBuffer(device.handle, out[0], ffi.NULL)
-            raise
-        device._count("VkBuffer", 1)
+    check(lib.vkCreateBuffer(device.handle, info, ffi.NULL, out), f"vkCreateBuffer of {nbytes} bytes")
+    try:
+        allocation = device.memory.bind_buffer(out[0], nbytes, required, preferred, own)
+    except BaseException:
+        lib.vkDestroyBuffer(device.handle, out[0], ffi.NULL)
+        raise
+    device.count_objects("VkBuffer", 1)
     return out[0], allocation
 
 
 def destroy_buffer(device: VulkanDevice, handle: Any, allocation: Any) -> None:
-    with device._lock:
-        lib.vkDestroyBuffer(device.handle, handle, ffi.NULL)
-        device._memory.free(allocation)
-        device._count("VkBuffer", -1)
+    lib.vkDestroyBuffer(device.handle, handle, ffi.NULL)
+    device.memory.free(allocation)
+    device.count_objects("VkBuffer", -1)
 
 
 class VulkanBuffer(Buffer):
@@ -58,16 +56,16 @@ class VulkanBuffer(Buffer):
             bits = _TRANSFER | (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT if usage & BufferUsage.DISPATCH_STORAGE else 0)
             self.vk_buffer, allocation = create_buffer(device, size, bits, DEVICE_LOCAL)
             self.handle = device.address(self.vk_buffer)
-            self._finalizer = device._track(self, destroy_buffer, device, self.vk_buffer, allocation)
+            self._finalizer = device.lifetime.track(self, destroy_buffer, device, self.vk_buffer, allocation)
 
     def _read(self, offset: int, nbytes: int) -> np.ndarray:
         out = np.empty(nbytes, np.uint8)
         if nbytes:
-            self.device._staging_copy(self, offset, out, to_device=False)
+            self.device.staging_copy(self, offset, out, to_device=False)
         return out
 
     def _write(self, offset: int, data: memoryview) -> None:
-        self.device._staging_copy(self, offset, np.frombuffer(data, np.uint8), to_device=True)
+        self.device.staging_copy(self, offset, np.frombuffer(data, np.uint8), to_device=True)
 
     def _free(self) -> None:
         if self._finalizer is not None:

@@ -412,7 +412,7 @@ cdef class VulkanEmitter:
         self.recorded = self.open = self.encoder = None
         self.by_table = {}
         self.program = None
-        self.device._collect()
+        self.device.lifetime.collect()
 
     cdef void begin_recording(self, uintptr_t handle) except *:
         cdef VkCommandBufferBeginInfo info

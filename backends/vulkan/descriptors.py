@@ -65,11 +65,11 @@ class DescriptorArena:
         out = ffi.new("VkDescriptorPool*")
         check(lib.vkCreateDescriptorPool(self.device.handle, info, ffi.NULL, out), "vkCreateDescriptorPool")
         self.pools.append(out[0])
-        self.device._count("VkDescriptorPool", 1)
+        self.device.count_objects("VkDescriptorPool", 1)
         return out[0]
 
     def destroy(self) -> None:
         for pool in self.pools:
             lib.vkDestroyDescriptorPool(self.device.handle, pool, ffi.NULL)
-        self.device._count("VkDescriptorPool", -len(self.pools))
+        self.device.count_objects("VkDescriptorPool", -len(self.pools))
         self.pools.clear()

@@ -2,8 +2,8 @@
 
 Every submission signals the device's own timeline semaphore with the next value and waits for the
 previous one, so submissions run in submission order (hal's rule) and the host always knows what the
-GPU has finished. Objects released or collected while the GPU may still use them go to a graveyard
-stamped with the last submitted value and are destroyed once the timeline passes it. queue_execute
+GPU has finished. Objects released or collected while the GPU may still use them are retired with the
+last submitted value (hal.lifetime) and destroyed once the timeline passes it. queue_execute
 never waits for the GPU: a submission that waits for a value nobody has signalled yet sits in the
 queue (Vulkan timeline semaphores allow waiting before the signal is submitted).
 """
@@ -13,11 +13,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import itertools
 import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -36,6 +34,7 @@ from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
+from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore
 
 STAGING_BYTES = 32 << 20  # the most one staging copy moves; larger reads and writes go in pieces
@@ -89,13 +88,11 @@ class VulkanDevice(Device):
         self.push_descriptors = caps.supports_push_descriptor
         # What glslc and spirv-val check against (SPIR-V 1.6 from Vulkan 1.3 on, else 1.5).
         self.target_env = "vulkan1.3" if physical.api_version >= api_version(1, 3) else "vulkan1.2"
-        self._lock = threading.RLock()  # memory pool, object counts, graveyard
+        self._lock = threading.Lock()  # object counts, the pending list
         self._queue_lock = threading.Lock()  # vkQueueSubmit
         self._host_access = threading.Lock()  # the staging buffer and its transfer command buffer
         self._objects: collections.Counter[str] = collections.Counter()
-        self._live: dict[int, tuple[Callable[..., None], tuple]] = {}
-        self._keys = itertools.count()
-        self._graveyard: list[tuple[int, Callable[..., None], tuple]] = []
+        self.lifetime = Lifetime(mark=lambda: self._submitted, finished=lambda value: value <= self._completed())
         self._pending: collections.deque[tuple[int, tuple, tuple]] = collections.deque()  # (value, waits, signals)
         self._submitted = 0
         self._lost: BaseException | None = None
@@ -133,8 +130,8 @@ class VulkanDevice(Device):
         self.queue = queue[0]
         self.fn = Functions(handle)
         self.commands = DeviceCommands(self.address(handle), self.push_descriptors)
-        self._memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
-                                  self.features.max_memory_allocation_size)
+        self.memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
+                                 self.features.max_memory_allocation_size)
         self._timeline = create_timeline(self, 0)
         self._submitter = Submitter(self.commands, self.address(self.queue), self.address(self._timeline))
         self._timeline_array = ffi.new("VkSemaphore[1]", [self._timeline])
@@ -156,8 +153,9 @@ class VulkanDevice(Device):
         """A handle or pointer as an integer (what the compiled command_buffer module takes)."""
         return int(ffi.cast("uintptr_t", cdata))
 
-    # Accounting and lifetimes.
-    def _count(self, kind: str, delta: int) -> None:
+    # Accounting.
+    def count_objects(self, kind: str, delta: int) -> None:
+        """Note `delta` more Vulkan objects of `kind` held (live_objects reports them)."""
         with self._lock:
             self._objects[kind] += delta
 
@@ -168,47 +166,16 @@ class VulkanDevice(Device):
 
     def memory_stats(self) -> dict[str, int]:
         """Device memory: allocations, bytes allocated from the driver, bytes in use by buffers."""
-        with self._lock:
-            return self._memory.stats()
-
-    def _track(self, owner: object, destroy: Callable[..., None], *args: Any) -> weakref.finalize:
-        """Destroy with `destroy(*args)` once `owner` is released (call the result) or collected, and the
-        GPU has finished the work submitted until then; or when the device closes."""
-        key = next(self._keys)
-        self._live[key] = (destroy, args)
-        finalizer = weakref.finalize(owner, self._retire, key)
-        finalizer.atexit = False
-        return finalizer
-
-    def _retire(self, key: int) -> None:
-        # May run inside the garbage collector, anywhere (the lock is reentrant): only note the object;
-        # _collect() destroys it.
-        with self._lock:
-            entry = self._live.pop(key, None)
-            if entry is not None:
-                self._graveyard.append((self._submitted, *entry))
-
-    def _collect(self) -> None:
-        """Destroy what the graveyard holds that the GPU has finished with."""
-        if not self._graveyard or self._closed:
-            return
-        done = self._completed()
-        with self._lock:
-            graves, self._graveyard = self._graveyard, []  # what is retired meanwhile goes to the new list
-            for grave in graves:
-                if grave[0] <= done:
-                    grave[1](*grave[2])
-                else:
-                    self._graveyard.append(grave)
+        return self.memory.stats()
 
     # Memory, executables, command buffers, semaphores.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> VulkanBuffer:
-        self._check_lost()
-        self._collect()
+        self.check_lost()
+        self.lifetime.collect()
         return VulkanBuffer(self, nbytes, usage)
 
     def _load_executable(self, source: ExecutableSource) -> VulkanExecutable:
-        self._check_lost()
+        self.check_lost()
         return VulkanExecutable(self, source)
 
     def _create_emitter(self, command_buffer: CommandBuffer) -> VulkanEmitter:
@@ -216,24 +183,23 @@ class VulkanDevice(Device):
                              command_buffer.binding_capacity)
 
     def _create_semaphore(self, initial: int) -> VulkanSemaphore:
-        self._check_lost()
+        self.check_lost()
         return VulkanSemaphore(self, initial)
 
     # The queue.
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[VulkanSemaphore, int], ...],
                        signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
-        self._check_lost()
+        self.check_lost()
         if (waits or signals) and self.features.max_timeline_difference < MAX_TIMELINE_VALUE:
             for sem, value in waits + signals:
-                self._check_timeline_step(sem, value)
+                self.check_timeline_step(sem, value)
         self._submit(command_buffer.emitter.command_buffer(table), waits, signals)
-        if self._graveyard:
-            self._collect()
+        self.lifetime.collect()
 
-    def _check_timeline_step(self, sem: VulkanSemaphore, value: int) -> None:
+    def check_timeline_step(self, sem: VulkanSemaphore, value: int) -> None:
         """Vulkan bounds how far a wait or signal may be from a timeline's current value."""
-        current, limit = sem._query(), self.features.max_timeline_difference
+        current, limit = sem.query(), self.features.max_timeline_difference
         if abs(value - current) > limit:
             raise ValidationError(f"semaphore value {value} is more than the device's "
                                   f"maxTimelineSemaphoreValueDifference {limit} away from the current value {current}")
@@ -267,7 +233,7 @@ class VulkanDevice(Device):
                 pending.popleft()
         return done
 
-    def _pending_signal(self, sem: Semaphore) -> int | None:
+    def pending_signal(self, sem: Semaphore) -> int | None:
         """The smallest value a submitted, unfinished queue_execute will still signal on `sem`."""
         done = self._completed()
         values = [v for value, _, signals in list(self._pending) if value > done for s, v in signals if s is sem]
@@ -279,9 +245,9 @@ class VulkanDevice(Device):
         values = ffi.new("uint64_t[1]", [value])
         info = ffi.new("VkSemaphoreWaitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, "semaphoreCount": 1,
                                                 "pSemaphores": self._timeline_array, "pValues": values})
-        with self._waiting():
+        with self.waiting():
             while True:
-                self._check_lost()
+                self.check_lost()
                 try:
                     result = check(self.fn.vkWaitSemaphores(self.handle, info, WAIT_SLICE_NS), "vkWaitSemaphores")
                 except DeviceLostError as e:
@@ -290,7 +256,7 @@ class VulkanDevice(Device):
                 if result != TIMEOUT:
                     break
                 self._refuse_certain_deadlock()
-        self._collect()
+        self.lifetime.collect()
 
     def _refuse_certain_deadlock(self) -> None:
         done = self._completed()
@@ -307,12 +273,12 @@ class VulkanDevice(Device):
     def _synchronize(self) -> None:
         self._wait_for(self._submitted)
 
-    def _check_lost(self) -> None:
+    def check_lost(self) -> None:
         if self._lost is not None:
             raise DeviceLostError(f"the Vulkan device {self.name!r} is lost ({self._lost}); create a new one")
 
     # Host access through staging.
-    def _staging_copy(self, buffer: VulkanBuffer, offset: int, host: np.ndarray, to_device: bool) -> None:
+    def staging_copy(self, buffer: VulkanBuffer, offset: int, host: np.ndarray, to_device: bool) -> None:
         """Copy between `host` (bytes) and `buffer` at `offset`, through the staging buffer, piece by piece;
         each piece is submitted in order after all earlier work and waited for."""
         with self._host_access:
@@ -367,13 +333,8 @@ class VulkanDevice(Device):
         lib.vkDeviceWaitIdle(self.handle)
         if self._staging is not None:
             self._unmap_staging()
-        for _, destroy, args in self._graveyard:
-            destroy(*args)
-        self._graveyard.clear()
-        for destroy, args in list(self._live.values()):
-            destroy(*args)
-        self._live.clear()
-        self._memory.close()
+        self.lifetime.close()
+        self.memory.close()
         lib.vkDestroyPipelineCache(self.handle, self.pipeline_cache, ffi.NULL)
         destroy_timeline(self, self._timeline)
         lib.vkDestroyDevice(self.handle, ffi.NULL)

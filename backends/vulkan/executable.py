@@ -34,7 +34,7 @@ class VulkanExecutable(Executable):
             code, entry = modules[export.name]
             _check(device, spirv.parse(code), export, entry)
         self.pipelines, self.layouts, self.set_layouts = [], [], []
-        self._finalizer = device._track(self, destroy_pipelines, device, self.pipelines, self.layouts,
+        self._finalizer = device.lifetime.track(self, destroy_pipelines, device, self.pipelines, self.layouts,
                                         self.set_layouts)
         try:
             for export in source.exports:
@@ -42,7 +42,7 @@ class VulkanExecutable(Executable):
                 self._create_pipeline(device, export, code, entry)
         except BaseException:
             self._finalizer()
-            device._collect()
+            device.lifetime.collect()
             raise
         self.pipeline_handles = tuple(map(device.address, self.pipelines))  # for the encoder's stream
         self.layout_handles = tuple(map(device.address, self.layouts))
@@ -64,7 +64,7 @@ class VulkanExecutable(Executable):
         set_layout = ffi.new("VkDescriptorSetLayout*")
         check(lib.vkCreateDescriptorSetLayout(handle, info, ffi.NULL, set_layout), "vkCreateDescriptorSetLayout")
         self.set_layouts.append(set_layout[0])
-        device._count("VkDescriptorSetLayout", 1)
+        device.count_objects("VkDescriptorSetLayout", 1)
         push = ffi.new("VkPushConstantRange*", {"stageFlags": COMPUTE, "offset": 0, "size": 4 * export.constants})
         layout_info = ffi.new("VkPipelineLayoutCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, "setLayoutCount": 1, "pSetLayouts": set_layout,
@@ -72,7 +72,7 @@ class VulkanExecutable(Executable):
         layout = ffi.new("VkPipelineLayout*")
         check(lib.vkCreatePipelineLayout(handle, layout_info, ffi.NULL, layout), "vkCreatePipelineLayout")
         self.layouts.append(layout[0])
-        device._count("VkPipelineLayout", 1)
+        device.count_objects("VkPipelineLayout", 1)
         words = ffi.from_buffer("uint32_t[]", code)
         module_info = ffi.new("VkShaderModuleCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, "codeSize": len(code), "pCode": words})
@@ -90,11 +90,11 @@ class VulkanExecutable(Executable):
         finally:
             lib.vkDestroyShaderModule(handle, module[0], ffi.NULL)
         self.pipelines.append(pipeline[0])
-        device._count("VkPipeline", 1)
+        device.count_objects("VkPipeline", 1)
 
     def _free(self) -> None:
         self._finalizer()
-        self.device._collect()
+        self.device.lifetime.collect()
 
 
 def destroy_pipelines(device: VulkanDevice, pipelines: list, layouts: list, set_layouts: list) -> None:
@@ -104,7 +104,7 @@ def destroy_pipelines(device: VulkanDevice, pipelines: list, layouts: list, set_
                                  ("VkDescriptorSetLayout", set_layouts, lib.vkDestroyDescriptorSetLayout)):
         for item in items:
             destroy(handle, item, ffi.NULL)
-        device._count(kind, -len(items))
+        device.count_objects(kind, -len(items))
 
 
 def _modules(device: VulkanDevice, source: ExecutableSource) -> dict[str, tuple[bytes, str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from typing import Any
 
 from backends.vulkan.api import check, ffi, lib, vk
@@ -67,7 +68,7 @@ class Block:
 
 
 class MemoryPool:
-    """Allocates memory for buffers of one VkDevice; counts what it holds."""
+    """Allocates memory for buffers of one VkDevice; counts what it holds. Safe to call from any thread."""
 
     def __init__(self, device: Any, physical: Any, max_allocations: int, max_allocation_size: int) -> None:
         self.device = device
@@ -80,6 +81,7 @@ class MemoryPool:
         self.allocations = 0  # VkDeviceMemory objects alive
         self.allocated_bytes = 0  # their total size
         self.used_bytes = 0  # bytes handed out to buffers
+        self.lock = threading.RLock()
 
     def memory_type(self, type_bits: int, required: int, preferred: int = 0) -> int:
         """The first memory type allowed by `type_bits` with `required` (and `preferred`, if any has it)."""
@@ -96,6 +98,10 @@ class MemoryPool:
 
     def bind_buffer(self, buffer: Any, nbytes: int, required: int, preferred: int = 0, own: bool = False) -> Allocation:
         """Memory for `buffer` (a VkBuffer of `nbytes`), bound to it; a whole allocation if `own`."""
+        with self.lock:
+            return self._bind_buffer(buffer, required, preferred, own)
+
+    def _bind_buffer(self, buffer: Any, required: int, preferred: int, own: bool) -> Allocation:
         info = ffi.new("VkBufferMemoryRequirementsInfo2*", {
             "sType": vk.VK_STRUCTURE_TYPE_BUFFER_MEMORY_REQUIREMENTS_INFO_2, "buffer": buffer})
         dedicated = ffi.new("VkMemoryDedicatedRequirements*",
@@ -117,7 +123,7 @@ class MemoryPool:
         try:
             check(lib.vkBindBufferMemory(self.device, buffer, alloc.memory, alloc.offset), "vkBindBufferMemory")
         except BaseException:
-            self.free(alloc)
+            self._free(alloc)
             raise
         return alloc
 
@@ -152,6 +158,10 @@ class MemoryPool:
 
     def free(self, alloc: Allocation) -> None:
         """Give `alloc` back (its buffer must be destroyed, or about to be, and idle on the device)."""
+        with self.lock:
+            self._free(alloc)
+
+    def _free(self, alloc: Allocation) -> None:
         self.used_bytes -= alloc.size
         block = alloc.block
         if block is None:
@@ -170,11 +180,13 @@ class MemoryPool:
         self.allocated_bytes -= size
 
     def close(self) -> None:
-        for blocks in self.blocks.values():
-            for block in blocks:
-                self._release(block.memory, block.size)
-        self.blocks.clear()
+        with self.lock:
+            for blocks in self.blocks.values():
+                for block in blocks:
+                    self._release(block.memory, block.size)
+            self.blocks.clear()
 
     def stats(self) -> dict[str, int]:
-        return {"allocations": self.allocations, "allocated_bytes": self.allocated_bytes, "used_bytes": self.used_bytes,
-                "blocks": sum(len(b) for b in self.blocks.values())}
+        with self.lock:
+            return {"allocations": self.allocations, "allocated_bytes": self.allocated_bytes,
+                    "used_bytes": self.used_bytes, "blocks": sum(len(b) for b in self.blocks.values())}

@@ -1,7 +1,7 @@
 """One encoded VkCommandBuffer with its own VkCommandPool (and, without push descriptors, its descriptor sets).
 
 Each encoding owns its pool, so retiring one never touches a pool another thread may be recording
-into; retired recordings are destroyed once the GPU is done with them (the device's graveyard).
+into; retired recordings are destroyed once the GPU is done with them (the device's lifetime).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ class Recording:
                                                     "flags": flags, "queueFamilyIndex": device.physical.queue_family})
         pool = ffi.new("VkCommandPool*")
         check(lib.vkCreateCommandPool(device.handle, info, ffi.NULL, pool), "vkCreateCommandPool")
-        device._count("VkCommandPool", 1)
+        device.count_objects("VkCommandPool", 1)
         self.arena = None if device.push_descriptors else DescriptorArena(device)
-        self.finalizer = device._track(self, destroy_recording, device, pool[0], self.arena)
+        self.finalizer = device.lifetime.track(self, destroy_recording, device, pool[0], self.arena)
         alloc = ffi.new("VkCommandBufferAllocateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, "commandPool": pool[0],
             "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1})
@@ -44,6 +44,6 @@ class Recording:
 
 def destroy_recording(device: VulkanDevice, pool: Any, arena: DescriptorArena | None) -> None:
     lib.vkDestroyCommandPool(device.handle, pool, ffi.NULL)  # frees its command buffer too
-    device._count("VkCommandPool", -1)
+    device.count_objects("VkCommandPool", -1)
     if arena is not None:
         arena.destroy()

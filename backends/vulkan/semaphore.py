@@ -23,13 +23,13 @@ def create_timeline(device: VulkanDevice, initial: int) -> Any:
     info = ffi.new("VkSemaphoreCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, "pNext": kind})
     out = ffi.new("VkSemaphore*")
     check(lib.vkCreateSemaphore(device.handle, info, ffi.NULL, out), "vkCreateSemaphore")
-    device._count("VkSemaphore", 1)
+    device.count_objects("VkSemaphore", 1)
     return out[0]
 
 
 def destroy_timeline(device: VulkanDevice, handle: Any) -> None:
     lib.vkDestroySemaphore(device.handle, handle, ffi.NULL)
-    device._count("VkSemaphore", -1)
+    device.count_objects("VkSemaphore", -1)
 
 
 class VulkanSemaphore(Semaphore):
@@ -40,11 +40,11 @@ class VulkanSemaphore(Semaphore):
         self.handle = create_timeline(device, initial)
         self.address = device.address(self.handle)  # what submissions take
         self._value_out = ffi.new("uint64_t*")
-        self._finalizer = device._track(self, destroy_timeline, device, self.handle)
+        self._finalizer = device.lifetime.track(self, destroy_timeline, device, self.handle)
 
     def _query(self) -> int:
         device = self.device
-        if device._closed:
+        if device.closed:
             raise DeviceLostError("semaphore query: the device was closed")
         check(device.fn.vkGetSemaphoreCounterValue(device.handle, self.handle, self._value_out),
               "vkGetSemaphoreCounterValue")
@@ -56,9 +56,9 @@ class VulkanSemaphore(Semaphore):
         handles, values = ffi.new("VkSemaphore[1]", [self.handle]), ffi.new("uint64_t[1]", [value])
         info = ffi.new("VkSemaphoreWaitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, "semaphoreCount": 1,
                                                 "pSemaphores": handles, "pValues": values})
-        with device._waiting():
+        with device.waiting():
             while True:
-                if device._closed:
+                if device.closed:
                     raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
                 remaining = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
                 result = check(device.fn.vkWaitSemaphores(device.handle, info, max(0, int(remaining * 1e9))),
@@ -72,8 +72,8 @@ class VulkanSemaphore(Semaphore):
     def _signal(self, value: int) -> None:
         current = self._query()
         if self.device.features.max_timeline_difference < value - current:  # only a value above current
-            self.device._check_timeline_step(self, value)
-        check_host_signal(value, current, self.device._pending_signal(self),
+            self.device.check_timeline_step(self, value)
+        check_host_signal(value, current, self.device.pending_signal(self),
                           "Vulkan needs every signal above the value before it, so ")
         info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
                                                   "semaphore": self.handle, "value": value})

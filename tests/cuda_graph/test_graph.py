@@ -204,9 +204,9 @@ def test_a_resubmission_frees_what_was_let_go_since(gpu, exe):
     gpu.queue_execute(other)
     del other
     gc.collect()
-    assert gpu._unreferenced and cb.emitter.token is not gpu._launchable
+    assert gpu.lifetime.pending and cb.emitter.token is not gpu._launchable
     gpu.queue_execute(cb)
-    assert not gpu._unreferenced and cb.emitter.token is gpu._launchable
+    assert not gpu.lifetime.pending and cb.emitter.token is gpu._launchable
     gpu.queue_execute(cb)
     np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
     cb.reset()

@@ -79,7 +79,7 @@ def test_empty_buffers(vk):
 
 
 def test_out_of_memory_is_a_hal_error_and_the_device_goes_on(vk):
-    heap = max(int(vk._memory.props.memoryHeaps[i].size) for i in range(vk._memory.props.memoryHeapCount))
+    heap = max(int(vk.memory.props.memoryHeaps[i].size) for i in range(vk.memory.props.memoryHeapCount))
     for size in (heap + 4096, 1 << 46):
         with pytest.raises(hal.OutOfMemoryError, match=rf"{size} bytes"):
             vk.allocate(size)
@@ -88,10 +88,10 @@ def test_out_of_memory_is_a_hal_error_and_the_device_goes_on(vk):
 
 
 def test_dedicated_allocations_can_be_turned_off(fresh, monkeypatch):
-    assert fresh()._memory.dedicated_allowed
+    assert fresh().memory.dedicated_allowed
     monkeypatch.setenv("HAL_VULKAN_DISABLE_DEDICATED_ALLOCATION", "1")
     dev = fresh()
-    assert not dev._memory.dedicated_allowed
+    assert not dev.memory.dedicated_allowed
     buf = dev.upload(np.arange(16, dtype=np.uint32))
     np.testing.assert_array_equal(buf.read(np.uint32), np.arange(16, dtype=np.uint32))
 
@@ -99,7 +99,7 @@ def test_dedicated_allocations_can_be_turned_off(fresh, monkeypatch):
 def counts(dev):
     dev.synchronize()
     gc.collect()
-    dev._collect()
+    dev.lifetime.collect()
     return dev.live_objects(), dev.memory_stats()
 
 

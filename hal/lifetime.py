@@ -1,0 +1,142 @@
+"""Deferred release of device objects, shared by every backend.
+
+What a device may still use when its owner lets it go (a buffer's memory, a module, a graph, a command
+pool) is destroyed only once the work submitted before that moment has finished: IREE's HAL retires
+resources the same way, with the semaphore value of their last use. Owners are often let go by the
+garbage collector, in any thread, so a release is only noted; the backend calls `collect()` at its safe
+points (a submission, an allocation, a wait), which stamps what was noted with a *mark* of the work
+queued so far and destroys what the queue has got past.
+
+A backend gives `mark()`, which stands for the work queued so far (Vulkan: the last submitted timeline
+value; CUDA: an event recorded on the stream; host: the number of submissions queued), `finished(mark)`,
+which says whether the queue has got past it, and optionally `forget(mark)` to free a mark. Marks are
+taken in queue order, so the first unfinished one means every later one is unfinished too.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from hal.errors import HalError
+
+Destroy = tuple[Callable[..., None], tuple]  # destroy(*args)
+
+
+class Lifetime:
+    """The objects one device holds for their owners, and those waiting for the queue to be done with them.
+
+    `on_release()`, if given, is called whenever something is left to destroy (the CUDA backend uses it to
+    stop resubmissions that skip `collect()`).
+    """
+
+    def __init__(self, mark: Callable[[], Any], finished: Callable[[Any], bool],
+                 forget: Callable[[Any], None] | None = None, on_release: Callable[[], None] | None = None) -> None:
+        self._mark, self._finished, self._forget = mark, finished, forget
+        self._on_release = on_release
+        self._lock = threading.RLock()  # reentrant: a finalizer may run inside the collector, anywhere
+        self._keys = itertools.count()
+        self._live: dict[int, tuple[Destroy, bool]] = {}  # what owners hold: (destroy, ordered)
+        self._released: list[tuple[Destroy, bool]] = []  # let go, not yet stamped with a mark
+        self._graves: collections.deque[tuple[Any, list[Destroy]]] = collections.deque()  # (mark, what waits on it)
+        self.closed = False
+
+    def track(self, owner: object, destroy: Callable[..., None], *args: Any,
+              ordered: bool = False) -> weakref.finalize:
+        """Run destroy(*args) once `owner` is released (call the returned finalizer) or collected and the work
+        submitted until then has finished, or at close(). `ordered`: destroy() is itself ordered after the
+        work queued so far (a stream-ordered free), so it runs at the next collect() without a mark."""
+        key = next(self._keys)
+        with self._lock:
+            self._live[key] = ((destroy, args), ordered)
+        finalizer = weakref.finalize(owner, self._let_go, key)
+        finalizer.atexit = False
+        return finalizer
+
+    def retire(self, destroy: Callable[..., None], *args: Any) -> None:
+        """Run destroy(*args) once the work submitted so far has finished (at the next collect() that sees it)."""
+        with self._lock:
+            self._released.append(((destroy, args), False))
+        self._notify()
+
+    @property
+    def pending(self) -> bool:
+        """Is anything let go but not yet destroyed?"""
+        return bool(self._released or self._graves)
+
+    def collect(self) -> None:
+        """Stamp what was let go with a mark of the work queued now, then destroy what the queue has finished
+        with, oldest first. A no-op once closed."""
+        if self.closed or not (self._released or self._graves):
+            return
+        with self._lock:
+            released, self._released = self._released, []
+        waiting = [item for item, ordered in released if not ordered]
+        _destroy([item for item, ordered in released if ordered])
+        if waiting:
+            mark = self._mark()
+            with self._lock:
+                self._graves.append((mark, waiting))
+        while True:
+            with self._lock:
+                if not self._graves or not self._finished(self._graves[0][0]):
+                    break
+                mark, items = self._graves.popleft()
+            try:
+                _destroy(items)
+            finally:
+                if self._forget is not None:
+                    self._forget(mark)
+        if self._graves:
+            self._notify()  # a submission may have seen nothing pending meanwhile
+
+    def close(self) -> None:
+        """Destroy everything now, held or waiting (the device has waited for its queue). Idempotent; a device
+        error on the way (a lost device refusing a free) is ignored: closing never raises."""
+        if self.closed:
+            return
+        self.closed = True
+        with self._lock:
+            graves, self._graves = list(self._graves), collections.deque()
+            items = [item for item, _ in self._released] + [item for _, batch in graves for item in batch]
+            items += [item for item, _ in self._live.values()]
+            self._released, self._live = [], {}
+        for item in items:
+            try:
+                _destroy([item])
+            except HalError:
+                pass
+        if self._forget is not None:
+            for mark, _ in graves:
+                try:
+                    self._forget(mark)
+                except HalError:
+                    pass
+
+    def _let_go(self, key: int) -> None:
+        with self._lock:
+            entry = self._live.pop(key, None)
+            if entry is not None:
+                self._released.append(entry)
+        if entry is not None:
+            self._notify()
+
+    def _notify(self) -> None:
+        if self._on_release is not None:
+            self._on_release()
+
+
+def _destroy(items: list[Destroy]) -> None:
+    """Run every destroy(*args), also after one raised; then raise the first error."""
+    error = None
+    for destroy, args in items:
+        try:
+            destroy(*args)
+        except Exception as e:
+            error = error or e
+    if error is not None:
+        raise error
