@@ -8,6 +8,9 @@ headers are found at build time, also each GPU backend's command-buffer module:
   both on Linux: cuda-bindings and nvidia-cuda-runtime; or $CUDA_HOME/include).
 A backend module that cannot be built is left out with a warning, and that backend says so at run time
 (`python -m hal info`). Nothing is compiled at import or first use.
+
+A build in the source tree (`pip install -e .`, `python setup.py build_ext --inplace`) also builds the
+benchmarks' compiled references (bench/native), which the wheel does not ship.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 CORE = ["hal.buffer", "hal.commands", "hal.program", "hal.dependencies", "hal.command_buffer"]
 SDK = os.environ.get("VULKAN_SDK")  # a Vulkan SDK's root: include/ and lib/ (libvulkan.so)
@@ -68,20 +72,36 @@ def _cuda_version(header: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
+def compiled(extensions: list[Extension]) -> list[Extension]:
+    return cythonize(extensions, compiler_directives=DIRECTIVES, include_path=["."], nthreads=os.cpu_count() or 1)
+
+
 extensions = [extension(name) for name in CORE]
+references = []  # the benchmarks' compiled references
 vulkan = vulkan_headers()
+vulkan_lib = [os.path.join(SDK, "lib")] if SDK else []
 if vulkan is None:
     warn("no Vulkan headers (vulkan/vulkan_core.h): the Vulkan backend is left out; install libvulkan-dev "
          "(or set VULKAN_SDK) and reinstall to build it")
 else:
-    extensions.append(extension("backends.vulkan.command_buffer", vulkan, ["vulkan"],
-                                [os.path.join(SDK, "lib")] if SDK else []))
+    extensions.append(extension("backends.vulkan.command_buffer", vulkan, ["vulkan"], vulkan_lib))
+    references.append(extension("bench.native.vulkan_reference", vulkan, ["vulkan"], vulkan_lib))
 cuda = cuda_headers()
 if cuda is None:
     warn("no cuda-bindings with cydriver.pxd, or no cuda.h: the CUDA backend is left out; install cuda-bindings "
          "and the CUDA headers (nvidia-cuda-runtime, or set CUDA_HOME) and reinstall to build it")
 else:
     extensions.append(extension("backends.cuda_graph.command_buffer", cuda))
+    references.append(extension("bench.native.cuda_reference", cuda))
 
-setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, include_path=["."],
-                            nthreads=os.cpu_count() or 1))
+
+class BuildInTree(build_ext):
+    """build_ext that, building in the source tree, also builds the benchmarks' compiled references."""
+
+    def finalize_options(self) -> None:
+        if (self.inplace or getattr(self, "editable_mode", False)) and Path("bench/native").is_dir():
+            self.distribution.ext_modules = self.distribution.ext_modules + compiled(references)
+        super().finalize_options()
+
+
+setup(ext_modules=compiled(extensions), cmdclass={"build_ext": BuildInTree})

@@ -1,27 +1,29 @@
-"""CUDA graphs side by side in one process: hal against raw launches, a raw graph, PyTorch and IREE's policy.
+"""CUDA graphs side by side in one process: hal against a compiled reference, raw launches and PyTorch.
 
 Programs: a chain (each kernel reads what the one before wrote) and a fan-out/fan-in (one producer,
 n - 2 independent consumers, one reducer) of n = 10, 100, 1000 tiny kernels (`add` over 64 elements, one
 block). Competitors, all on one GPU in one process:
 
+- reference: bench/native/cuda_reference.pyx, compiled code calling the driver through cydriver with nothing
+  of hal's in between, building the very graph hal builds (its Program's layout: the same nodes, lanes and
+  join nodes), instantiating it, launching it (one cuGraphLaunch) and patching nodes
+  (cuGraphExecKernelNodeSetParams): the floor of hal's costs, and the driver's part of them;
 - raw stream: cuda-python cuLaunchKernel per kernel, parameters packed beforehand (no graph);
-- raw graph: cuda-python cuGraphAddKernelNode per node (edges by hand), cuGraphInstantiate, cuGraphLaunch;
 - torch: PyTorch CUDA graph capture of torch.add(out=) per kernel (capture ends with instantiation), replay;
 - torch lanes (the fan): the same, with the consumers captured on side streams in hal's lanes, so that
   PyTorch builds the graph hal builds (on one stream it builds a chain, 5x slower on the GPU);
-- IREE policy: nodes added while recording (hal single_pass), instantiated at every end(), and with a
-  binding table the commands replayed as stream launches at every submit;
 - hal deferred and hal single_pass: reusable command buffers.
 
-Reported per kernel (µs): record (host), end (host: graph build and instantiation; every competitor
-leaves the upload to its first launch), first (from the start of the recording to the end of the first
-run, the upload included), each the best of several builds, the competitors building in turns; submit
-(host time of one resubmission of the unchanged work, started on an idle GPU so no queue back-pressure
-counts), GPU time per node (events around one launch, divided by n), the competitors launching in turns
-so a drift over the run lands on all of them; and the cost per patched node of a rebind that changes k
-of 1000 nodes. Targets: resubmission within 20% of one raw cuGraphLaunch; GPU time per node within 10%
-of the raw graph; record + end per kernel at most PyTorch's capture + instantiate; a rebind O(k) and at
-most 3 µs a node. Last, one-shot work: stream launches against a graph used once.
+Reported per kernel (µs): record (host), end (host: graph build and instantiation; every competitor leaves
+the upload to its first launch), first (from the start of the recording to the end of the first run, the
+upload included), each the best of several builds, the competitors building in turns; submit (host time of
+one resubmission of the unchanged work, started on an idle GPU so no queue back-pressure counts), GPU time
+per node (events around one launch, divided by n), the competitors launching in turns so a drift over the
+run lands on all of them; and the host time of a submit whose new binding table changes k of 1000 nodes.
+Targets (issue 17): record+end of the chain and the fan of 1000 <= 1.3x the reference's build+instantiate;
+an unchanged resubmit <= 1.05x the reference's cuGraphLaunch at every size; a rebind of k nodes <= 1.2x the
+reference's k SetParams per node, with a fixed cost under 3 µs. Last, one-shot work: stream launches
+against a graph used once, and recording the same work again.
 
     python -m bench.cuda [--sizes 10,100,1000] [--json PATH]
 """
@@ -40,6 +42,8 @@ import numpy as np
 
 import hal
 from bench import sizes_main
+from bench.native import reference
+from hal.dependencies import lane_width
 from tests.kernels import CUDA_CODE, WORKGROUP
 
 # Without cuda-python this module still imports (bench's report reads it); run() then stops at
@@ -47,10 +51,8 @@ from tests.kernels import CUDA_CODE, WORKGROUP
 with contextlib.suppress(ImportError):
     from cuda.bindings import driver
 
-    from backends.cuda_graph import stream as words
     from backends.cuda_graph.api import call
     from backends.cuda_graph.buffer import host_alloc
-    from backends.cuda_graph.command_buffer import lane_width
 
 ELEMENTS = WORKGROUP
 EXPORT = hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1))
@@ -58,10 +60,12 @@ SOURCE = hal.ExecutableSource.cuda(CUDA_CODE, [EXPORT, hal.Export("scale", bindi
                                                                   workgroup_size=WORKGROUP),
                                                hal.Export("xor_copy", bindings=2, constants=2,
                                                           workgroup_size=WORKGROUP, readonly=(0,))])
+WORDS = 4  # kernel parameter words of `add`: three pointers and the element count
 REBIND_NODES = 1000
 SUBMIT_REPEATS = 200  # host launch times are noisy at the microsecond: the best of many
 ROUNDS, PER_ROUND = 40, 10  # launch_timings: 400 launches of each competitor, 10 in a row per turn
 REBIND_CHANGED = (1, 10, 100)
+RECORD_END_TARGET, RESUBMIT_TARGET, REBIND_TARGET, REBIND_FIXED_US = 1.3, 1.05, 1.2, 3.0
 
 
 class Fixture:
@@ -72,8 +76,7 @@ class Fixture:
         self.exe = dev.load_executable(SOURCE)
         self.bufs = [dev.upload(np.full(ELEMENTS, i % 7, np.uint32)) for i in range(n + 1)]
         # Given beforehand, as to every competitor: the operands, the constants (one tuple, as a loop over a
-        # literal or a hoisted tuple gives: hal checks and encodes an unchanged constants object once), and
-        # the kernels of each segment.
+        # literal or a hoisted tuple gives), and the kernels of each segment.
         self.ops = [self.operands(i) for i in range(n)]
         self.constants = (ELEMENTS,)
         self.plan = self.segments()
@@ -102,11 +105,14 @@ class Fixture:
             for i in segment:
                 cb.dispatch(exe, "add", (1, 1, 1), constants, ops[i])
 
+    def words(self, i: int) -> list[int]:
+        """Kernel i's parameter words: its three operands' addresses and the element count."""
+        return [b.address for b in self.operands(i)] + [ELEMENTS]
+
     def params(self, i: int) -> tuple[array, array]:
         """Packed kernel parameters of kernel i, and the pointers to them (kernelParams)."""
-        a, b, c = self.operands(i)
-        values = array("Q", [a.address, b.address, c.address, ELEMENTS])
-        return values, array("Q", [values.buffer_info()[0] + 8 * k for k in range(4)])
+        values = array("Q", self.words(i))
+        return values, array("Q", [values.buffer_info()[0] + 8 * k for k in range(WORDS)])
 
     def release(self) -> None:
         for b in self.bufs:
@@ -211,14 +217,14 @@ def raw_stream(f: Fixture) -> tuple[dict, Launcher]:
 # turns, each keeping its best, and a slow spell lands on all of them alike.
 BUILDS, BUILD_SECONDS, MAX_BUILDS = 5, 0.25, 20
 BUILD_ROUNDS = 3
-TIMED = ("record", "end", "first", "build", "instantiate")  # the keys of a build's times that take the best
+TIMED = ("record", "end", "first")  # the keys of a build's times that take the best
 
 
 def best_build(build: Callable[[], tuple[float, float, Any]], first: Callable[[Any], None],
                n: int) -> tuple[dict[str, float], Any]:
     """Per kernel, each the best of the builds: record and end µs, and first, µs from the start of the
     recording to the end of the first run (`first(product)` launches and waits), the upload included
-    wherever the competitor does it; and the last build's product."""
+    wherever the competitor does it; and the last build's product (the others are freed by `free`)."""
     best = dict(record=float("inf"), end=float("inf"), first=float("inf"))
     spent = 0.0
     # The heap so far (PyTorch's is large) is set aside, so a collection during a build scans only what
@@ -242,46 +248,55 @@ def best_build(build: Callable[[], tuple[float, float, Any]], first: Callable[[A
     return best, product
 
 
-def raw_graph(f: Fixture) -> tuple[dict, Launcher]:
-    dev, stream = f.dev, f.dev.stream
-    func = driver.CUfunction(f.exe.functions[0])
-    params = [f.params(i) for i in range(f.n)]
-    built: list[tuple[Any, Any]] = []
+def layout(cb: hal.CommandBuffer) -> tuple[array, array, array]:
+    """The graph layout of an ended command buffer's Program as flat arrays: per node its command (-1: a join
+    node), and the nodes it waits for (deps[dep_start[k]:dep_start[k + 1]])."""
+    program = cb.program
+    commands = array("q", [-1 if c is None else c for c in program.nodes])
+    starts, deps = array("q", [0]), array("q")
+    for k in range(len(commands)):
+        deps.extend(program.node_dependencies(k))
+        starts.append(len(deps))
+    return commands, starts, deps
+
+
+def reference_graph(f: Fixture) -> tuple[dict, Launcher] | None:
+    """The compiled reference: the graph hal builds for the program, built and instantiated through cydriver
+    (record: the node building, end: cuGraphInstantiate)."""
+    native = reference("cuda_reference")
+    if native is None:
+        return None
+    dev = f.dev
+    probe = dev.create_command_buffer(mode="reusable")  # for its Program's layout
+    with probe:
+        f.record(probe)
+    shape = layout(probe)
+    params = array("Q", [w for i in range(f.n) for w in f.words(i)])
+    function = f.exe.functions[0]
+    built: list[Any] = []
 
     def build() -> tuple[float, float, Any]:
+        graph = native.Graph(function, (1, 1, 1), (ELEMENTS, 1, 1), params, WORDS)
         t0 = time.perf_counter()
-        graph = call(driver.cuGraphCreate, 0)
-        previous: list[Any] = []
-        for segment in f.plan:
-            current = []
-            for i in segment:
-                p = driver.CUDA_KERNEL_NODE_PARAMS()
-                p.func, p.gridDimX, p.gridDimY, p.gridDimZ = func, 1, 1, 1
-                p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes = ELEMENTS, 1, 1, 0
-                p.kernelParams = params[i][1].buffer_info()[0]
-                current.append(call(driver.cuGraphAddKernelNode, graph, previous, len(previous), p))
-            previous = current
+        graph.build(*shape)
         t1 = time.perf_counter()
-        graph_exec = call(driver.cuGraphInstantiate, graph, 0)
+        graph.instantiate()
         t2 = time.perf_counter()
-        built.append((graph, graph_exec))
-        return t1 - t0, t2 - t1, graph_exec
+        built.append(graph)
+        return t1 - t0, t2 - t1, graph
 
-    def launch_once(graph_exec: Any) -> None:
-        call(driver.cuGraphLaunch, graph_exec, stream)
+    def launch_once(graph: Any) -> None:
+        graph.launch(dev.stream_handle)
         dev.synchronize()
 
-    times, graph_exec = best_build(build, launch_once, f.n)
-
-    def launch() -> None:
-        call(driver.cuGraphLaunch, graph_exec, stream)
+    dev.activate()
+    times, graph = best_build(build, launch_once, f.n)
 
     def free() -> None:
-        for graph, exec_ in built:
-            call(driver.cuGraphExecDestroy, exec_)
-            call(driver.cuGraphDestroy, graph)
+        for g in built:
+            g.destroy()
 
-    return times, Launcher(launch, stream, dev.synchronize, free)
+    return times, Launcher(lambda: graph.launch(dev.stream_handle), dev.stream, dev.synchronize, free)
 
 
 def torch_graph(f: Fixture, lanes: bool = False) -> tuple[dict, Launcher] | None:
@@ -364,45 +379,7 @@ def hal_graph(f: Fixture, strategy: str) -> tuple[dict, Launcher]:
         dev.synchronize()
 
     times, cb = best_build(build, submit_once, f.n)
-
-    def launch() -> None:
-        dev.queue_execute(cb)
-
-    share = driver_share(f) if strategy == "deferred" else {}
-    return dict(times, **share), Launcher(launch, dev.stream, dev.synchronize)
-
-
-def driver_share(f: Fixture) -> dict[str, float]:
-    """The driver's part of hal's end(), µs per kernel, each the best of 3 on a fresh graph: building the
-    nodes from hal's word stream (graph.c) and cuGraphInstantiate. The rest of record+end is hal's own
-    Python. And the device memory an instantiated exec holds once uploaded (as its first launch does), in
-    bytes per node (cuMemGetInfo before and after)."""
-    dev = f.dev
-    probe = dev.create_command_buffer(mode="reusable")
-    with probe:
-        f.record(probe)
-    probe._forget_nodes()  # its graph stays with its exec; encode the commands again, for graphs of our own
-    stream = array("Q", probe._encode_all(()))
-    best = dict(build=float("inf"), instantiate=float("inf"))
-    held = 0
-    for _ in range(3):
-        dev.synchronize()
-        free = call(driver.cuMemGetInfo)[0]
-        graph = call(driver.cuGraphCreate, 0)
-        nodes = array("Q", bytes(8 * len(probe._nodes)))
-        t0 = time.perf_counter()
-        words.run(words.BUILD, int(graph), stream, dev.functions, nodes, dev.context_handle)
-        t1 = time.perf_counter()
-        graph_exec = call(driver.cuGraphInstantiate, graph, 0)
-        t2 = time.perf_counter()
-        for key, seconds in (("build", t1 - t0), ("instantiate", t2 - t1)):
-            best[key] = min(best[key], seconds / f.n * 1e6)
-        call(driver.cuGraphUpload, graph_exec, dev.stream)
-        dev.synchronize()
-        held = max(held, free - call(driver.cuMemGetInfo)[0])
-        call(driver.cuGraphExecDestroy, graph_exec)
-        call(driver.cuGraphDestroy, graph)
-    return dict(best, exec_bytes=held / f.n)
+    return times, Launcher(lambda: dev.queue_execute(cb), dev.stream, dev.synchronize)
 
 
 def one_shot(f: Fixture, strategy: str) -> float:
@@ -422,8 +399,10 @@ def one_shot(f: Fixture, strategy: str) -> float:
 
 
 def rebind(dev: hal.Device) -> list[dict]:
-    """Per patched node, host µs of a submit whose table change touches k of REBIND_NODES nodes (hal), and
-    per node of IREE's stream replay of all of them."""
+    """Host µs of a submit whose binding table changes k of REBIND_NODES nodes (a chain whose first k kernels
+    read slot 0; every submit binds the other of two buffers): hal patches the k nodes and launches; the
+    compiled reference sets the k nodes' parameters (cuGraphExecKernelNodeSetParams) and launches."""
+    native = reference("cuda_reference")
     exe = dev.load_executable(SOURCE)
     fixed = [dev.allocate(4 * ELEMENTS) for _ in range(2)]
     tables = [(dev.allocate(4 * ELEMENTS),) for _ in range(2)]
@@ -439,14 +418,40 @@ def rebind(dev: hal.Device) -> list[dict]:
         unchanged = submit_us(lambda c=cb: dev.queue_execute(c, binding_table=tables[0]), dev.synchronize)
         flip = itertools.cycle(tables[::-1])  # every submit differs from the one before it, the first one too
         changed = submit_us(lambda c=cb, t=flip: dev.queue_execute(c, binding_table=next(t)), dev.synchronize)
-        assert cb.patched == k
-        t0 = time.perf_counter()  # the commands as stream launches: what a one-shot command buffer runs
-        words.run(words.LAUNCH, dev.stream_handle, cb._encode_launch(tables[0]), dev.functions, None)
-        iree = (time.perf_counter() - t0) / REBIND_NODES * 1e6
-        dev.synchronize()
-        rows.append(dict(changed=k, hal_per_node=(changed - unchanged) / k, hal_submit=changed,
-                         iree_replay_per_node=iree))
+        assert cb.emitter.patched == k
+        row = dict(changed=k, hal_submit=changed, hal_unchanged=unchanged)
+        if native is not None:
+            row.update(reference_rebind(native, cb, k, exe, fixed, tables))
+        rows.append(row)
     return rows
+
+
+def reference_rebind(native: Any, cb: hal.CommandBuffer, k: int, exe: hal.Executable, fixed: list[hal.Buffer],
+                     tables: list[tuple[hal.Buffer]]) -> dict:
+    """The compiled reference's side of rebind(): the same graph (cb's layout), k nodes patched and a launch per
+    submit; and a launch alone."""
+    dev = cb.device
+
+    def words(table: tuple[hal.Buffer], i: int) -> list[int]:
+        source = table[0] if i < k else fixed[0]
+        return [source.address, source.address, fixed[1].address, ELEMENTS]
+
+    params = array("Q", [w for i in range(REBIND_NODES) for w in words(tables[0], i)])
+    graph = native.Graph(exe.functions[0], (1, 1, 1), (ELEMENTS, 1, 1), params, WORDS)
+    dev.activate()
+    graph.build(*layout(cb))
+    graph.instantiate()
+    kernels = array("q", range(k))
+    patches = itertools.cycle([array("Q", [w for i in range(k) for w in words(t, i)]) for t in tables[::-1]])
+
+    def patch_and_launch() -> None:
+        graph.set_params(kernels, next(patches))
+        graph.launch(dev.stream_handle)
+
+    result = dict(reference_submit=submit_us(patch_and_launch, dev.synchronize),
+                  reference_unchanged=submit_us(lambda: graph.launch(dev.stream_handle), dev.synchronize))
+    graph.destroy()
+    return result
 
 
 MEMORY_NODES = (1000, 10000)
@@ -490,7 +495,7 @@ def rerecord(f: Fixture) -> dict:
         with fresh:
             f.record(fresh)
         iree_best = min(iree_best, time.perf_counter() - t0)
-    assert cb.instantiations == 1
+    assert cb.emitter.instantiations == 1
     return dict(hal=hal_best / f.n * 1e6, iree=iree_best / f.n * 1e6)
 
 
@@ -499,15 +504,14 @@ def run(sizes: list[int], progress: Callable[[str], None] = lambda _: None) -> d
     with hal.create_device("cuda") as dev:
         if dev.driver != "cuda":
             raise SystemExit("bench.cuda needs a CUDA device")
-        words.native()  # built (or loaded from the disk cache) once per process, before anything is timed
         meta = dict(device=dev.name, compute_capability=dev.compute_capability,
-                    driver=call(driver.cuDriverGetVersion), native=words.native() is not None,
+                    driver=call(driver.cuDriverGetVersion), reference=reference("cuda_reference") is not None,
                     date=time.strftime("%Y-%m-%d"))
         for program in ("chain", "fan"):
             for n in sizes:
                 f = Fixture(dev, n, program)
                 competitors: dict[str, Callable[[], tuple[dict, Launcher] | None]] = {
-                    "raw stream": lambda f=f: raw_stream(f), "raw graph": lambda f=f: raw_graph(f),
+                    "reference": lambda f=f: reference_graph(f), "raw stream": lambda f=f: raw_stream(f),
                     "torch": lambda f=f: torch_graph(f),
                     "torch lanes": lambda f=f: torch_graph(f, lanes=True) if f.program == "fan" else None,
                     "hal deferred": lambda f=f: hal_graph(f, "deferred"),
@@ -548,13 +552,25 @@ def find_row(rows: list[dict], program: str, n: int, name: str) -> dict | None:
     return next((r for r in rows if (r["program"], r["kernels"], r["competitor"]) == (program, n, name)), None)
 
 
+def _verdict(ratio: float, target: float) -> str:
+    return f"{ratio:.2f}x (<= {target}: {'met' if ratio <= target else 'MISSED'})"
+
+
+def rebind_fit(rows: list[dict], key: str) -> tuple[float, float]:
+    """(µs per changed node, fixed µs): the line through the first and last rebind of `key` against k."""
+    first, last = rows[0], rows[-1]
+    slope = (last[key] - first[key]) / (last["changed"] - first["changed"])
+    return slope, first[key] - slope * first["changed"]
+
+
 def report(result: dict) -> str:
     meta = result["meta"]
     arch = "sm_{}{}".format(*meta["compute_capability"])
     lines = [f"## CUDA graphs on {meta['device']} ({arch}, driver {meta['driver']}), {meta['date']}", "",
-             f"native graph builder: {meta['native']}. µs per kernel; first = from the start of the recording "
-             f"to the end of the first run (the first launch uploads the graph); submit = host "
-             f"µs of one resubmission (the whole submit, not per kernel); gpu = µs per node on the GPU.", "",
+             f"compiled reference built: {meta['reference']}. µs per kernel; the reference's record is its node "
+             f"building and its end cuGraphInstantiate; first = from the start of the recording to the end of the "
+             f"first run (the first launch uploads the graph); submit = host µs of one resubmission (the whole "
+             f"submit, not per kernel); gpu = µs per node on the GPU.", "",
              "| program | kernels | competitor | record | end | record+end | first | submit | gpu/node |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
@@ -562,25 +578,6 @@ def report(result: dict) -> str:
             lines.append(f"| {r['program']} | {r['kernels']} | {r['competitor']} | {r['record']:.2f} | "
                          f"{r['end']:.2f} | {r['record'] + r['end']:.2f} | {r['first']:.2f} | {r['submit']:.2f} | "
                          f"{r['gpu']:.3f} |")
-    lines += ["", "Device memory an instantiated, uploaded graph of hal's holds, bytes per node (cuMemGetInfo "
-              "before and after; it moves in steps of the driver's granularity, so 0 means the whole graph holds "
-              "less than one step): " + ", ".join(f"{r['program']} {r['kernels']}: {r['exec_bytes']:.0f}"
-                                                  for r in result["rows"] if r["competitor"] == "hal deferred")]
-    lines += ["", "Where hal deferred's record+end goes, µs per kernel: the driver's part (building the nodes in "
-              "graph.c, cuGraphInstantiate; each timed alone, back to back, on a fresh graph) and the "
-              "rest: hal's Python (recording, encoding, end()'s analysis) and what the driver's calls cost inside "
-              "end() beyond their time alone; beside it PyTorch's capture+instantiate, and the raw graph's "
-              "instantiate alone:", "",
-              "| program | kernels | hal record+end | build | instantiate | the rest | torch | raw instantiate |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in result["rows"]:
-        if r["competitor"] == "hal deferred":
-            torch, raw = (find_row(result["rows"], r["program"], r["kernels"], c) for c in ("torch", "raw graph"))
-            total = r["record"] + r["end"]
-            python = total - r["build"] - r["instantiate"]
-            captured = "-" if torch is None else f"{torch['record']:.2f}"
-            lines.append(f"| {r['program']} | {r['kernels']} | {total:.2f} | {r['build']:.2f} | {r['instantiate']:.2f} "
-                         f"| {python:.2f} | {captured} | {raw['end']:.2f} |")
     lines += ["", "Device memory a built, launched reusable command buffer of a chain holds, bytes per node: " +
               ", ".join(f"{r['kernels']} kernels: {r['bytes_per_node']:.0f}" for r in result["memory"])]
     lines += ["", "One-shot work, wall µs per kernel from recording to completion:", "",
@@ -592,38 +589,43 @@ def report(result: dict) -> str:
               "|---|---:|---:|---:|"]
     lines += [f"| {r['program']} | {r['kernels']} | {r['hal']:.2f} | {r['iree']:.2f} |"
               for r in result["rows"] if r["competitor"] == "re-record"]
-    lines += ["", f"Rebinding {REBIND_NODES} nodes, k of them through the changed slot (IREE's policy replays all "
-              f"of them as stream launches):", "",
-              "| k | hal µs per patched node | hal submit µs | IREE stream replay µs per node |",
-              "|---:|---:|---:|---:|"]
-    lines += [f"| {r['changed']} | {r['hal_per_node']:.2f} | {r['hal_submit']:.1f} | "
-              f"{r['iree_replay_per_node']:.2f} |" for r in result["rebind"]]
+    rebinds = result["rebind"]
+    has_reference = "reference_submit" in rebinds[0]
+    lines += ["", f"Rebinding {REBIND_NODES} nodes, k of them through the changed slot: host µs of the submit "
+              f"(hal: patch and launch; reference: k SetParams and a launch):", "",
+              "| k | hal submit | reference submit | hal unchanged table | reference launch |",
+              "|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['changed']} | {r['hal_submit']:.1f} | {r.get('reference_submit', float('nan')):.1f} | "
+              f"{r['hal_unchanged']:.1f} | {r.get('reference_unchanged', float('nan')):.1f} |" for r in rebinds]
     lines += ["", "Targets:"]
     rows = result["rows"]
     for program in ("chain", "fan"):
         for n in sorted({r["kernels"] for r in rows}):
-            hal_row, raw, torch, lanes = (find_row(rows, program, n, c)
-                                          for c in ("hal deferred", "raw graph", "torch", "torch lanes"))
-            hal_total = hal_row["record"] + hal_row["end"]
-            submit = hal_row["submit"] / raw["submit"]
-            gpu = hal_row["gpu"] / raw["gpu"]
-            lines.append(f"- {program} {n}: resubmit / raw cuGraphLaunch = {submit:.2f} (<= 1.2: "
-                         f"{'met' if submit <= 1.2 else 'MISSED'}); gpu per node / raw graph = {gpu:.2f} (<= 1.1: "
-                         f"{'met' if gpu <= 1.1 else 'MISSED'})" + (
-                             "" if torch is None else
-                             f"; record+end {hal_total:.2f} vs torch capture+instantiate {torch['record']:.2f} "
-                             f"µs/kernel ({'met' if hal_total <= torch['record'] else 'MISSED'}"
-                             + ("" if lanes is None else
-                                f"; vs torch capturing hal's lanes on side streams, the same graph: "
-                                f"{lanes['record']:.2f}, {'met' if hal_total <= lanes['record'] else 'MISSED'}")
-                             + f"); to the first result {hal_row['first']:.2f} vs torch "
-                             f"{torch['first']:.2f} µs/kernel"))
-    first, last = result["rebind"][0], result["rebind"][-1]
-    slope = (last["hal_submit"] - first["hal_submit"]) / (last["changed"] - first["changed"])
-    lines.append(f"- rebind: {slope:.2f} µs per patched node, the slope of the rebinding submit's host time from "
-                 f"k={first['changed']} to k={last['changed']} (<= 3: {'met' if slope <= 3 else 'MISSED'}), on top "
-                 f"of {first['hal_submit'] - slope * first['changed']:.1f} µs per submit that changes its table "
-                 f"(checking the table, finding the nodes, the launch)")
+            ours, ref, torch = (find_row(rows, program, n, c) for c in ("hal deferred", "reference", "torch"))
+            total = ours["record"] + ours["end"]
+            line = f"- {program} {n}:"
+            if ref is not None:
+                line += (f" record+end {total:.2f} vs the reference's build+instantiate "
+                         f"{ref['record'] + ref['end']:.2f} µs/kernel: "
+                         f"{_verdict(total / (ref['record'] + ref['end']), RECORD_END_TARGET)}; resubmit "
+                         f"{ours['submit']:.2f} vs cuGraphLaunch {ref['submit']:.2f} µs: "
+                         f"{_verdict(ours['submit'] / ref['submit'], RESUBMIT_TARGET)}; gpu per node / reference "
+                         f"{ours['gpu'] / ref['gpu']:.2f}")
+            if torch is not None:
+                line += (f"; record+end vs torch capture+instantiate {torch['record']:.2f} µs/kernel "
+                         f"({total / torch['record']:.2f}x); to the first result {ours['first']:.2f} vs torch "
+                         f"{torch['first']:.2f} µs/kernel")
+            lines.append(line)
+    hal_slope, hal_fixed = rebind_fit(rebinds, "hal_submit")
+    if has_reference:
+        ref_slope, ref_fixed = rebind_fit(rebinds, "reference_submit")
+        lines.append(f"- rebind: {hal_slope:.3f} µs per patched node vs the reference's {ref_slope:.3f}: "
+                     f"{_verdict(hal_slope / ref_slope, REBIND_TARGET)}; fixed cost over the reference "
+                     f"{hal_fixed - ref_fixed:.2f} µs (<= {REBIND_FIXED_US}: "
+                     f"{'met' if hal_fixed - ref_fixed <= REBIND_FIXED_US else 'MISSED'})")
+    else:
+        lines.append(f"- rebind: {hal_slope:.3f} µs per patched node, {hal_fixed:.1f} µs fixed (the compiled "
+                     f"reference is not built)")
     return "\n".join(lines)
 
 

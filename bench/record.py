@@ -8,7 +8,9 @@ The reference is a recorder written in plain Python that checks nothing (`FloorR
 export up, build a record object, append it). Targets (issue 17): a recorded dispatch with every check
 <= 1.0x the reference; end() per command <= 0.5x the reference's record (barriers mode); hazards-mode
 end() <= 2x barriers-mode end(). The hazard analysis is also compared with the naive alternative that
-tests every pair of commands, to show what indexing ranges by buffer buys.
+tests every pair of commands, to show what indexing ranges by buffer buys. Where a Vulkan device is present
+(lavapipe in CI), the deferred, validated barriers-mode recording runs on it too, against the same reference
+in the same run: record <= 1.0x, end() (planning and encoding into a VkCommandBuffer) <= 1.5x.
 
     python -m bench.record [--sizes 10,100,1000,10000] [--json PATH]
 """
@@ -21,12 +23,14 @@ from collections.abc import Callable
 
 import hal
 from bench import sizes_main
+from tests.kernels import GLSL
 
 WORKGROUP = 64
 SLICE = 1024  # bytes each fan dispatch writes
 RECORD_TARGET = 1.0  # hal's record / the reference's
 END_TARGET = 0.5  # hal's end() per command / the reference's record
 HAZARDS_TARGET = 2.0  # hazards-mode end() / barriers-mode end()
+VULKAN_END_TARGET = 1.5  # on a Vulkan device: end() per command / the reference's record
 
 
 def _noop(ctx):
@@ -34,7 +38,8 @@ def _noop(ctx):
 
 
 EXPORT = hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1))
-SOURCE = hal.ExecutableSource.python({"add": _noop}, [EXPORT])
+SOURCE = hal.ExecutableSource.multi(host=hal.ExecutableSource.python({"add": _noop}, [EXPORT]),
+                                    vulkan=hal.ExecutableSource.glsl({"add": GLSL["add"]}, [EXPORT]))
 
 
 class Fixture:
@@ -160,8 +165,35 @@ def run(sizes: list[int], progress: Callable[[str], None] = lambda _: None) -> d
                 references.append(dict(program=name, commands=n,
                                        floor_us=reference_us(program, FloorRecorder, f, n, repeats)))
         notes = _notes(dev, rows, references, sizes)
-    return dict(machine=platform.processor() or platform.machine(), python=platform.python_version(),
-                date=time.strftime("%Y-%m-%d"), rows=rows, references=references, notes=notes)
+    result = dict(machine=platform.processor() or platform.machine(), python=platform.python_version(),
+                  date=time.strftime("%Y-%m-%d"), rows=rows, references=references, notes=notes)
+    if "vulkan" in hal.available_drivers():
+        result["vulkan"] = run_vulkan(sizes, progress)
+    return result
+
+
+def run_vulkan(sizes: list[int], progress: Callable[[str], None]) -> dict:
+    """The deferred, validated barriers-mode recording on the Vulkan device (end() encodes a VkCommandBuffer),
+    beside the reference recorder in the same run."""
+    rows = []
+    with hal.create_device("vulkan") as dev:
+        for name, program in PROGRAMS.items():
+            for n in sizes:
+                progress(f"record on Vulkan, {name} n={n}")
+                f, repeats = Fixture(dev, n), 15 if n <= 1000 else 3
+                rec, end = measure(dev, program, f, n, "deferred", True, "barriers", repeats)
+                floor = reference_us(program, FloorRecorder, f, n, repeats)
+                rows.append(dict(program=name, commands=n, record_us=rec, end_us=end, floor_us=floor))
+        device = dev.name
+    notes = [f"{r['program']} of {r['commands']} on {device}: record {r['record_us']:.2f} µs/cmd vs the reference "
+             f"{r['floor_us']:.2f}: {_verdict(r['record_us'] / r['floor_us'], RECORD_TARGET)}; end() "
+             f"{r['end_us']:.2f} µs/cmd: {_verdict(r['end_us'] / r['floor_us'], VULKAN_END_TARGET)} of it"
+             for r in rows]
+    return dict(device=device, rows=rows, notes=notes)
+
+
+def _verdict(ratio: float, target: float) -> str:
+    return f"{ratio:.2f}x (<= {target}: {'met' if ratio <= target else 'MISSED'})"
 
 
 def _notes(dev: hal.Device, rows: list[dict], references: list[dict], sizes: list[int]) -> list[str]:
@@ -169,9 +201,7 @@ def _notes(dev: hal.Device, rows: list[dict], references: list[dict], sizes: lis
         return next(r for r in rows if (r["program"], r["commands"], r["strategy"], r["validate"],
                                         r["dependencies"]) == (name, n, s, v, d))
 
-    def verdict(ratio: float, target: float) -> str:
-        return f"{ratio:.2f}x (<= {target}: {'met' if ratio <= target else 'MISSED'})"
-
+    verdict = _verdict
     notes = []
     for ref in references:
         name, n, floor = ref["program"], ref["commands"], ref["floor_us"]
@@ -220,6 +250,13 @@ def report(result: dict) -> str:
         lines.append(f"| {r['program']} | {r['commands']} | {r['strategy']} | {'on' if r['validate'] else 'off'} | "
                      f"{r['dependencies']} | {r['record_us']:.2f} | {r['end_us']:.2f} |")
     lines += ["", "## Ratios"] + [f"- {note}" for note in result["notes"]]
+    if "vulkan" in result:
+        lines += ["", f"## On the Vulkan device ({result['vulkan']['device']}): deferred, validated, barriers", "",
+                  "| program | commands | record µs/cmd | end() µs/cmd | reference µs/cmd |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['program']} | {r['commands']} | {r['record_us']:.2f} | {r['end_us']:.2f} | "
+                  f"{r['floor_us']:.2f} |" for r in result["vulkan"]["rows"]]
+        lines += [""] + [f"- {note}" for note in result["vulkan"]["notes"]]
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ Khronos headers), so recording costs what the driver charges.
   command buffers are encoded once and resubmitted as they are.
 """
 
+from cpython.long cimport PyLong_AsUnsignedLongMask
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcmp, memset
 from libcpp.vector cimport vector
@@ -23,6 +24,24 @@ from libcpp.vector cimport vector
 from hal.buffer cimport Buffer, BufferRef
 from hal.commands cimport Command, Copy, Dispatch, Fill, Update
 from hal.program cimport Program
+from backends.vulkan.khronos cimport (
+    VkResult, VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
+    VkPipeline, VkPipelineLayout, VkDescriptorSet, VkSemaphore, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+    VK_STRUCTURE_TYPE_MEMORY_BARRIER, VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+    VK_STRUCTURE_TYPE_SUBMIT_INFO, VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+    VK_PIPELINE_BIND_POINT_COMPUTE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_SUCCESS,
+    VK_ERROR_OUT_OF_HOST_MEMORY, VK_ERROR_OUT_OF_DEVICE_MEMORY, VK_ERROR_DEVICE_LOST,
+    VK_SHADER_STAGE_COMPUTE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+    VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_SHADER_READ_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+    VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+    VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT,
+    VkDescriptorBufferInfo, VkWriteDescriptorSet, VkBufferCopy, VkMemoryBarrier,
+    VkCommandBufferBeginInfo, VkSubmitInfo, VkTimelineSemaphoreSubmitInfo, PFN_vkVoidFunction,
+    PFN_vkCmdBindPipeline, PFN_vkCmdPushDescriptorSetKHR, PFN_vkCmdBindDescriptorSets,
+    PFN_vkCmdPushConstants, PFN_vkCmdDispatch, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer,
+    PFN_vkCmdCopyBuffer, PFN_vkCmdPipelineBarrier, PFN_vkBeginCommandBuffer, PFN_vkEndCommandBuffer,
+    PFN_vkQueueSubmit, vkGetDeviceProcAddr
+)
 
 from backends.vulkan.recording import Recording
 from hal.commands import constant_word
@@ -31,120 +50,7 @@ from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
 TABLE_CACHE = 8  # binding tables whose encodings a command buffer keeps
 
 
-cdef extern from "vulkan/vulkan.h" nogil:
-    ctypedef int VkResult
-    ctypedef uint32_t VkFlags
-    ctypedef uint32_t VkBool32
-    ctypedef uint64_t VkDeviceSize
-    ctypedef VkFlags VkPipelineStageFlags
-    ctypedef VkFlags VkAccessFlags
-    ctypedef VkFlags VkShaderStageFlags
-    ctypedef VkFlags VkCommandBufferUsageFlags
-    ctypedef VkFlags VkDependencyFlags
-    ctypedef void* VkDevice
-    ctypedef void* VkQueue
-    ctypedef void* VkCommandBuffer
-    ctypedef void* VkBuffer
-    ctypedef void* VkPipeline
-    ctypedef void* VkPipelineLayout
-    ctypedef void* VkDescriptorSet
-    ctypedef void* VkSemaphore
-    ctypedef void* VkFence
-
-    ctypedef enum VkStructureType:
-        VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-        VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
-        VK_STRUCTURE_TYPE_SUBMIT_INFO
-        VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
-    ctypedef enum VkPipelineBindPoint:
-        VK_PIPELINE_BIND_POINT_COMPUTE
-    ctypedef enum VkDescriptorType:
-        VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-    enum:
-        VK_SUCCESS
-        VK_ERROR_OUT_OF_HOST_MEMORY
-        VK_ERROR_OUT_OF_DEVICE_MEMORY
-        VK_ERROR_DEVICE_LOST
-        VK_SHADER_STAGE_COMPUTE_BIT
-        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-        VK_PIPELINE_STAGE_TRANSFER_BIT
-        VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
-        VK_ACCESS_SHADER_READ_BIT
-        VK_ACCESS_SHADER_WRITE_BIT
-        VK_ACCESS_TRANSFER_READ_BIT
-        VK_ACCESS_TRANSFER_WRITE_BIT
-        VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
-        VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
-
-    ctypedef struct VkDescriptorBufferInfo:
-        VkBuffer buffer
-        VkDeviceSize offset
-        VkDeviceSize range
-    ctypedef struct VkWriteDescriptorSet:
-        VkStructureType sType
-        const void* pNext
-        VkDescriptorSet dstSet
-        uint32_t dstBinding
-        uint32_t dstArrayElement
-        uint32_t descriptorCount
-        VkDescriptorType descriptorType
-        const VkDescriptorBufferInfo* pBufferInfo
-    ctypedef struct VkBufferCopy:
-        VkDeviceSize srcOffset
-        VkDeviceSize dstOffset
-        VkDeviceSize size
-    ctypedef struct VkMemoryBarrier:
-        VkStructureType sType
-        const void* pNext
-        VkAccessFlags srcAccessMask
-        VkAccessFlags dstAccessMask
-    ctypedef struct VkCommandBufferBeginInfo:
-        VkStructureType sType
-        const void* pNext
-        VkCommandBufferUsageFlags flags
-    ctypedef struct VkSubmitInfo:
-        VkStructureType sType
-        const void* pNext
-        uint32_t waitSemaphoreCount
-        const VkSemaphore* pWaitSemaphores
-        const VkPipelineStageFlags* pWaitDstStageMask
-        uint32_t commandBufferCount
-        const VkCommandBuffer* pCommandBuffers
-        uint32_t signalSemaphoreCount
-        const VkSemaphore* pSignalSemaphores
-    ctypedef struct VkTimelineSemaphoreSubmitInfo:
-        VkStructureType sType
-        const void* pNext
-        uint32_t waitSemaphoreValueCount
-        const uint64_t* pWaitSemaphoreValues
-        uint32_t signalSemaphoreValueCount
-        const uint64_t* pSignalSemaphoreValues
-
-    ctypedef void (*PFN_vkVoidFunction)()
-    ctypedef void (*PFN_vkCmdBindPipeline)(VkCommandBuffer, VkPipelineBindPoint, VkPipeline)
-    ctypedef void (*PFN_vkCmdPushDescriptorSetKHR)(VkCommandBuffer, VkPipelineBindPoint, VkPipelineLayout, uint32_t,
-                                                   uint32_t, const VkWriteDescriptorSet*)
-    ctypedef void (*PFN_vkCmdBindDescriptorSets)(VkCommandBuffer, VkPipelineBindPoint, VkPipelineLayout, uint32_t,
-                                                 uint32_t, const VkDescriptorSet*, uint32_t, const uint32_t*)
-    ctypedef void (*PFN_vkCmdPushConstants)(VkCommandBuffer, VkPipelineLayout, VkShaderStageFlags, uint32_t,
-                                            uint32_t, const void*)
-    ctypedef void (*PFN_vkCmdDispatch)(VkCommandBuffer, uint32_t, uint32_t, uint32_t)
-    ctypedef void (*PFN_vkCmdFillBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, uint32_t)
-    ctypedef void (*PFN_vkCmdUpdateBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, const void*)
-    ctypedef void (*PFN_vkCmdCopyBuffer)(VkCommandBuffer, VkBuffer, VkBuffer, uint32_t, const VkBufferCopy*)
-    ctypedef void (*PFN_vkCmdPipelineBarrier)(VkCommandBuffer, VkPipelineStageFlags, VkPipelineStageFlags,
-                                              VkDependencyFlags, uint32_t, const VkMemoryBarrier*, uint32_t,
-                                              const void*, uint32_t, const void*)
-    ctypedef VkResult (*PFN_vkBeginCommandBuffer)(VkCommandBuffer, const VkCommandBufferBeginInfo*)
-    ctypedef VkResult (*PFN_vkEndCommandBuffer)(VkCommandBuffer)
-    ctypedef VkResult (*PFN_vkQueueSubmit)(VkQueue, uint32_t, const VkSubmitInfo*, VkFence)
-
-    PFN_vkVoidFunction vkGetDeviceProcAddr(VkDevice device, const char* name)
-
-
-BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
-MAX_CONSTANT_WORDS = 256  # 1 KiB, beyond any maxPushConstantsSize seen
+cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
 
 
 cdef class DeviceCommands:
@@ -222,6 +128,8 @@ cdef class Encoder:
     cdef object kind  # the layout kind state was set under (see VulkanExecutable.compatible)
     cdef vector[VkDescriptorBufferInfo] descriptors  # the descriptors last set
     cdef vector[uint32_t] constants  # the push constants last set
+    cdef vector[VkDescriptorBufferInfo] infos  # a dispatch's descriptors and constants, before the comparison
+    cdef vector[uint32_t] words
     cdef bint descriptors_set, constants_set
     cdef Py_ssize_t barriers, pipelines, descriptor_sets, constant_pushes, dispatches
 
@@ -285,8 +193,8 @@ cdef class Encoder:
         cdef Py_ssize_t n, i
         cdef BufferRef r
         cdef Buffer b
-        cdef vector[VkDescriptorBufferInfo] infos
-        cdef vector[uint32_t] words
+        cdef vector[VkDescriptorBufferInfo]* infos = &self.infos
+        cdef vector[uint32_t]* words = &self.words
         cdef VkWriteDescriptorSet write
         cdef VkDescriptorSet chosen
         exe = c.executable
@@ -309,12 +217,13 @@ cdef class Encoder:
             for i in range(n):
                 r = c.bindings[i]
                 b = self.resolve(r)
-                infos[i].buffer = <VkBuffer><uintptr_t>b.handle
-                infos[i].offset = r.offset
-                infos[i].range = self.length(r, b)
+                infos[0][i].buffer = <VkBuffer><uintptr_t>b.handle
+                infos[0][i].offset = r.offset
+                infos[0][i].range = self.length(r, b)
             if not (self.descriptors_set and self.descriptors.size() == infos.size() and
                     memcmp(self.descriptors.data(), infos.data(), n * sizeof(VkDescriptorBufferInfo)) == 0):
-                self.descriptors = infos
+                self.descriptors.swap(infos[0])  # these are set now; the old ones' storage serves the next dispatch
+                infos = &self.descriptors
                 self.descriptors_set = True
                 self.descriptor_sets += 1
                 if self.arena is None:
@@ -326,7 +235,8 @@ cdef class Encoder:
                     self.fn.push_descriptor_set(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, &write)
                 else:
                     chosen = <VkDescriptorSet><uintptr_t>self.arena.write(self.set_layout, [
-                        x for i in range(n) for x in (<uintptr_t>infos[i].buffer, infos[i].offset, infos[i].range)])
+                        x for i in range(n) for x in (<uintptr_t>infos[0][i].buffer, infos[0][i].offset,
+                                                      infos[0][i].range)])
                     self.fn.bind_descriptor_sets(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1,
                                                  &chosen, 0, NULL)
         n = len(c.constants)
@@ -334,10 +244,11 @@ cdef class Encoder:
             words.resize(n)
             for i in range(n):
                 value = c.constants[i]
-                words[i] = (value & 0xFFFFFFFF) if type(value) is int else constant_word(value)
+                words[0][i] = PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)
             if not (self.constants_set and self.constants.size() == words.size() and
                     memcmp(self.constants.data(), words.data(), n * sizeof(uint32_t)) == 0):
-                self.constants = words
+                self.constants.swap(words[0])
+                words = &self.constants
                 self.constants_set = True
                 self.constant_pushes += 1
                 self.fn.push_constants(self.cb, self.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, <uint32_t>(4 * n),

@@ -27,7 +27,7 @@ from backends.vulkan.command_buffer import DeviceCommands, Submitter, VulkanEmit
 from backends.vulkan.executable import VulkanExecutable
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
-from backends.vulkan.recording import Recording
+from backends.vulkan.recording import CommandPools, Recording
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
@@ -130,6 +130,7 @@ class VulkanDevice(Device):
         self.queue = queue[0]
         self.fn = Functions(handle)
         self.commands = DeviceCommands(self.address(handle), self.push_descriptors)
+        self.command_pools = CommandPools(self)
         self.memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
                                  self.features.max_memory_allocation_size)
         self._timeline = create_timeline(self, 0)
@@ -284,7 +285,7 @@ class VulkanDevice(Device):
         with self._host_access:
             staging = self._staging_buffer(len(host))
             if self._transfer is None:
-                self._transfer = Recording(self, resettable=True)
+                self._transfer = Recording(self)
             vkcb = ffi.cast("VkCommandBuffer", self._transfer.handle)
             step = len(staging[2])
             for start in range(0, len(host), step):
@@ -334,6 +335,7 @@ class VulkanDevice(Device):
         if self._staging is not None:
             self._unmap_staging()
         self.lifetime.close()
+        self.command_pools.close()
         self.memory.close()
         lib.vkDestroyPipelineCache(self.handle, self.pipeline_cache, ffi.NULL)
         destroy_timeline(self, self._timeline)

@@ -35,9 +35,9 @@ def test_cuda_figures_draw_from_a_result(tmp_path):
     pytest.importorskip("matplotlib", reason="the figures need matplotlib (pip install 'hal[bench]')")
     rows = [dict(program=p, kernels=n, competitor=c, record=1.0 + n / 100, end=2.0, first=4.0 + k, submit=3.0 + k,
                  gpu=1.0 + k / 10)
-            for p in ("chain", "fan") for n in (10, 100) for k, c in enumerate(("raw graph", "torch", "hal deferred"))]
+            for p in ("chain", "fan") for n in (10, 100) for k, c in enumerate(("reference", "torch", "hal deferred"))]
     result = {"meta": {}, "cuda": {"meta": {"device": "a GPU", "driver": 1, "date": "today"}, "rows": rows,
-                                   "rebind": [dict(changed=k, hal_submit=20.0 + k, iree_replay_per_node=5.0)
+                                   "rebind": [dict(changed=k, hal_submit=20.0 + k, reference_submit=15.0 + k)
                                               for k in (1, 10)]}}
     written = plots.write_all(result, tmp_path / "r")
     assert sorted(p.name for p in written) == ["r-cuda-breakdown.png", "r-cuda-competitors.png", "r-rebind.png"]
