@@ -15,7 +15,10 @@ submission, for reuse) to completion. Then the host µs of one resubmission of a
 command buffer of 10 to 1000 dispatches, taken while the queue waits on a semaphore so the device's
 work never competes with the submitting thread: flat means O(1) in the length. Last, hal's recording
 cost alone: record and end() per dispatch for 1000 dispatches, as a chain (a barrier after each) and
-as a fan (one segment), against the target of 5 µs for record + end.
+as a fan (one segment), against the target of 5 µs for record + end; and against the compiled reference
+(bench/native/vulkan_reference.pyx: the same vkCmd* calls through the driver's entry points, nothing of
+hal's in between): hal's record+end <= 1.5x the reference's recording, hal's resubmission <= 1.1x the
+reference's vkQueueSubmit of the same VkCommandBuffer (with the timeline wait and signal that order it).
 
     python -m bench.vulkan [--device vulkan] [--dispatches 100] [--json PATH]
 """
@@ -25,12 +28,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from array import array
 from collections.abc import Callable
 
 import numpy as np
 
 import hal
 from bench import emit, scaling
+from bench.native import reference
 from tests.kernels import GLSL, WORKGROUP
 
 # Without the `vulkan` package or the Vulkan loader this module still imports; run() then stops at
@@ -42,6 +47,7 @@ SIZES = (1 << 10, 1 << 20)
 RECORD_DISPATCHES = 1000
 TARGET_US = 5.0  # issue 3: host µs per dispatch for record + end on lavapipe
 RESUBMIT_LENGTHS = (10, 100, 1000)
+REFERENCE_RECORD_TARGET, REFERENCE_SUBMIT_TARGET = 1.5, 1.1
 EXPORT = hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1))
 SOURCE = hal.ExecutableSource.glsl({"add": GLSL["add"]}, [EXPORT])
 
@@ -165,23 +171,124 @@ def hal_reused(chain: Chain, cb: hal.CommandBuffer) -> float:
     return time.perf_counter() - t0
 
 
-def resubmit_host_us(dev: hal.Device, chain: Chain, length: int, submits: int = 50) -> float:
-    """Host µs of one queue_execute of an unchanged reusable command buffer of `length` dispatches, while
-    the queue waits on a gate: nothing runs on the device until all are submitted."""
-    cb = dev.create_command_buffer(mode="reusable")
-    with cb:
-        chain.record(cb, length)
+class Gate:
+    """A semaphore that holds the queue: submissions made while it is closed wait behind it, so the device's
+    work never competes with the submitting thread (on a CPU device it would share its cores). One semaphore
+    for every closing: a new one each time would leave the old one waiting for the queue to free it."""
+
+    def __init__(self, dev: hal.Device) -> None:
+        self.dev, self.semaphore, self.value = dev, dev.create_semaphore(0), 0
+
+    def close(self, cb: hal.CommandBuffer) -> None:
+        """Queue `cb` behind the gate: everything submitted after it waits too."""
+        self.value += 1
+        self.dev.queue_execute(cb, wait=[(self.semaphore, self.value)])
+
+    def open(self) -> None:
+        self.semaphore.signal(self.value)
+        self.dev.synchronize()
+
+
+def resubmit_host_us(dev: hal.Device, gate: Gate, cb: hal.CommandBuffer, submits: int = 50) -> float:
+    """Host µs of one queue_execute of an unchanged reusable command buffer, while the queue waits on the gate:
+    the mean of `submits`."""
     dev.queue_execute(cb)
     dev.synchronize()
-    gate = dev.create_semaphore(0)
-    dev.queue_execute(cb, wait=[(gate, 1)])
+    gate.close(cb)
     t0 = time.perf_counter()
     for _ in range(submits):
         dev.queue_execute(cb)
     seconds = time.perf_counter() - t0
-    gate.signal(1)
-    dev.synchronize()
+    gate.open()
     return seconds / submits * 1e6
+
+
+def chain_of(dev: hal.Device, chain: Chain, length: int) -> hal.CommandBuffer:
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        chain.record(cb, length)
+    return cb
+
+
+class Reference:
+    """The compiled reference on one device: its own command pool and buffer to record into, and a timeline
+    semaphore to order its submissions."""
+
+    def __init__(self, native: object, dev: hal.Device) -> None:
+        self.dev = dev
+        self.native = native.Reference(dev.address(dev.handle))
+        self.pool = vk.vkCreateCommandPool(dev.handle, vk.VkCommandPoolCreateInfo(
+            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=dev.physical.queue_family),
+            None)
+        self.cb = vk.vkAllocateCommandBuffers(dev.handle, vk.VkCommandBufferAllocateInfo(
+            commandPool=self.pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+        self.timeline = dev.create_semaphore(0)
+        self.value = 0
+
+    def record_us(self, cb: hal.CommandBuffer, repeats: int) -> float:
+        """Best-of-`repeats` µs per dispatch to record the dispatches of cb's Program (one export, three
+        bindings, one constant each) with the same calls hal's encoder makes."""
+        program = cb.program
+        first = program.commands[0]
+        exe, ordinal = first.executable, first.ordinal
+        infos = array("Q", [x for c in program.commands for r in c.bindings
+                            for x in (r.buffer.handle, r.offset, r.nbytes)])
+        barriers = bytearray(len(program.commands))
+        for i in program.barriers:
+            barriers[i] = 1
+        handle = self.dev.address(self.cb)
+        best = float("inf")
+        for _ in range(repeats):
+            vk.vkResetCommandBuffer(self.cb, 0)
+            t0 = time.perf_counter()
+            self.native.record(handle, exe.pipeline_handles[ordinal], exe.layout_handles[ordinal], infos, 3,
+                               bytes(barriers), first.constants[0], first.workgroups)
+            best = min(best, time.perf_counter() - t0)
+        return best / len(program.commands) * 1e6
+
+    def submit_us(self, cb: hal.CommandBuffer, submits: int = 50) -> float:
+        """Host µs of one vkQueueSubmit of cb's VkCommandBuffer, each waiting for the reference's timeline at the
+        value before its own and signalling its own: the mean of `submits` made while the first waits for a
+        value only the host gives afterwards (as resubmit_host_us holds hal's queue)."""
+        handle, queue = cb.emitter.command_buffer(()), self.dev.address(self.dev.queue)
+        self.value += 1
+        start = self.value
+        t0 = time.perf_counter()
+        for _ in range(submits):
+            self.value += 1
+            self.native.submit(queue, handle, self.timeline.address, self.value)
+        seconds = time.perf_counter() - t0
+        self.timeline.signal(start)
+        self.timeline.wait(self.value)
+        return seconds / submits * 1e6
+
+    def close(self) -> None:
+        vk.vkDestroyCommandPool(self.dev.handle, self.pool, None)
+
+
+def against_reference(dev: hal.Device, gate: Gate, recording: list[dict]) -> list[dict]:
+    """Per program of RECORD_DISPATCHES dispatches: hal's deferred record+end and resubmission against the
+    compiled reference's recording and vkQueueSubmit, in this run; empty without the reference (not built, or
+    a device without push descriptors, which it uses)."""
+    native = reference("vulkan_reference")
+    if native is None or not dev.push_descriptors:
+        return []
+    ref = Reference(native, dev)
+    fixture = scaling.Fixture(dev, RECORD_DISPATCHES)
+    rows = []
+    for program in ("chain", "fan"):
+        cb = dev.create_command_buffer(mode="reusable")
+        with cb:
+            scaling.PROGRAMS[program][0](cb, fixture, RECORD_DISPATCHES)
+        ours = next(r for r in recording if (r["program"], r["strategy"]) == (program, "deferred"))
+        rows.append(dict(program=program, hal_record_end=ours["record"] + ours["end"],
+                         reference_record=ref.record_us(cb, 7),
+                         hal_submit=min(resubmit_host_us(dev, gate, cb) for _ in range(3)),
+                         reference_submit=min(ref.submit_us(cb) for _ in range(3))))
+    dev.synchronize()
+    ref.close()
+    fixture.release()
+    return rows
 
 
 def best(repeats: int, f: Callable[..., float | tuple[float, ...]], *args: object) -> tuple[float, ...]:
@@ -231,8 +338,9 @@ def run(device: str = "vulkan", dispatches: int = 100, progress: Callable[[str],
                                 5 if gpu or n < (1 << 20) else 2))
         progress("vulkan resubmission and recording")
         chain = Chain(dev, 1 << 10)
-        resubmits = [dict(dispatches=length, host_us=min(resubmit_host_us(dev, chain, length) for _ in range(3)))
-                     for length in RESUBMIT_LENGTHS]
+        gate = Gate(dev)
+        resubmits = [dict(dispatches=length, host_us=min(resubmit_host_us(dev, gate, cb) for _ in range(3)))
+                     for length, cb in ((length, chain_of(dev, chain, length)) for length in RESUBMIT_LENGTHS)]
         chain.release()
         recording = []
         fixture = scaling.Fixture(dev, RECORD_DISPATCHES)
@@ -241,7 +349,9 @@ def run(device: str = "vulkan", dispatches: int = 100, progress: Callable[[str],
                 times = scaling.measure(dev, program, fixture, RECORD_DISPATCHES, strategy, repeats=7)
                 recording.append(dict(program=program, strategy=strategy, record=times["record"], end=times["end"]))
         fixture.release()
-    return dict(meta=meta, rows=rows, resubmit=resubmits, recording=recording)
+        progress("vulkan against the compiled reference")
+        compared = against_reference(dev, gate, recording)
+    return dict(meta=meta, rows=rows, resubmit=resubmits, recording=recording, reference=compared)
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -285,7 +395,23 @@ def report(result: dict) -> str:
         verdict = "met" if total <= TARGET_US else "MISSED"
         lines.append(f"| {r['program']} | {r['strategy']} | {r['record']:.2f} | {r['end']:.2f} | {total:.2f} | "
                      f"<= {TARGET_US:g}: {verdict} |")
+    if result.get("reference"):
+        lines += ["", f"Against the compiled reference, {RECORD_DISPATCHES} dispatches: record+end µs per dispatch "
+                  f"(hal deferred) and the reference's recording of the same calls; host µs of one resubmission "
+                  f"and of the reference's vkQueueSubmit of the same VkCommandBuffer:", "",
+                  "| program | hal record+end | reference record | ratio | hal resubmit | reference submit | ratio |",
+                  "|---|---:|---:|---|---:|---:|---|"]
+        for r in result["reference"]:
+            record_ratio = r["hal_record_end"] / r["reference_record"]
+            submit_ratio = r["hal_submit"] / r["reference_submit"]
+            lines.append(f"| {r['program']} | {r['hal_record_end']:.2f} | {r['reference_record']:.2f} | "
+                         f"{_verdict(record_ratio, REFERENCE_RECORD_TARGET)} | {r['hal_submit']:.2f} | "
+                         f"{r['reference_submit']:.2f} | {_verdict(submit_ratio, REFERENCE_SUBMIT_TARGET)} |")
     return "\n".join(lines)
+
+
+def _verdict(ratio: float, target: float) -> str:
+    return f"{ratio:.2f}x (<= {target}: {'met' if ratio <= target else 'MISSED'})"
 
 
 def main(argv: list[str] | None = None) -> int:
