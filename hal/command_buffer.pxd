@@ -41,6 +41,7 @@ cdef class CommandBuffer:
     cdef tuple slot_index
     cdef object __weakref__
 
+    cpdef bint accepts(self, object table, object token)
     cdef void clear(self)
     cdef bint workgroups_fit(self, tuple workgroups)
     cdef void not_recording(self, str what) except *

@@ -13,6 +13,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isinf, isnan
+from libcpp.vector cimport vector
 
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -383,7 +384,7 @@ cdef class CommandBuffer:
                               f"not recording; {hint}")
 
     # Submission (Device.queue_execute calls these).
-    def accepts(self, table: tuple, token: object) -> bool:
+    cpdef bint accepts(self, object table, object token):
         """Would a submission with `table` pass every check now without a look? Yes for a reusable command
         buffer submitted again with the very table it was last checked with, nothing released since."""
         return table is self.table and token is self.table_token
@@ -418,7 +419,9 @@ cdef class CommandBuffer:
         if len(table) < self.slots_needed:
             raise ValidationError(f"queue_execute: the binding table has {len(table)} entries; the command "
                                   f"buffer uses slots up to {self.slots_needed - 1}")
-        for i, b in enumerate(table):
+        cdef Py_ssize_t i, n = self.slots_needed
+        for i in range(len(table)):
+            b = table[i]
             if not isinstance(b, Buffer):
                 raise ValidationError(f"queue_execute: binding_table[{i}] must be a hal.Buffer, got {type(b).__name__}")
             if (<Buffer>b).device is not self.device:
@@ -431,10 +434,12 @@ cdef class CommandBuffer:
         segment_of, direct = self.slot_index or self.index_slots()
         users = self.recorded.slot_users
         commands = self.recorded.commands
-        n = self.slots_needed
-        last = self.table if self.table_token is self.device.release_token else ()
-        changed = [i for i in range(n) if i >= len(last) or table[i] is not last[i]]
-        if not changed or _same_answers(table[:n], last[:n], changed, direct):
+        cdef tuple last = self.table if self.table_token is self.device.release_token else ()
+        cdef vector[Py_ssize_t] changed  # the slots whose buffer changed since the last table
+        for i in range(n):
+            if i >= len(last) or table[i] is not last[i]:
+                changed.push_back(i)
+        if changed.empty() or _same_answers(table, last, n, changed, direct):
             return
         seen = {}  # the commands using a slot whose buffer changed since the last table
         for i in changed:
@@ -565,24 +570,25 @@ def _check_range(Py_ssize_t offset, Py_ssize_t nbytes, Buffer b, caps, index, co
                                   f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
 
 
-def _same_answers(tuple table, tuple last, list changed, frozenset direct) -> bool:
-    """Would every check of the slot commands answer for `table` as it did for `last`? Yes when each
-    changed slot holds a buffer of the same size and usage as before, no buffer used directly enters or
-    leaves the table, and the slots alias each other as before (ranges, alignment and races depend on
-    nothing else)."""
-    if len(last) < len(table):
+cdef bint _same_answers(tuple table, tuple last, Py_ssize_t n, vector[Py_ssize_t]& changed, frozenset direct):
+    """Would every check of the slot commands answer for `table` as it did for `last` (their first n entries)?
+    Yes when each changed slot holds a buffer of the same size and usage as before, no buffer used directly
+    enters or leaves the table, and the slots alias each other as before (ranges, alignment and races depend
+    on nothing else)."""
+    cdef Buffer new, old
+    if len(last) < n:
         return False
     for i in changed:
         new, old = table[i], last[i]
         if new.size != old.size or new.usage_bits != old.usage_bits or new in direct or old in direct:
             return False
-    return len(table) < 2 or _aliasing(table) == _aliasing(last)
+    return n < 2 or _aliasing(table, n) == _aliasing(last, n)
 
 
-def _aliasing(tuple table) -> tuple:
-    """Per slot, the first slot bound to the same buffer."""
+cdef tuple _aliasing(tuple table, Py_ssize_t n):
+    """Per slot of the first n, the first slot bound to the same buffer."""
     first = {}
-    return tuple([first.setdefault(id(b), i) for i, b in enumerate(table)])
+    return tuple([first.setdefault(id(table[i]), i) for i in range(n)])
 
 
 def _name(arg) -> str:

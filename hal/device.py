@@ -26,7 +26,7 @@ from hal.program import Emitter
 from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
-_NONE: tuple = ()  # queue_execute's default waits and signals: the fast path tests identity with it
+NO_SEMAPHORES: tuple = ()  # queue_execute's default waits and signals: fast paths test identity with it
 # Best first. Drivers not named here come after, alphabetically.
 PREFERENCE = ("cuda", "vulkan", "host")
 # In-tree backends, found by module path when the package's entry points are not installed.
@@ -141,8 +141,8 @@ class Device:
         return self._create_semaphore(check_value(initial, "create_semaphore"))
 
     def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
-                      wait: Iterable[tuple[Semaphore, int]] = _NONE,
-                      signal: Iterable[tuple[Semaphore, int]] = _NONE) -> None:
+                      wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                      signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
         """Run `command_buffer` after every `wait` pair is reached, then signal every `signal` pair.
 
         Never blocks on the device. Submissions to one device run in submission order.
@@ -160,8 +160,8 @@ class Device:
                 table = binding_table  # a reusable command buffer again with its last table: nothing to check
             else:
                 table = command_buffer.prepare_submit(binding_table)
-            if wait is _NONE and signal is _NONE:  # the defaults need no checking: the common case is free
-                self._queue_execute(command_buffer, table, _NONE, _NONE)
+            if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES:  # the defaults need no checking
+                self._queue_execute(command_buffer, table, NO_SEMAPHORES, NO_SEMAPHORES)
             else:
                 waits = self._semaphore_pairs(wait, "wait")
                 signals = self._semaphore_pairs(signal, "signal")

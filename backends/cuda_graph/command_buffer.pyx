@@ -15,6 +15,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   allows; only otherwise is the graph instantiated again.
 - One-shot deferred command buffers skip the graph: their commands are launched on the stream in order,
   which costs less than building and instantiating a graph that runs once (see bench/cuda.py).
+- The resubmission of an unchanged command buffer is CudaDevice.queue_execute, compiled here: one
+  cuGraphLaunch after a few identity checks.
 """
 
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
@@ -26,6 +28,7 @@ from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_ME
                                      CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream)
 
 from hal.buffer cimport Buffer, BufferRef
+from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Update
 from hal.program cimport Program
 
@@ -35,6 +38,7 @@ from cuda.bindings import driver
 from backends.cuda_graph.api import call, fail
 from backends.cuda_graph.buffer import host_alloc
 from hal.commands import constant_word
+from hal.device import NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError
 
 ARENA_BYTES = 1 << 20
@@ -169,6 +173,22 @@ cdef Node _node(Command c, tuple table, dict staging):
     return node
 
 
+cdef bint _rebind(Node node, Dispatch d, tuple table):
+    """Point a kernel node's slot bindings at `table`'s buffers, in place; did a word change?"""
+    cdef Py_ssize_t i
+    cdef BufferRef r
+    cdef uint64_t address
+    cdef bint changed = False
+    for i in range(len(d.bindings)):
+        r = d.bindings[i]
+        if r.buffer is None:
+            address = _address(r, <Buffer>table[r.slot])
+            if node.values[i] != address:
+                node.values[i] = address
+                changed = True
+    return changed
+
+
 cdef void _check(CUresult result, str what) except *:
     if result != cydriver.CUDA_SUCCESS:
         raise fail(driver.CUresult(<int>result), what)
@@ -199,6 +219,8 @@ cdef class CudaEmitter:
     cdef dict staging  # update command index -> device address of its data
     cdef tuple table_seen  # the table the nodes were last given (its used prefix)
     cdef dict given  # slot command index -> its Node, as last given
+    cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
+    cdef Py_ssize_t epoch
     cdef readonly Py_ssize_t instantiations, updates, patched
     cdef public object token
     cdef object __weakref__  # the device frees the graph and exec once the emitter is gone
@@ -233,6 +255,7 @@ cdef class CudaEmitter:
         self.built = False
         self.table_seen = None
         self.given = {}
+        self.looked_at.clear()
 
     # The emitter interface.
     def begin(self, Program program) -> None:
@@ -332,6 +355,7 @@ cdef class CudaEmitter:
             self.add_nodes(table, 0, self.program.node_command.size())
             if self.slots:
                 self.table_seen = table[:self.program.slots_needed]
+                self.looked_at.assign(len(self.program.commands), 0)
             self.instantiate()
         except BaseException:
             try:
@@ -369,10 +393,6 @@ cdef class CudaEmitter:
         # upload here would, and end() returns sooner (bench/README.md, "The upload").
 
     # Submission.
-    def launch(self) -> int:
-        """One cuGraphLaunch of the exec on the device's stream: the resubmission. Returns the CUresult."""
-        return cydriver.cuGraphLaunch(self.exec, self.stream)
-
     def submit(self, tuple table) -> None:
         """Queue the recorded work on the device's stream, resolved through `table` (already checked)."""
         if self.stream_launch:
@@ -424,29 +444,34 @@ cdef class CudaEmitter:
                                               self.stream), "cuMemcpyAsync")
 
     cdef void patch(self, tuple table) except *:
-        """Set new parameters on the nodes whose resolved parameters changed: those of the commands using a
-        slot whose buffer changed, and of them only the ones whose parameters differ."""
+        """Set new parameters on the nodes whose resolved parameters changed: of the commands using a slot whose
+        buffer changed, those whose parameters differ now. A kernel node's binding words are updated in place;
+        a memset or memcpy node is resolved anew."""
         cdef Program program = self.program
-        cdef Node old, new
-        cdef CUgraphNode node
-        cdef Py_ssize_t count = 0
+        cdef Node node, fresh
+        cdef Py_ssize_t count = 0, i, index
+        cdef bint changed
         table = table[:program.slots_needed]
         seen = self.table_seen
-        done = set()
+        self.epoch += 1  # a command using several changed slots is looked at once
         for i in range(len(table)):
             if table[i] is seen[i]:
                 continue
             for index in program.slot_users.get(i, ()):
-                if index in done:
+                if self.looked_at[index] == self.epoch:
                     continue
-                done.add(index)
-                old = self.given[index]
-                new = _node(program.commands[index], table, self.staging)
-                if new.same(old):
-                    continue
-                self.set_node(index, new)
-                self.given[index] = new
-                count += 1
+                self.looked_at[index] = self.epoch
+                node = self.given[index]
+                if node.kind == 1:
+                    changed = _rebind(node, <Dispatch>program.commands[index], table)
+                else:
+                    fresh = _node(program.commands[index], table, self.staging)
+                    changed = not fresh.same(node)
+                    if changed:
+                        node = self.given[index] = fresh
+                if changed:
+                    self.set_node(index, node)
+                    count += 1
         self.table_seen = table
         self.patched = count
 
@@ -483,3 +508,28 @@ cdef class CudaEmitter:
         for u, v in zip(result[0][:count], result[1][:count]):
             emitted.add_edge(name_of[int(u)], name_of[int(v)])
         return emitted
+
+
+def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES):
+    """CudaDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
+    the device's `resubmit_token` (given by the general path: reusable, built, without slots, nothing to free,
+    the device neither lost nor closing), submitted again with its last table and no semaphores, from a thread
+    where the device's context is current, is one cuGraphLaunch: one token check stands for the general path's
+    checks. The check and the launch run without releasing the GIL, so no other thread's close() or release
+    comes between them. Anything else takes the general path."""
+    cdef CommandBuffer cb
+    cdef CudaEmitter emitter
+    cdef CUcontext current
+    cdef CUresult err
+    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and type(command_buffer) is CommandBuffer:
+        cb = <CommandBuffer>command_buffer
+        if type(cb.emitter) is CudaEmitter:
+            emitter = <CudaEmitter>cb.emitter
+            if emitter.token is device.resubmit_token and emitter.device is device and \
+                    cydriver.cuCtxGetCurrent(&current) == cydriver.CUDA_SUCCESS and current == emitter.context and \
+                    cb.accepts(binding_table, device.release_token):
+                err = cydriver.cuGraphLaunch(emitter.exec, emitter.stream)
+                if err != cydriver.CUDA_SUCCESS:
+                    device.raise_failure(fail(driver.CUresult(<int>err), "cuGraphLaunch"))
+                return
+    Device.queue_execute(device, command_buffer, binding_table, wait, signal)

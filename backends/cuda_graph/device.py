@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,13 +22,13 @@ from cuda.bindings import driver
 
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
-from backends.cuda_graph.command_buffer import CudaEmitter
+from backends.cuda_graph.command_buffer import CudaEmitter, queue_execute
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
-from hal.device import _NONE, Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
+from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.lifetime import Lifetime
@@ -144,7 +144,7 @@ class CudaDevice(Device):
         # A command buffer holding this token resubmits as one launch (queue_execute): replaced whenever
         # that stops being safe for all of them (something to free, the device lost or closing), and given
         # again to one by a submission that finds it safe.
-        self._launchable = object()
+        self.resubmit_token = object()
 
     @property
     def graph_lanes(self) -> int:
@@ -214,7 +214,7 @@ class CudaDevice(Device):
 
     def _replace_token(self) -> None:
         """Something is left to free: the next submission must take the general path, which collects."""
-        self._launchable = object()
+        self.resubmit_token = object()
 
     # Memory.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> CudaBuffer:
@@ -304,33 +304,15 @@ class CudaDevice(Device):
         return CudaSemaphore(self, initial)
 
     # The queue.
-    def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
-                      wait: Iterable[tuple[Semaphore, int]] = _NONE,
-                      signal: Iterable[tuple[Semaphore, int]] = _NONE) -> None:
-        """Device.queue_execute, with the resubmission in one function: a command buffer of this device whose
-        emitter holds the device's `_launchable` token (given by the general path: reusable, built, without
-        slots, nothing to free, the device neither lost nor closing), again with its last table, no
-        semaphores, from a thread whose context is current, is one cuGraphLaunch. One token check stands for
-        seven (0.2 µs on an H100 host, against launches of about 2 µs). Anything else takes the general path."""
-        lock = self._submit_lock
-        lock.acquire()
-        try:
-            if wait is _NONE and signal is _NONE and command_buffer.device is self and \
-                    command_buffer.emitter.token is self._launchable and _current.device is self and \
-                    command_buffer.accepts(binding_table, self.release_token):
-                err = command_buffer.emitter.launch()
-                if err:
-                    self._lost_on(fail(driver.CUresult(err), "cuGraphLaunch"))
-                return
-        finally:
-            lock.release()
-        super().queue_execute(command_buffer, binding_table, wait, signal)
+    # The resubmission is the hot path: queue_execute is compiled (command_buffer.queue_execute), and takes the
+    # general path below for everything but an unchanged command buffer holding the device's launch token.
+    queue_execute = queue_execute
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[CudaSemaphore, int], ...],
                        signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
         """The general path: a first submission, a new table, semaphores (queue_execute takes the resubmission)."""
-        token = self._launchable  # before the checks: a loss, a release or a close while this runs replaces it
+        token = self.resubmit_token  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
             self.check_lost()
         self.activate()
@@ -341,7 +323,7 @@ class CudaDevice(Device):
         try:
             emitter.submit(table)
         except DeviceLostError as e:
-            self._lost_on(e)
+            self.raise_failure(e)
         if waits or signals:
             self._submitted += 1
             stream = self.stream
@@ -357,7 +339,7 @@ class CudaDevice(Device):
                 emitter.resubmits_in_one_launch:
             emitter.token = token  # the same again is one launch
 
-    def _lost_on(self, error: HalError) -> None:
+    def raise_failure(self, error: HalError) -> None:
         """Raise `error`, remembering it first when it lost the device (later calls raise it too)."""
         if isinstance(error, DeviceLostError):
             self._remember_lost(error)
@@ -366,7 +348,7 @@ class CudaDevice(Device):
     def _remember_lost(self, error: HalError) -> HalError:
         """Fail every later call with `error`; returns it."""
         self._lost = error
-        self._launchable = object()
+        self.resubmit_token = object()
         return error
 
     def _done_mark(self) -> int:
@@ -423,8 +405,8 @@ class CudaDevice(Device):
             raise DeviceLostError(f"the CUDA device {self.name!r} is lost ({self._lost}); create a new one")
 
     def _close(self) -> None:
-        with self._submit_lock:  # a resubmission under way ends first; none starts after
-            self._launchable = object()
+        with self._submit_lock:  # a general submission under way ends first
+            self.resubmit_token = object()  # no resubmission starts after
         with contextlib.suppress(HalError):
             self.activate()
         for sem, value in waits_for_the_host(self._unfinished(), lambda s: s.value):  # let a stuck queue drain

@@ -14,6 +14,8 @@ Khronos headers), so recording costs what the driver charges.
   binding table; the last TABLE_CACHE tables keep their VkCommandBuffers, so alternating between tables
   costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable
   command buffers are encoded once and resubmitted as they are.
+- The resubmission of an unchanged command buffer is VulkanDevice.queue_execute, compiled here: one
+  vkQueueSubmit after a few identity checks.
 """
 
 from cpython.long cimport PyLong_AsUnsignedLongMask
@@ -22,6 +24,7 @@ from libc.string cimport memcmp, memset
 from libcpp.vector cimport vector
 
 from hal.buffer cimport Buffer, BufferRef
+from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Update
 from hal.program cimport Program
 from backends.vulkan.khronos cimport (
@@ -45,6 +48,7 @@ from backends.vulkan.khronos cimport (
 
 from backends.vulkan.recording import Recording
 from hal.commands import constant_word
+from hal.device import NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
 
 TABLE_CACHE = 8  # binding tables whose encodings a command buffer keeps
@@ -268,10 +272,12 @@ cdef class VulkanEmitter:
 
     `encodings` counts the VkCommandBuffers encoded so far (reuse shows as it not growing); `counts` the
     state-setting calls of the latest encoding (barriers, pipelines, descriptor_sets, constant_pushes,
-    dispatches)."""
+    dispatches). `token`: the device's resubmit token while a resubmission is one vkQueueSubmit (see
+    queue_execute)."""
 
     cdef object device
     cdef DeviceCommands fn
+    cdef Submitter submitter
     cdef readonly Py_ssize_t lanes
     cdef bint one_time, single_pass, slots
     cdef Program program
@@ -281,10 +287,13 @@ cdef class VulkanEmitter:
     cdef Encoder encoder
     cdef readonly Py_ssize_t encodings
     cdef readonly dict counts
+    cdef public object token
 
-    def __init__(self, device, DeviceCommands fn, str mode, str strategy, Py_ssize_t binding_capacity):
+    def __init__(self, device, DeviceCommands fn, Submitter submitter, str mode, str strategy,
+                 Py_ssize_t binding_capacity):
         self.device = device
         self.fn = fn
+        self.submitter = submitter
         self.lanes = 0  # replayed in recording order: no graph to lay out
         self.one_time = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
@@ -320,7 +329,7 @@ cdef class VulkanEmitter:
         for rec in [self.recorded, self.open, *self.by_table.values()]:
             if rec is not None:
                 rec.finalizer()
-        self.recorded = self.open = self.encoder = None
+        self.recorded = self.open = self.encoder = self.token = None
         self.by_table = {}
         self.program = None
         self.device.lifetime.collect()
@@ -355,6 +364,11 @@ cdef class VulkanEmitter:
         self.counts = encoder.counts()
         return rec
 
+    @property
+    def resubmits_in_one_submit(self) -> bool:
+        """Encoded once, reusable: an unchanged resubmission is one vkQueueSubmit of the same VkCommandBuffer."""
+        return self.recorded is not None and not self.one_time
+
     def command_buffer(self, tuple table) -> int:
         """The VkCommandBuffer (as an integer) to submit with `table` (already checked), encoded now if needed."""
         if self.recorded is not None:
@@ -370,11 +384,13 @@ cdef class VulkanEmitter:
 
 
 cdef class Submitter:
-    """vkQueueSubmit of one command buffer that waits for the queue's timeline at `value - 1` and the
-    given (semaphore handle, value) pairs, and signals the timeline at `value` and the given pairs. The
-    structs are built once and reused (the device calls it under its queue lock)."""
+    """vkQueueSubmit of one command buffer that waits for the queue's timeline at the value of the submission
+    before and the given (semaphore handle, value) pairs, and signals the timeline at the next value and the
+    given pairs; `submitted` is the last value. From reading the count to the submission and the new count the
+    GIL is held (nothing here releases it), so no other thread's submission comes between."""
 
     cdef DeviceCommands fn
+    cdef readonly uint64_t submitted
     cdef VkQueue queue
     cdef VkSemaphore timeline
     cdef vector[VkSemaphore] wait_semaphores, signal_semaphores
@@ -387,8 +403,10 @@ cdef class Submitter:
         self.queue = <VkQueue>queue
         self.timeline = <VkSemaphore>timeline
 
-    def submit(self, uintptr_t command_buffer, uint64_t value, tuple waits=(), tuple signals=()) -> None:
-        """Submit; waits and signals are (semaphore handle, value) pairs. Raises the hal error of a failure."""
+    cpdef uint64_t submit(self, uintptr_t command_buffer, tuple waits=(), tuple signals=()) except? 0:
+        """Submit; waits and signals are (semaphore handle, value) pairs. Returns the submission's timeline
+        value; raises the hal error of a failure."""
+        cdef uint64_t value = self.submitted + 1
         cdef VkSubmitInfo info
         cdef VkTimelineSemaphoreSubmitInfo timeline
         self.wait_semaphores.clear()
@@ -424,3 +442,28 @@ cdef class Submitter:
         info.signalSemaphoreCount = <uint32_t>self.signal_semaphores.size()
         info.pSignalSemaphores = self.signal_semaphores.data()
         _check(self.fn.queue_submit(self.queue, 1, &info, NULL), "vkQueueSubmit")
+        self.submitted = value
+        return value
+
+
+def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES):
+    """VulkanDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
+    the device's `resubmit_token` (given by the general path: reusable, encoded once, nothing to free, the
+    device neither lost nor closing), submitted again with its last table and no semaphores, is one
+    vkQueueSubmit of its VkCommandBuffer: one token check stands for the general path's checks. The check and
+    the submission run without releasing the GIL, so no other thread's close() or release comes between them.
+    Anything else takes the general path."""
+    cdef CommandBuffer cb
+    cdef VulkanEmitter emitter
+    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and type(command_buffer) is CommandBuffer:
+        cb = <CommandBuffer>command_buffer
+        if type(cb.emitter) is VulkanEmitter:
+            emitter = <VulkanEmitter>cb.emitter
+            if emitter.token is device.resubmit_token and emitter.device is device and \
+                    cb.accepts(binding_table, device.release_token):
+                try:
+                    emitter.submitter.submit(emitter.recorded.handle)
+                except DeviceLostError as e:
+                    device.raise_failure(e)
+                return
+    Device.queue_execute(device, command_buffer, binding_table, wait, signal)

@@ -23,7 +23,7 @@ import numpy as np
 from backends.vulkan import capabilities as caps_module
 from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ffi, lib, vk
 from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
-from backends.vulkan.command_buffer import DeviceCommands, Submitter, VulkanEmitter
+from backends.vulkan.command_buffer import DeviceCommands, Submitter, VulkanEmitter, queue_execute
 from backends.vulkan.executable import VulkanExecutable
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
@@ -32,7 +32,7 @@ from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
-from hal.errors import DeviceLostError, UnsupportedError, ValidationError
+from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore
@@ -92,9 +92,13 @@ class VulkanDevice(Device):
         self._queue_lock = threading.Lock()  # vkQueueSubmit
         self._host_access = threading.Lock()  # the staging buffer and its transfer command buffer
         self._objects: collections.Counter[str] = collections.Counter()
-        self.lifetime = Lifetime(mark=lambda: self._submitted, finished=lambda value: value <= self._completed())
+        self.lifetime = Lifetime(mark=lambda: self._submitter.submitted,
+                                 finished=lambda value: value <= self._completed(), on_release=self._replace_token)
+        # A command buffer holding this token resubmits as one vkQueueSubmit (queue_execute): replaced whenever
+        # that stops being safe for all of them (something to free, the device lost or closing), and given
+        # again to one by a submission that finds it safe.
+        self.resubmit_token = object()
         self._pending: collections.deque[tuple[int, tuple, tuple]] = collections.deque()  # (value, waits, signals)
-        self._submitted = 0
         self._lost: BaseException | None = None
         self.handle = self._create_logical_device()
         try:
@@ -180,7 +184,7 @@ class VulkanDevice(Device):
         return VulkanExecutable(self, source)
 
     def _create_emitter(self, command_buffer: CommandBuffer) -> VulkanEmitter:
-        return VulkanEmitter(self, self.commands, command_buffer.mode, command_buffer.strategy,
+        return VulkanEmitter(self, self.commands, self._submitter, command_buffer.mode, command_buffer.strategy,
                              command_buffer.binding_capacity)
 
     def _create_semaphore(self, initial: int) -> VulkanSemaphore:
@@ -188,15 +192,34 @@ class VulkanDevice(Device):
         return VulkanSemaphore(self, initial)
 
     # The queue.
+    # The resubmission is the hot path: queue_execute is compiled (command_buffer.queue_execute), and takes the
+    # general path below for everything but an unchanged command buffer holding the device's resubmit token.
+    queue_execute = queue_execute
+
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[VulkanSemaphore, int], ...],
                        signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
+        token = self.resubmit_token  # before the checks: a loss, a release or a close while this runs replaces it
         self.check_lost()
         if (waits or signals) and self.features.max_timeline_difference < MAX_TIMELINE_VALUE:
             for sem, value in waits + signals:
                 self.check_timeline_step(sem, value)
-        self._submit(command_buffer.emitter.command_buffer(table), waits, signals)
+        emitter = command_buffer.emitter
+        self._submit(emitter.command_buffer(table), waits, signals)
         self.lifetime.collect()
+        if not (waits or signals or self.lifetime.pending or self._closed) and emitter.resubmits_in_one_submit:
+            emitter.token = token  # the same again is one vkQueueSubmit
+
+    def _replace_token(self) -> None:
+        """Resubmissions must take the general path from now on (something to free, lost, closing)."""
+        self.resubmit_token = object()
+
+    def raise_failure(self, error: HalError) -> None:
+        """Raise `error`, remembering it first when it lost the device (later calls raise it too)."""
+        if isinstance(error, DeviceLostError):
+            self._lost = error
+            self._replace_token()
+        raise error
 
     def check_timeline_step(self, sem: VulkanSemaphore, value: int) -> None:
         """Vulkan bounds how far a wait or signal may be from a timeline's current value."""
@@ -207,15 +230,12 @@ class VulkanDevice(Device):
 
     def _submit(self, vkcb: int, waits: tuple = (), signals: tuple = ()) -> int:
         """Queue the VkCommandBuffer `vkcb` after everything submitted before; returns its timeline value."""
-        with self._queue_lock:
-            value = self._submitted + 1
+        with self._queue_lock:  # the pending list stays in submission order
             try:
-                self._submitter.submit(vkcb, value, tuple((s.address, v) for s, v in waits),
-                                       tuple((s.address, v) for s, v in signals))
+                value = self._submitter.submit(vkcb, tuple((s.address, v) for s, v in waits),
+                                               tuple((s.address, v) for s, v in signals))
             except DeviceLostError as e:
-                self._lost = e
-                raise
-            self._submitted = value
+                self.raise_failure(e)
             if waits or signals:
                 self._pending.append((value, waits, signals))
         return value
@@ -252,8 +272,7 @@ class VulkanDevice(Device):
                 try:
                     result = check(self.fn.vkWaitSemaphores(self.handle, info, WAIT_SLICE_NS), "vkWaitSemaphores")
                 except DeviceLostError as e:
-                    self._lost = e
-                    raise
+                    self.raise_failure(e)
                 if result != TIMEOUT:
                     break
                 self._refuse_certain_deadlock()
@@ -272,7 +291,7 @@ class VulkanDevice(Device):
         raise queue_deadlock(value, self._value(sem.handle))
 
     def _synchronize(self) -> None:
-        self._wait_for(self._submitted)
+        self._wait_for(self._submitter.submitted)
 
     def check_lost(self) -> None:
         if self._lost is not None:
@@ -312,7 +331,7 @@ class VulkanDevice(Device):
         if self._staging is not None and len(self._staging[2]) >= want:
             return self._staging
         if self._staging is not None:
-            self._wait_for(self._submitted)
+            self._wait_for(self._submitter.submitted)
             self._unmap_staging()
         bits = vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
         handle, allocation = create_buffer(self, want, bits, HOST_VISIBLE, HOST_CACHED, own=True)
@@ -328,6 +347,8 @@ class VulkanDevice(Device):
         destroy_buffer(self, handle, allocation)
 
     def _close(self) -> None:
+        with self._submit_lock:  # a general submission under way ends first
+            self._replace_token()  # no resubmission starts after
         self._release_stuck_submissions()
         while self._waiters:  # waits end within a slice once they see the device closed
             time.sleep(0.01)

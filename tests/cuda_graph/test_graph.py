@@ -197,16 +197,16 @@ def test_a_resubmission_frees_what_was_let_go_since(gpu, exe):
     with cb:
         cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
     gpu.queue_execute(cb)
-    assert cb.emitter.token is gpu._launchable
+    assert cb.emitter.token is gpu.resubmit_token
     other = gpu.create_command_buffer(mode="reusable")
     with other:
         other.dispatch(exe, "scale", (1, 1, 1), (4, 1), (x,))
     gpu.queue_execute(other)
     del other
     gc.collect()
-    assert gpu.lifetime.pending and cb.emitter.token is not gpu._launchable
+    assert gpu.lifetime.pending and cb.emitter.token is not gpu.resubmit_token
     gpu.queue_execute(cb)
-    assert not gpu.lifetime.pending and cb.emitter.token is gpu._launchable
+    assert not gpu.lifetime.pending and cb.emitter.token is gpu.resubmit_token
     gpu.queue_execute(cb)
     np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
     cb.reset()

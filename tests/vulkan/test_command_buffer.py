@@ -3,6 +3,9 @@ state not set twice, and push descriptors and descriptor sets recording the same
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import numpy as np
 import pytest
 
@@ -150,3 +153,34 @@ def test_push_descriptors_and_descriptor_sets_record_the_same(vk, fresh):
     final_a[128:144] = updated[:16]
     for got, want in zip(results[0], (final_a, ~out, out)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_an_unchanged_resubmission_is_one_submit_until_something_is_let_go(fresh):
+    """A reusable command buffer submitted again as it was holds the device's resubmit token (one vkQueueSubmit,
+    no checks); a release sends the next submission the general way, which frees it, then one submit again."""
+    dev = fresh()
+    exe = dev.load_executable(kernels.SOURCE)
+    x = dev.upload(u32([1, 2, 3, 4]))
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
+    dev.queue_execute(cb)
+    assert cb.emitter.token is dev.resubmit_token
+    other = dev.create_command_buffer(mode="reusable")
+    with other:
+        other.dispatch(exe, "scale", (1, 1, 1), (4, 1), (x,))
+    dev.queue_execute(other)
+    del other
+    gc.collect()
+    assert dev.lifetime.pending and cb.emitter.token is not dev.resubmit_token
+    dev.synchronize()
+    dev.queue_execute(cb)
+    assert not dev.lifetime.pending and cb.emitter.token is dev.resubmit_token
+    worker = threading.Thread(target=dev.queue_execute, args=(cb,))  # another thread takes the same path
+    worker.start()
+    worker.join()
+    assert cb.emitter.encodings == 1
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
+    dev.close()
+    with pytest.raises(hal.ValidationError, match="closed"):
+        dev.queue_execute(cb)
