@@ -1,3 +1,5 @@
+from libcpp.map cimport map
+from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from hal.buffer cimport Buffer, BufferRef
@@ -11,7 +13,7 @@ cdef class Planner:
     cdef bint single_pass
     cdef Py_ssize_t lanes  # the lane limit (0: none)
     cdef HazardTracker tracker  # hazards mode
-    cdef dict interned  # hazards mode: predecessor tuple -> group
+    cdef map[vector[Py_ssize_t], Py_ssize_t] interned  # hazards mode: predecessors (ascending) -> group
     # Barriers mode: the segment of the last command, where it started, and the group its commands wait on.
     cdef Py_ssize_t dag_segment
     cdef Py_ssize_t open_start
@@ -33,15 +35,61 @@ cdef class Planner:
     cdef void fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared)
 
 
-cdef class HazardTracker:
-    cdef dict maps
-    cdef bint shared
-    cdef list segment_of
-    cdef vector[Py_ssize_t] stamp
-    cdef list touched
+cdef struct Range:
+    Py_ssize_t map  # an _AccessMap's ident
+    Py_ssize_t start
+    Py_ssize_t end
 
-    cdef tuple add(self, Command command, Program program)
-    cdef tuple _reduce(self, dict found, Py_ssize_t index, Program program)
+
+cdef class HazardTracker:
+    cdef list maps  # every _AccessMap made, by ident: one per buffer, then the shared one
+    cdef unordered_map[Py_ssize_t, Py_ssize_t] map_of  # Buffer.serial -> ident of its map (until shared)
+    cdef bint shared  # a slot reference appeared: every range is in maps[universe]
+    cdef Py_ssize_t universe
+    cdef Py_ssize_t current  # the command being added
+    # Per command: its segment, the reduction's visit mark, and its accesses
+    # touches[touch_start[i]:touch_start[i + 1]].
+    cdef vector[Py_ssize_t] segment_of
+    cdef vector[Py_ssize_t] stamp
+    cdef vector[Py_ssize_t] touch_start
+    cdef vector[Range] touches
+    # The candidates of the command being added, in the order found, each with the ranges it alone last wrote;
+    # found_by[c] is the command that last found c, at position found_at[c].
+    cdef vector[Py_ssize_t] found
+    cdef vector[vector[Range]] regions
+    cdef vector[Py_ssize_t] found_by
+    cdef vector[Py_ssize_t] found_at
+    cdef vector[Py_ssize_t] seen  # per command: the mark of the last `unique` call that met it
+    cdef Py_ssize_t marks
+
+    cdef void add(self, Command command, Program program, vector[Py_ssize_t]& preds) except *
+    cdef _AccessMap map_for(self, BufferRef ref)
+    cdef void share(self)
+    cdef Py_ssize_t candidate(self, Py_ssize_t command)
+    cdef void unique(self, vector[Py_ssize_t]& commands)
+    cdef void prune_read_writers(self)
+    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges)
+    cdef void reduce(self, Py_ssize_t index, Program program, vector[Py_ssize_t]& preds)
+
+
+cdef struct Piece:
+    Py_ssize_t start
+    Py_ssize_t end
+    Py_ssize_t floor  # the segment of the last write that covered it (see _AccessMap)
+    vector[Py_ssize_t] writers
+    vector[Py_ssize_t] readers
+
+
+cdef class _AccessMap:
+    cdef Py_ssize_t ident  # its position in HazardTracker.maps
+    cdef vector[Piece] pieces
+
+    cdef void collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment, HazardTracker tracker)
+    cdef void record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
+                     HazardTracker tracker)
+    cdef void absorb(self, _AccessMap other)
+    cdef Py_ssize_t split(self, Py_ssize_t x)
+    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x)
 
 
 cdef class RaceDetector:

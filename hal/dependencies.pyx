@@ -26,13 +26,15 @@ overlapping accesses of which one writes are a race.
 
 from bisect import bisect_left, bisect_right
 
+from cython.operator cimport dereference as deref
+from libcpp.algorithm cimport reverse, sort, unique
+
 from hal.commands cimport Copy, Dispatch, Fill, Update
 
 from hal.errors import ValidationError
 
 END = 1 << 62  # the open end of a slot range whose length only the bound buffer will tell
 SEARCH_BUDGET = 256  # commands a transitive-reduction search may visit per new command
-_UNIVERSE = "all buffers"
 
 
 cpdef tuple access_range(BufferRef ref, tuple table=None):
@@ -80,7 +82,6 @@ cdef class Planner:
         self.single_pass = single_pass
         self.lanes = lanes
         self.tracker = HazardTracker() if self.hazards else None
-        self.interned = {}
         self.dag_segment = self.barrier_segment = self.layout_segment = -1
         self.open_start = 0
         self.open_group = -1
@@ -143,18 +144,17 @@ cdef class Planner:
     cdef void dag(self, Command command):
         cdef Program program = self.program
         cdef vector[Py_ssize_t] preds
-        cdef Py_ssize_t i, g
+        cdef Py_ssize_t i, g = -1
+        cdef map[vector[Py_ssize_t], Py_ssize_t].iterator known
         if self.hazards:
-            found = self.tracker.add(command, program)
-            if not found:
-                g = -1
-            else:
-                g = self.interned.get(found, -1)
-                if g < 0:
-                    for i in found:
-                        preds.push_back(i)
+            self.tracker.add(command, program, preds)
+            if not preds.empty():
+                known = self.interned.find(preds)
+                if known != self.interned.end():
+                    g = deref(known).second
+                else:
                     g = program.add_group(preds)
-                    self.interned[found] = g
+                    self.interned[preds] = g
             program.group_of.push_back(g)
             return
         if command.segment != self.dag_segment:  # the first command of a new non-empty segment
@@ -263,90 +263,159 @@ cdef class HazardTracker:
     """Hazards mode: the earlier commands each new command must wait for (transitively reduced)."""
 
     def __init__(self):
-        self.maps = {}
+        self.maps = []
         self.shared = False
-        self.segment_of = []
-        self.touched = []  # per command: its ranges, flat (map, start, end)*
+        self.universe = -1
+        self.touch_start.push_back(0)
+        self.marks = 0
 
-    cdef tuple add(self, Command command, Program program):
-        """The predecessors of `command` (the next in recording order), in recording order."""
-        cdef Py_ssize_t index = command.index, segment = command.segment
-        cdef list segment_of = self.segment_of
+    cdef void add(self, Command command, Program program, vector[Py_ssize_t]& preds) except *:
+        """Set `preds` to the predecessors of `command` (the next in recording order), in recording order."""
+        cdef Py_ssize_t index = command.index, segment = command.segment, i, first = self.touches.size()
         cdef BufferRef r
         cdef _AccessMap amap
-        segment_of.append(segment)
+        cdef Range access
+        cdef bint write
+        cdef vector[char] writes_of
+        self.segment_of.push_back(segment)
         self.stamp.push_back(-1)
+        self.found_by.push_back(-1)
+        self.found_at.push_back(0)
+        self.seen.push_back(-1)
+        self.current = index
         refs, writes = refs_and_writes(command)
         if not self.shared:
             for r in refs:
                 if r.buffer is None:
-                    self._share()
+                    self.share()
                     break
-        found = {}
-        touched = []
-        maps = self.maps
+        self.found.clear()
         for i in range(len(refs)):
             r = refs[i]
+            amap = self.map_for(r)
+            access.map = amap.ident
+            access.start = r.offset
+            access.end = r.offset + r.nbytes if r.bounded else END
             write = writes[i]
-            key, start, end = access_range(r)
-            if self.shared:
-                key = _UNIVERSE
-            amap = maps.get(key)
-            if amap is None:
-                amap = maps[key] = _AccessMap()
-            amap.collect(start, end, write, segment, segment_of, found)
-            touched.append((amap, start, end, write))
-        for amap, start, end, write in touched:
-            amap.record(start, end, write, index, segment, segment_of)
-        flat = []  # (map, start, end) triples, flat: one tracked object per command
-        for amap, start, end, _ in touched:
-            flat += (amap, start, end)
-        self.touched.append(tuple(flat))
-        if len(found) > 1:
-            self._prune_read_writers(found)
-        return self._reduce(found, index, program)
+            amap.collect(access.start, access.end, write, segment, self)
+            self.touches.push_back(access)
+            writes_of.push_back(write)
+        for i in range(writes_of.size()):  # after every collect: a command never waits for itself
+            access = self.touches[first + i]
+            amap = self.maps[access.map]
+            amap.record(access.start, access.end, writes_of[i], index, segment, self)
+        self.touch_start.push_back(self.touches.size())
+        if self.found.size() > 1:
+            self.prune_read_writers()
+        self.reduce(index, program, preds)
 
-    def _share(self):
-        """From the first slot reference on, every range may alias every other: merge the maps."""
-        merged = _AccessMap()
-        for amap in self.maps.values():
+    cdef _AccessMap map_for(self, BufferRef ref):
+        """The map tracking `ref`'s buffer, made on first use (the shared one once a slot appeared)."""
+        if self.shared:
+            return self.maps[self.universe]
+        cdef Py_ssize_t serial = ref.buffer.serial
+        cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator it = self.map_of.find(serial)
+        if it != self.map_of.end():
+            return self.maps[deref(it).second]
+        cdef _AccessMap amap = _AccessMap(len(self.maps))
+        self.maps.append(amap)
+        self.map_of[serial] = amap.ident
+        return amap
+
+    cdef void share(self):
+        """From the first slot reference on, every range may alias every other: merge the maps (in the order
+        they were made) into a new one. Ranges recorded in the old maps no longer match any new range."""
+        cdef _AccessMap merged = _AccessMap(len(self.maps)), amap
+        for amap in self.maps:
             merged.absorb(amap)
-        self.maps = {_UNIVERSE: merged}
+        self.maps.append(merged)
+        self.universe = merged.ident
+        self.map_of.clear()
         self.shared = True
 
-    def _prune_read_writers(self, dict found):
+    cdef Py_ssize_t candidate(self, Py_ssize_t command):
+        """The position of `command` among the new command's candidates, added (with no ranges) if new."""
+        cdef Py_ssize_t position
+        if self.found_by[command] == self.current:
+            return self.found_at[command]
+        position = self.found.size()
+        self.found_by[command] = self.current
+        self.found_at[command] = position
+        self.found.push_back(command)
+        if <Py_ssize_t>self.regions.size() <= position:
+            self.regions.resize(position + 1)
+        else:
+            self.regions[position].clear()
+        return position
+
+    cdef void unique(self, vector[Py_ssize_t]& commands):
+        """Drop the repeats from `commands`, keeping first occurrences in order."""
+        cdef Py_ssize_t c, kept = 0
+        self.marks += 1
+        for c in commands:
+            if self.seen[c] != self.marks:
+                self.seen[c] = self.marks
+                commands[kept] = c
+                kept += 1
+        commands.resize(kept)
+
+    cdef void prune_read_writers(self):
         """Drop writer w when another candidate d, recorded after w in a later segment, touched a range
         that w alone last wrote: d then waited for w. This settles in O(candidates) the common long-range
         case (weights written once, read by every step of a long chain) that a graph search would have to
-        walk the whole chain for."""
-        segment_of, touched_of = self.segment_of, self.touched
-        for w, regions in list(found.items()):
-            if not regions:
+        walk the whole chain for. Candidates are looked at in the order found, a dropped one no longer
+        counting as d."""
+        cdef Py_ssize_t n = self.found.size(), a, b, w, d, sw, kept = 0
+        cdef vector[char] dropped
+        dropped.resize(n)
+        for a in range(n):
+            if self.regions[a].empty():
                 continue
-            sw = segment_of[w]
-            for d in found:
-                if d > w and segment_of[d] > sw and _touches(touched_of[d], regions):
-                    del found[w]
+            w = self.found[a]
+            sw = self.segment_of[w]
+            for b in range(n):
+                d = self.found[b]
+                if not dropped[b] and d > w and self.segment_of[d] > sw and self.touches_any(d, self.regions[a]):
+                    dropped[a] = True
                     break
+        for a in range(n):
+            if not dropped[a]:
+                self.found[kept] = self.found[a]
+                kept += 1
+        self.found.resize(kept)
 
-    cdef tuple _reduce(self, dict found, Py_ssize_t index, Program program):
-        """Drop candidates reachable from another candidate (transitive reduction of the new edges).
+    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges):
+        """Does one of `command`'s accesses overlap one of `ranges` (in the same map)?"""
+        cdef Py_ssize_t i
+        cdef Range t, s
+        for i in range(self.touch_start[command], self.touch_start[command + 1]):
+            t = self.touches[i]
+            for s in ranges:
+                if t.map == s.map and s.start < t.end and t.start < s.end:
+                    return True
+        return False
+
+    cdef void reduce(self, Py_ssize_t index, Program program, vector[Py_ssize_t]& preds):
+        """Set `preds` to the candidates not reachable from another candidate (transitive reduction of the
+        new edges), ascending.
 
         Candidates are visited from the most recent; a backward search from each kept one marks its
         ancestors, never going below the oldest candidate, since nothing there can reach one. The search
         visits at most SEARCH_BUDGET commands per new command, so end() stays linear; an edge whose
         redundancy only a deeper search would show is kept (it orders nothing new).
         """
-        if len(found) < 2:
-            return tuple(found)
-        order = sorted(found, reverse=True)
-        cdef Py_ssize_t lowest = order[-1], budget = SEARCH_BUDGET, d, g, p, i
-        cdef vector[Py_ssize_t] stack
-        keep = []
-        for d in order:
+        preds.clear()
+        if self.found.size() < 2:
+            preds = self.found
+            return
+        cdef vector[Py_ssize_t] order = self.found, stack
+        sort(order.begin(), order.end())
+        cdef Py_ssize_t lowest = order.front(), budget = SEARCH_BUDGET, d, g, p, i, k
+        for k in range(order.size() - 1, -1, -1):
+            d = order[k]
             if self.stamp[d] == index:
                 continue
-            keep.append(d)
+            preds.push_back(d)
             stack.push_back(d)
             while stack.size() and budget > 0:
                 g = program.group_of[stack.back()]
@@ -360,129 +429,152 @@ cdef class HazardTracker:
                         stack.push_back(p)
                         budget -= 1
             stack.clear()
-        keep.reverse()
-        return tuple(keep)
-
-
-def _touches(tuple flat, list regions):
-    """Does a command's flat (map, start, end)* tuple overlap one of `regions`?"""
-    for i in range(0, len(flat), 3):
-        m, s2, e2 = flat[i], flat[i + 1], flat[i + 2]
-        for am, s, e in regions:
-            if m is am and s < e2 and s2 < e:
-                return True
-    return False
+        reverse(preds.begin(), preds.end())
 
 
 cdef class _AccessMap:
-    """Disjoint sorted pieces of one buffer, each with its last writers and the readers since.
+    """Disjoint sorted pieces of one buffer (or of all of them, shared), each with its last writers and the
+    readers since.
 
-    `floors[i]`: the segment of the last write that covered piece i. Entries of segments below it are
+    `floor` of a piece: the segment of the last write that covered it. Entries of segments below it are
     ordered before that write, so commands of later segments may skip them; commands of the floor
     segment itself are not ordered after that write and still see them."""
 
-    cdef list starts, ends, writers, readers, floors
+    def __init__(self, Py_ssize_t ident):
+        self.ident = ident
 
-    def __init__(self):
-        self.starts = []
-        self.ends = []
-        self.writers = []
-        self.readers = []
-        self.floors = []
-
-    def collect(self, start, end, write, segment, list segment_of, dict found):
-        """Add to `found` the commands of earlier segments that an access must wait for; a writer
-        comes with the ranges it alone last wrote (see HazardTracker._prune_read_writers)."""
-        starts, ends, writers, readers, floors = self.starts, self.ends, self.writers, self.readers, self.floors
-        i = bisect_right(ends, start)
-        n = len(starts)
-        while i < n and starts[i] < end:
-            low = 0 if floors[i] == segment else floors[i]
-            ws = writers[i]
-            for w in ws:
-                if low <= segment_of[w] < segment:
-                    regions = found.get(w)
-                    if regions is None:
-                        regions = found[w] = []
+    cdef void collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment, HazardTracker tracker):
+        """Add to the tracker's candidates the commands of earlier segments that an access must wait for; a
+        writer comes with the ranges it alone last wrote (see HazardTracker.prune_read_writers)."""
+        cdef Py_ssize_t i = self.first_ending_after(start), n = self.pieces.size(), low, w, r, k, sw, position
+        cdef Piece* piece
+        cdef Range region
+        region.map = self.ident
+        while i < n and self.pieces[i].start < end:
+            piece = &self.pieces[i]
+            low = 0 if piece.floor == segment else piece.floor
+            for k in range(piece.writers.size()):
+                w = piece.writers[k]
+                sw = tracker.segment_of[w]
+                if low <= sw < segment:
+                    position = tracker.candidate(w)
                     # Only a lone writer that set the piece's floor wrote all of it; entries kept
                     # through merges may have written only part of the merged range.
-                    if len(ws) == 1 and floors[i] == segment_of[w]:
-                        regions.append((self, max(start, starts[i]), min(end, ends[i])))
+                    if piece.writers.size() == 1 and piece.floor == sw:
+                        region.start = max(start, piece.start)
+                        region.end = min(end, piece.end)
+                        tracker.regions[position].push_back(region)
             if write:
-                for r in readers[i]:
-                    if low <= segment_of[r] < segment and r not in found:
-                        found[r] = []
+                for k in range(piece.readers.size()):
+                    r = piece.readers[k]
+                    if low <= tracker.segment_of[r] < segment:
+                        tracker.candidate(r)
             i += 1
 
-    def record(self, start, end, write, index, segment, list segment_of):
-        lo = self._split(start)
-        hi = self._split(end)
+    cdef void record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
+                     HazardTracker tracker):
+        """Enter the access of command `index` (of `segment`)."""
+        cdef Py_ssize_t lo = self.split(start), hi = self.split(end), j, low, c, k, cursor
+        cdef Piece merged, gap
+        cdef Piece* piece
         if write:
             # Keep what commands of this segment can still see: accesses of this segment (a race when
             # not validated) and the earlier ones this write hides only from later segments.
-            writers = [index]
-            readers = []
+            merged.start, merged.end, merged.floor = start, end, segment
+            merged.writers.push_back(index)
             for j in range(lo, hi):
-                low = 0 if self.floors[j] == segment else self.floors[j]
-                writers += [w for w in self.writers[j] if w != index and low <= segment_of[w] <= segment]
-                readers += [r for r in self.readers[j] if low <= segment_of[r] <= segment]
+                piece = &self.pieces[j]
+                low = 0 if piece.floor == segment else piece.floor
+                for k in range(piece.writers.size()):
+                    c = piece.writers[k]
+                    if c != index and low <= tracker.segment_of[c] <= segment:
+                        merged.writers.push_back(c)
+                for k in range(piece.readers.size()):
+                    c = piece.readers[k]
+                    if low <= tracker.segment_of[c] <= segment:
+                        merged.readers.push_back(c)
             if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
-                writers = list(dict.fromkeys(writers))
-                readers = list(dict.fromkeys(readers))
-            self.starts[lo:hi] = [start]
-            self.ends[lo:hi] = [end]
-            self.writers[lo:hi] = [writers]
-            self.readers[lo:hi] = [readers]
-            self.floors[lo:hi] = [segment]
+                tracker.unique(merged.writers)
+                tracker.unique(merged.readers)
+            if lo == hi:
+                self.pieces.insert(self.pieces.begin() + lo, merged)
+            else:
+                self.pieces[lo] = merged
+                self.pieces.erase(self.pieces.begin() + lo + 1, self.pieces.begin() + hi)
             return
+        gap.floor = 0
+        gap.readers.push_back(index)
         cursor, j = start, lo
         while j < hi:
-            if self.starts[j] > cursor:
-                self._insert(j, cursor, self.starts[j], [], [index], 0)
+            if self.pieces[j].start > cursor:
+                gap.start, gap.end = cursor, self.pieces[j].start
+                self.pieces.insert(self.pieces.begin() + j, gap)
                 j += 1
                 hi += 1
-            rs = self.readers[j]
-            if not rs or rs[-1] != index:
-                rs.append(index)
-            cursor = self.ends[j]
+            piece = &self.pieces[j]
+            if piece.readers.empty() or piece.readers.back() != index:
+                piece.readers.push_back(index)
+            cursor = piece.end
             j += 1
         if cursor < end:
-            self._insert(j, cursor, end, [], [index], 0)
+            gap.start, gap.end = cursor, end
+            self.pieces.insert(self.pieces.begin() + j, gap)
 
-    def absorb(self, _AccessMap other):
+    cdef void absorb(self, _AccessMap other):
         """Union `other` into this map: every piece keeps the writers and readers of both."""
-        for s, e, ws, rs, fl in zip(other.starts, other.ends, other.writers, other.readers, other.floors):
-            lo = self._split(s)
-            hi = self._split(e)
-            cursor, j = s, lo
+        cdef Py_ssize_t lo, hi, j, cursor
+        cdef Piece theirs, gap, rest
+        cdef Piece* piece
+        for theirs in other.pieces:
+            lo = self.split(theirs.start)
+            hi = self.split(theirs.end)
+            cursor, j = theirs.start, lo
             while j < hi:
-                if self.starts[j] > cursor:
-                    self._insert(j, cursor, self.starts[j], [], [], fl)
+                if self.pieces[j].start > cursor:
+                    gap.start, gap.end, gap.floor = cursor, self.pieces[j].start, theirs.floor
+                    self.pieces.insert(self.pieces.begin() + j, gap)
                     hi += 1
-                self.writers[j] = sorted(set(self.writers[j]).union(ws))
-                self.readers[j] = sorted(set(self.readers[j]).union(rs))
-                if self.floors[j] != fl:
-                    self.floors[j] = 0  # hide nothing: each side hid different entries
-                cursor = self.ends[j]
+                piece = &self.pieces[j]
+                _sorted_union(piece.writers, theirs.writers)
+                _sorted_union(piece.readers, theirs.readers)
+                if piece.floor != theirs.floor:
+                    piece.floor = 0  # hide nothing: each side hid different entries
+                cursor = piece.end
                 j += 1
-            if cursor < e:
-                self._insert(j, cursor, e, list(ws), list(rs), fl)
+            if cursor < theirs.end:
+                rest = theirs
+                rest.start = cursor
+                self.pieces.insert(self.pieces.begin() + j, rest)
 
-    def _split(self, x):
+    cdef Py_ssize_t split(self, Py_ssize_t x):
         """Make x a piece boundary; returns the index of the first piece starting at or after x."""
-        i = bisect_right(self.ends, x)
-        if i < len(self.starts) and self.starts[i] < x:
-            self._insert(i + 1, x, self.ends[i], self.writers[i][:], self.readers[i][:], self.floors[i])
-            self.ends[i] = x
+        cdef Py_ssize_t i = self.first_ending_after(x)
+        cdef Piece tail
+        if i < <Py_ssize_t>self.pieces.size() and self.pieces[i].start < x:
+            tail = self.pieces[i]
+            tail.start = x
+            self.pieces[i].end = x
+            self.pieces.insert(self.pieces.begin() + i + 1, tail)
             return i + 1
         return i
 
-    def _insert(self, i, start, end, writers, readers, floor):
-        self.starts.insert(i, start)
-        self.ends.insert(i, end)
-        self.writers.insert(i, writers)
-        self.readers.insert(i, readers)
-        self.floors.insert(i, floor)
+    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x):
+        """The index of the first piece ending after x (bisect_right on the ends)."""
+        cdef Py_ssize_t lo = 0, hi = self.pieces.size(), mid
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if x < self.pieces[mid].end:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
+cdef void _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other):
+    """`into` becomes the sorted union of both, without repeats."""
+    into.insert(into.end(), other.begin(), other.end())
+    sort(into.begin(), into.end())
+    into.erase(unique(into.begin(), into.end()), into.end())
 
 
 cdef class RaceDetector:
