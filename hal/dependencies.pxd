@@ -13,7 +13,9 @@ cdef class Planner:
     cdef bint single_pass
     cdef Py_ssize_t lanes  # the lane limit (0: none)
     cdef HazardTracker tracker  # hazards mode
-    cdef map[vector[Py_ssize_t], Py_ssize_t] interned  # hazards mode: predecessors (ascending) -> group
+    # Hazards mode: predecessors (ascending) -> group; per command, the group of it alone (-1: none yet).
+    cdef map[vector[Py_ssize_t], Py_ssize_t] interned
+    cdef vector[Py_ssize_t] lone_group
     # Barriers mode: the segment of the last command, where it started, and the group its commands wait on.
     cdef Py_ssize_t dag_segment
     cdef Py_ssize_t open_start
@@ -35,6 +37,13 @@ cdef class Planner:
     cdef void fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared)
 
 
+cdef struct Access:
+    Py_ssize_t buffer  # Buffer.serial; -1: a slot
+    Py_ssize_t start
+    Py_ssize_t end
+    bint write
+
+
 cdef struct Range:
     Py_ssize_t map  # an _AccessMap's ident
     Py_ssize_t start
@@ -53,23 +62,29 @@ cdef class HazardTracker:
     cdef vector[Py_ssize_t] stamp
     cdef vector[Py_ssize_t] touch_start
     cdef vector[Range] touches
-    # The candidates of the command being added, in the order found, each with the ranges it alone last wrote;
-    # found_by[c] is the command that last found c, at position found_at[c].
+    # The command being added: its accesses, and its candidates in the order found, each with the ranges it
+    # alone last wrote; found_by[c] is the command that last found c, at position found_at[c].
+    cdef vector[Access] accesses
     cdef vector[Py_ssize_t] found
     cdef vector[vector[Range]] regions
     cdef vector[Py_ssize_t] found_by
     cdef vector[Py_ssize_t] found_at
     cdef vector[Py_ssize_t] seen  # per command: the mark of the last `unique` call that met it
     cdef Py_ssize_t marks
+    cdef vector[char] dropped  # prune_read_writers: per candidate
+    cdef vector[Py_ssize_t] stack  # reduce: the search
+    cdef vector[Py_ssize_t] kept_writers  # _AccessMap.record: the lists of a written range
+    cdef vector[Py_ssize_t] kept_readers
+    cdef vector[Py_ssize_t] preds  # the result: the last command's predecessors, ascending
 
-    cdef void add(self, Command command, Program program, vector[Py_ssize_t]& preds) except *
-    cdef _AccessMap map_for(self, BufferRef ref)
+    cdef int add(self, Command command, Program program) except -1
+    cdef _AccessMap map_for(self, Py_ssize_t buffer)
     cdef void share(self)
-    cdef Py_ssize_t candidate(self, Py_ssize_t command)
-    cdef void unique(self, vector[Py_ssize_t]& commands)
-    cdef void prune_read_writers(self)
-    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges)
-    cdef void reduce(self, Py_ssize_t index, Program program, vector[Py_ssize_t]& preds)
+    cdef Py_ssize_t candidate(self, Py_ssize_t command) except -1
+    cdef int unique(self, vector[Py_ssize_t]& commands) except -1
+    cdef int prune_read_writers(self) except -1
+    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept
+    cdef int reduce(self, Py_ssize_t index, Program program) except -1
 
 
 cdef struct Piece:
@@ -84,12 +99,13 @@ cdef class _AccessMap:
     cdef Py_ssize_t ident  # its position in HazardTracker.maps
     cdef vector[Piece] pieces
 
-    cdef void collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment, HazardTracker tracker)
-    cdef void record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
-                     HazardTracker tracker)
+    cdef int collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment,
+                     HazardTracker tracker) except -1
+    cdef int record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
+                    HazardTracker tracker) except -1
     cdef void absorb(self, _AccessMap other)
-    cdef Py_ssize_t split(self, Py_ssize_t x)
-    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x)
+    cdef Py_ssize_t split(self, Py_ssize_t x) except -1
+    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x) noexcept
 
 
 cdef class RaceDetector:

@@ -28,6 +28,7 @@ from bisect import bisect_left, bisect_right
 
 from cython.operator cimport dereference as deref
 from libcpp.algorithm cimport reverse, sort, unique
+from libcpp.utility cimport move
 
 from hal.commands cimport Copy, Dispatch, Fill, Update
 
@@ -147,14 +148,20 @@ cdef class Planner:
         cdef Py_ssize_t i, g = -1
         cdef map[vector[Py_ssize_t], Py_ssize_t].iterator known
         if self.hazards:
-            self.tracker.add(command, program, preds)
-            if not preds.empty():
-                known = self.interned.find(preds)
+            self.tracker.add(command, program)
+            self.lone_group.push_back(-1)
+            if self.tracker.preds.size() == 1:  # a chain: look the group up by its member
+                i = self.tracker.preds[0]
+                if self.lone_group[i] < 0:
+                    self.lone_group[i] = program.add_group(self.tracker.preds)
+                g = self.lone_group[i]
+            elif self.tracker.preds.size() > 1:
+                known = self.interned.find(self.tracker.preds)
                 if known != self.interned.end():
                     g = deref(known).second
                 else:
-                    g = program.add_group(preds)
-                    self.interned[preds] = g
+                    g = program.add_group(self.tracker.preds)
+                    self.interned[self.tracker.preds] = g
             program.group_of.push_back(g)
             return
         if command.segment != self.dag_segment:  # the first command of a new non-empty segment
@@ -269,57 +276,51 @@ cdef class HazardTracker:
         self.touch_start.push_back(0)
         self.marks = 0
 
-    cdef void add(self, Command command, Program program, vector[Py_ssize_t]& preds) except *:
+    cdef int add(self, Command command, Program program) except -1:
         """Set `preds` to the predecessors of `command` (the next in recording order), in recording order."""
         cdef Py_ssize_t index = command.index, segment = command.segment, i, first = self.touches.size()
-        cdef BufferRef r
+        cdef Access* access
         cdef _AccessMap amap
-        cdef Range access
-        cdef bint write
-        cdef vector[char] writes_of
+        cdef Range touch
         self.segment_of.push_back(segment)
         self.stamp.push_back(-1)
         self.found_by.push_back(-1)
         self.found_at.push_back(0)
         self.seen.push_back(-1)
         self.current = index
-        refs, writes = refs_and_writes(command)
+        _accesses(command, self.accesses)
         if not self.shared:
-            for r in refs:
-                if r.buffer is None:
+            for i in range(self.accesses.size()):
+                if self.accesses[i].buffer < 0:
                     self.share()
                     break
         self.found.clear()
-        for i in range(len(refs)):
-            r = refs[i]
-            amap = self.map_for(r)
-            access.map = amap.ident
-            access.start = r.offset
-            access.end = r.offset + r.nbytes if r.bounded else END
-            write = writes[i]
-            amap.collect(access.start, access.end, write, segment, self)
-            self.touches.push_back(access)
-            writes_of.push_back(write)
-        for i in range(writes_of.size()):  # after every collect: a command never waits for itself
-            access = self.touches[first + i]
-            amap = self.maps[access.map]
-            amap.record(access.start, access.end, writes_of[i], index, segment, self)
+        for i in range(self.accesses.size()):
+            access = &self.accesses[i]
+            amap = self.map_for(access.buffer)
+            amap.collect(access.start, access.end, access.write, segment, self)
+            touch.map, touch.start, touch.end = amap.ident, access.start, access.end
+            self.touches.push_back(touch)
+        for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
+            access = &self.accesses[i]
+            amap = self.maps[self.touches[first + i].map]
+            amap.record(access.start, access.end, access.write, index, segment, self)
         self.touch_start.push_back(self.touches.size())
         if self.found.size() > 1:
             self.prune_read_writers()
-        self.reduce(index, program, preds)
+        return self.reduce(index, program)
 
-    cdef _AccessMap map_for(self, BufferRef ref):
-        """The map tracking `ref`'s buffer, made on first use (the shared one once a slot appeared)."""
+    cdef _AccessMap map_for(self, Py_ssize_t buffer):
+        """The map tracking the buffer of serial `buffer`, made on first use (the shared one once a slot
+        appeared)."""
         if self.shared:
             return self.maps[self.universe]
-        cdef Py_ssize_t serial = ref.buffer.serial
-        cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator it = self.map_of.find(serial)
+        cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator it = self.map_of.find(buffer)
         if it != self.map_of.end():
             return self.maps[deref(it).second]
         cdef _AccessMap amap = _AccessMap(len(self.maps))
         self.maps.append(amap)
-        self.map_of[serial] = amap.ident
+        self.map_of[buffer] = amap.ident
         return amap
 
     cdef void share(self):
@@ -333,7 +334,7 @@ cdef class HazardTracker:
         self.map_of.clear()
         self.shared = True
 
-    cdef Py_ssize_t candidate(self, Py_ssize_t command):
+    cdef Py_ssize_t candidate(self, Py_ssize_t command) except -1:
         """The position of `command` among the new command's candidates, added (with no ranges) if new."""
         cdef Py_ssize_t position
         if self.found_by[command] == self.current:
@@ -348,7 +349,7 @@ cdef class HazardTracker:
             self.regions[position].clear()
         return position
 
-    cdef void unique(self, vector[Py_ssize_t]& commands):
+    cdef int unique(self, vector[Py_ssize_t]& commands) except -1:
         """Drop the repeats from `commands`, keeping first occurrences in order."""
         cdef Py_ssize_t c, kept = 0
         self.marks += 1
@@ -358,16 +359,16 @@ cdef class HazardTracker:
                 commands[kept] = c
                 kept += 1
         commands.resize(kept)
+        return 0
 
-    cdef void prune_read_writers(self):
+    cdef int prune_read_writers(self) except -1:
         """Drop writer w when another candidate d, recorded after w in a later segment, touched a range
         that w alone last wrote: d then waited for w. This settles in O(candidates) the common long-range
         case (weights written once, read by every step of a long chain) that a graph search would have to
         walk the whole chain for. Candidates are looked at in the order found, a dropped one no longer
         counting as d."""
         cdef Py_ssize_t n = self.found.size(), a, b, w, d, sw, kept = 0
-        cdef vector[char] dropped
-        dropped.resize(n)
+        self.dropped.assign(n, False)
         for a in range(n):
             if self.regions[a].empty():
                 continue
@@ -375,16 +376,18 @@ cdef class HazardTracker:
             sw = self.segment_of[w]
             for b in range(n):
                 d = self.found[b]
-                if not dropped[b] and d > w and self.segment_of[d] > sw and self.touches_any(d, self.regions[a]):
-                    dropped[a] = True
+                if not self.dropped[b] and d > w and self.segment_of[d] > sw and \
+                        self.touches_any(d, self.regions[a]):
+                    self.dropped[a] = True
                     break
         for a in range(n):
-            if not dropped[a]:
+            if not self.dropped[a]:
                 self.found[kept] = self.found[a]
                 kept += 1
         self.found.resize(kept)
+        return 0
 
-    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges):
+    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept:
         """Does one of `command`'s accesses overlap one of `ranges` (in the same map)?"""
         cdef Py_ssize_t i
         cdef Range t, s
@@ -395,7 +398,7 @@ cdef class HazardTracker:
                     return True
         return False
 
-    cdef void reduce(self, Py_ssize_t index, Program program, vector[Py_ssize_t]& preds):
+    cdef int reduce(self, Py_ssize_t index, Program program) except -1:
         """Set `preds` to the candidates not reachable from another candidate (transitive reduction of the
         new edges), ascending.
 
@@ -404,32 +407,60 @@ cdef class HazardTracker:
         visits at most SEARCH_BUDGET commands per new command, so end() stays linear; an edge whose
         redundancy only a deeper search would show is kept (it orders nothing new).
         """
-        preds.clear()
+        self.preds.clear()
         if self.found.size() < 2:
-            preds = self.found
-            return
-        cdef vector[Py_ssize_t] order = self.found, stack
-        sort(order.begin(), order.end())
-        cdef Py_ssize_t lowest = order.front(), budget = SEARCH_BUDGET, d, g, p, i, k
-        for k in range(order.size() - 1, -1, -1):
-            d = order[k]
+            self.preds = self.found
+            return 0
+        sort(self.found.begin(), self.found.end())
+        cdef Py_ssize_t lowest = self.found.front(), budget = SEARCH_BUDGET, d, g, p, i, k
+        for k in range(self.found.size() - 1, -1, -1):
+            d = self.found[k]
             if self.stamp[d] == index:
                 continue
-            preds.push_back(d)
-            stack.push_back(d)
-            while stack.size() and budget > 0:
-                g = program.group_of[stack.back()]
-                stack.pop_back()
+            self.preds.push_back(d)
+            self.stack.push_back(d)
+            while self.stack.size() and budget > 0:
+                g = program.group_of[self.stack.back()]
+                self.stack.pop_back()
                 if g < 0:
                     continue
                 for i in range(program.group_start[g], program.group_start[g + 1]):
                     p = program.members[i]
                     if p >= lowest and self.stamp[p] != index:
                         self.stamp[p] = index
-                        stack.push_back(p)
+                        self.stack.push_back(p)
                         budget -= 1
-            stack.clear()
-        reverse(preds.begin(), preds.end())
+            self.stack.clear()
+        reverse(self.preds.begin(), self.preds.end())
+        return 0
+
+
+cdef void _accesses(Command command, vector[Access]& into) except *:
+    """Set `into` to the accesses of `command`: refs_and_writes' references and flags as plain ranges."""
+    cdef type kind = type(command)
+    cdef Dispatch dispatch
+    cdef Py_ssize_t i
+    into.clear()
+    if kind is Dispatch:
+        dispatch = command
+        for i in range(len(dispatch.bindings)):
+            into.push_back(_access(dispatch.bindings[i], dispatch.writes[i]))
+    elif kind is Copy:
+        into.push_back(_access((<Copy>command).source, False))
+        into.push_back(_access((<Copy>command).target, True))
+    elif kind is Fill:
+        into.push_back(_access((<Fill>command).target, True))
+    else:
+        into.push_back(_access((<Update>command).target, True))
+
+
+cdef Access _access(BufferRef ref, bint write):
+    cdef Access access
+    access.buffer = -1 if ref.buffer is None else ref.buffer.serial
+    access.start = ref.offset
+    access.end = ref.offset + ref.nbytes if ref.bounded else END
+    access.write = write
+    return access
 
 
 cdef class _AccessMap:
@@ -443,7 +474,8 @@ cdef class _AccessMap:
     def __init__(self, Py_ssize_t ident):
         self.ident = ident
 
-    cdef void collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment, HazardTracker tracker):
+    cdef int collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment,
+                     HazardTracker tracker) except -1:
         """Add to the tracker's candidates the commands of earlier segments that an access must wait for; a
         writer comes with the ranges it alone last wrote (see HazardTracker.prune_read_writers)."""
         cdef Py_ssize_t i = self.first_ending_after(start), n = self.pieces.size(), low, w, r, k, sw, position
@@ -470,45 +502,50 @@ cdef class _AccessMap:
                     if low <= tracker.segment_of[r] < segment:
                         tracker.candidate(r)
             i += 1
+        return 0
 
-    cdef void record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
-                     HazardTracker tracker):
+    cdef int record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
+                    HazardTracker tracker) except -1:
         """Enter the access of command `index` (of `segment`)."""
         cdef Py_ssize_t lo = self.split(start), hi = self.split(end), j, low, c, k, cursor
-        cdef Piece merged, gap
+        cdef vector[Py_ssize_t]* writers
+        cdef vector[Py_ssize_t]* readers
+        cdef Piece fresh
         cdef Piece* piece
         if write:
             # Keep what commands of this segment can still see: accesses of this segment (a race when
             # not validated) and the earlier ones this write hides only from later segments.
-            merged.start, merged.end, merged.floor = start, end, segment
-            merged.writers.push_back(index)
+            writers, readers = &tracker.kept_writers, &tracker.kept_readers
+            writers.assign(1, index)
+            readers.clear()
             for j in range(lo, hi):
                 piece = &self.pieces[j]
                 low = 0 if piece.floor == segment else piece.floor
                 for k in range(piece.writers.size()):
                     c = piece.writers[k]
                     if c != index and low <= tracker.segment_of[c] <= segment:
-                        merged.writers.push_back(c)
+                        writers.push_back(c)
                 for k in range(piece.readers.size()):
                     c = piece.readers[k]
                     if low <= tracker.segment_of[c] <= segment:
-                        merged.readers.push_back(c)
+                        readers.push_back(c)
             if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
-                tracker.unique(merged.writers)
-                tracker.unique(merged.readers)
+                tracker.unique(deref(writers))
+                tracker.unique(deref(readers))
+            # The pieces become one, reusing the first one's lists (their memory) where there is one.
             if lo == hi:
-                self.pieces.insert(self.pieces.begin() + lo, merged)
+                self.pieces.insert(self.pieces.begin() + lo, move(fresh))
             else:
-                self.pieces[lo] = merged
                 self.pieces.erase(self.pieces.begin() + lo + 1, self.pieces.begin() + hi)
-            return
-        gap.floor = 0
-        gap.readers.push_back(index)
+            piece = &self.pieces[lo]
+            piece.start, piece.end, piece.floor = start, end, segment
+            piece.writers.assign(writers.begin(), writers.end())
+            piece.readers.assign(readers.begin(), readers.end())
+            return 0
         cursor, j = start, lo
         while j < hi:
             if self.pieces[j].start > cursor:
-                gap.start, gap.end = cursor, self.pieces[j].start
-                self.pieces.insert(self.pieces.begin() + j, gap)
+                self.pieces.insert(self.pieces.begin() + j, _read_piece(cursor, self.pieces[j].start, index))
                 j += 1
                 hi += 1
             piece = &self.pieces[j]
@@ -517,8 +554,8 @@ cdef class _AccessMap:
             cursor = piece.end
             j += 1
         if cursor < end:
-            gap.start, gap.end = cursor, end
-            self.pieces.insert(self.pieces.begin() + j, gap)
+            self.pieces.insert(self.pieces.begin() + j, _read_piece(cursor, end, index))
+        return 0
 
     cdef void absorb(self, _AccessMap other):
         """Union `other` into this map: every piece keeps the writers and readers of both."""
@@ -546,7 +583,7 @@ cdef class _AccessMap:
                 rest.start = cursor
                 self.pieces.insert(self.pieces.begin() + j, rest)
 
-    cdef Py_ssize_t split(self, Py_ssize_t x):
+    cdef Py_ssize_t split(self, Py_ssize_t x) except -1:
         """Make x a piece boundary; returns the index of the first piece starting at or after x."""
         cdef Py_ssize_t i = self.first_ending_after(x)
         cdef Piece tail
@@ -554,13 +591,15 @@ cdef class _AccessMap:
             tail = self.pieces[i]
             tail.start = x
             self.pieces[i].end = x
-            self.pieces.insert(self.pieces.begin() + i + 1, tail)
+            self.pieces.insert(self.pieces.begin() + i + 1, move(tail))
             return i + 1
         return i
 
-    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x):
+    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x) noexcept:
         """The index of the first piece ending after x (bisect_right on the ends)."""
         cdef Py_ssize_t lo = 0, hi = self.pieces.size(), mid
+        if hi == 0 or x >= self.pieces.back().end:  # at or past the end of every piece: ranges often come in order
+            return hi
         while lo < hi:
             mid = (lo + hi) // 2
             if x < self.pieces[mid].end:
@@ -568,6 +607,14 @@ cdef class _AccessMap:
             else:
                 lo = mid + 1
         return lo
+
+
+cdef Piece _read_piece(Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader):
+    """A piece that only `reader` accessed."""
+    cdef Piece piece
+    piece.start, piece.end, piece.floor = start, end, 0
+    piece.readers.push_back(reader)
+    return piece
 
 
 cdef void _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other):
