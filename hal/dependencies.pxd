@@ -45,67 +45,61 @@ cdef struct Access:
 
 
 cdef struct Range:
-    Py_ssize_t map  # an _AccessMap's ident
+    Py_ssize_t map  # the ident of an access map (HazardTracker.maps)
     Py_ssize_t start
     Py_ssize_t end
-
-
-cdef class HazardTracker:
-    cdef list maps  # every _AccessMap made, by ident: one per buffer, then the shared one
-    cdef unordered_map[Py_ssize_t, Py_ssize_t] map_of  # Buffer.serial -> ident of its map (until shared)
-    cdef bint shared  # a slot reference appeared: every range is in maps[universe]
-    cdef Py_ssize_t universe
-    cdef Py_ssize_t current  # the command being added
-    # Per command: its segment, the reduction's visit mark, and its accesses
-    # touches[touch_start[i]:touch_start[i + 1]].
-    cdef vector[Py_ssize_t] segment_of
-    cdef vector[Py_ssize_t] stamp
-    cdef vector[Py_ssize_t] touch_start
-    cdef vector[Range] touches
-    # The command being added: its accesses, and its candidates in the order found, each with the ranges it
-    # alone last wrote; found_by[c] is the command that last found c, at position found_at[c].
-    cdef vector[Access] accesses
-    cdef vector[Py_ssize_t] found
-    cdef vector[vector[Range]] regions
-    cdef vector[Py_ssize_t] found_by
-    cdef vector[Py_ssize_t] found_at
-    cdef vector[Py_ssize_t] seen  # per command: the mark of the last `unique` call that met it
-    cdef Py_ssize_t marks
-    cdef vector[char] dropped  # prune_read_writers: per candidate
-    cdef vector[Py_ssize_t] stack  # reduce: the search
-    cdef vector[Py_ssize_t] kept_writers  # _AccessMap.record: the lists of a written range
-    cdef vector[Py_ssize_t] kept_readers
-    cdef vector[Py_ssize_t] preds  # the result: the last command's predecessors, ascending
-
-    cdef int add(self, Command command, Program program) except -1
-    cdef _AccessMap map_for(self, Py_ssize_t buffer)
-    cdef void share(self)
-    cdef Py_ssize_t candidate(self, Py_ssize_t command) except -1
-    cdef int unique(self, vector[Py_ssize_t]& commands) except -1
-    cdef int prune_read_writers(self) except -1
-    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept
-    cdef int reduce(self, Py_ssize_t index, Program program) except -1
 
 
 cdef struct Piece:
     Py_ssize_t start
     Py_ssize_t end
-    Py_ssize_t floor  # the segment of the last write that covered it (see _AccessMap)
+    Py_ssize_t floor  # the segment of the last write that covered it (see HazardTracker)
     vector[Py_ssize_t] writers
     vector[Py_ssize_t] readers
 
 
-cdef class _AccessMap:
-    cdef Py_ssize_t ident  # its position in HazardTracker.maps
-    cdef vector[Piece] pieces
+cdef struct Tracked:  # what HazardTracker keeps of each command
+    Py_ssize_t segment
+    Py_ssize_t first_touch  # its accesses are touches[first_touch:end_touch]
+    Py_ssize_t end_touch
+    Py_ssize_t found_by  # the last command that found it as a candidate, at position found_at
+    Py_ssize_t found_at
+    Py_ssize_t visited_by  # the last command whose reduction search reached it
+    Py_ssize_t mark  # the last `unique` call that met it
 
-    cdef int collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment,
-                     HazardTracker tracker) except -1
-    cdef int record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
-                    HazardTracker tracker) except -1
-    cdef void absorb(self, _AccessMap other)
-    cdef Py_ssize_t split(self, Py_ssize_t x) except -1
-    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x) noexcept
+
+cdef class HazardTracker:
+    # Access maps by ident: disjoint pieces sorted by offset; one per buffer in order of first use, then the
+    # shared one (`universe`, -1 until a slot reference appears; from then on every range goes there).
+    cdef vector[vector[Piece]] maps
+    cdef unordered_map[Py_ssize_t, Py_ssize_t] map_of  # Buffer.serial -> ident of its map
+    cdef Py_ssize_t universe
+    cdef vector[Tracked] tracked  # per command
+    cdef vector[Range] touches  # every command's accesses, in recording order
+    # The command being added: its index and accesses, and its candidates in the order found, each with the
+    # ranges it alone last wrote (regions[i] for found[i]).
+    cdef Py_ssize_t current
+    cdef vector[Access] accesses
+    cdef vector[Py_ssize_t] found
+    cdef vector[vector[Range]] regions
+    # Scratch space, kept to reuse its memory.
+    cdef Py_ssize_t marks  # unique(): calls so far
+    cdef vector[char] dropped  # prune_read_writers(): per candidate
+    cdef vector[Py_ssize_t] stack  # reduce(): the search
+    cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
+    cdef vector[Py_ssize_t] kept_readers
+    cdef vector[Py_ssize_t] preds  # the result: the last command's predecessors, ascending
+
+    cdef int add(self, Command command, Program program) except -1
+    cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
+    cdef int share(self) except -1
+    cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1
+    cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
+    cdef Py_ssize_t candidate(self, Py_ssize_t command) except -1
+    cdef int unique(self, vector[Py_ssize_t]& commands) except -1
+    cdef int prune_read_writers(self) except -1
+    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept
+    cdef int reduce(self, Program program) except -1
 
 
 cdef class RaceDetector:

@@ -267,95 +267,173 @@ cdef Py_ssize_t _segment_of(Program program, Py_ssize_t index):
 
 
 cdef class HazardTracker:
-    """Hazards mode: the earlier commands each new command must wait for (transitively reduced)."""
+    """Hazards mode: the earlier commands each new command must wait for (transitively reduced).
+
+    Each buffer's accesses are kept in an access map: disjoint pieces sorted by offset, each with its last
+    writers and the readers since. `floor` of a piece: the segment of the last write that covered it.
+    Entries of segments below it are ordered before that write, so commands of later segments may skip
+    them; commands of the floor segment itself are not ordered after that write and still see them.
+    """
 
     def __init__(self):
-        self.maps = []
-        self.shared = False
         self.universe = -1
-        self.touch_start.push_back(0)
         self.marks = 0
 
     cdef int add(self, Command command, Program program) except -1:
         """Set `preds` to the predecessors of `command` (the next in recording order), in recording order."""
-        cdef Py_ssize_t index = command.index, segment = command.segment, i, first = self.touches.size()
-        cdef Access* access
-        cdef _AccessMap amap
+        cdef Py_ssize_t segment = command.segment, i
+        cdef Tracked tracked
         cdef Range touch
-        self.segment_of.push_back(segment)
-        self.stamp.push_back(-1)
-        self.found_by.push_back(-1)
-        self.found_at.push_back(0)
-        self.seen.push_back(-1)
-        self.current = index
+        tracked.segment = segment
+        tracked.found_by = tracked.visited_by = tracked.mark = -1
+        tracked.first_touch = self.touches.size()
+        self.current = command.index
         _accesses(command, self.accesses)
-        if not self.shared:
+        if self.universe < 0:
             for i in range(self.accesses.size()):
                 if self.accesses[i].buffer < 0:
                     self.share()
                     break
         self.found.clear()
         for i in range(self.accesses.size()):
-            access = &self.accesses[i]
-            amap = self.map_for(access.buffer)
-            amap.collect(access.start, access.end, access.write, segment, self)
-            touch.map, touch.start, touch.end = amap.ident, access.start, access.end
+            touch.map = self.map_for(self.accesses[i].buffer)
+            touch.start, touch.end = self.accesses[i].start, self.accesses[i].end
+            self.collect(touch, self.accesses[i].write, segment)
             self.touches.push_back(touch)
+        tracked.end_touch = self.touches.size()
+        self.tracked.push_back(tracked)
         for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
-            access = &self.accesses[i]
-            amap = self.maps[self.touches[first + i].map]
-            amap.record(access.start, access.end, access.write, index, segment, self)
-        self.touch_start.push_back(self.touches.size())
+            self.record(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
         if self.found.size() > 1:
             self.prune_read_writers()
-        return self.reduce(index, program)
+        return self.reduce(program)
 
-    cdef _AccessMap map_for(self, Py_ssize_t buffer):
+    cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1:
         """The map tracking the buffer of serial `buffer`, made on first use (the shared one once a slot
         appeared)."""
-        if self.shared:
-            return self.maps[self.universe]
+        if self.universe >= 0:
+            return self.universe
         cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator it = self.map_of.find(buffer)
         if it != self.map_of.end():
-            return self.maps[deref(it).second]
-        cdef _AccessMap amap = _AccessMap(len(self.maps))
-        self.maps.append(amap)
-        self.map_of[buffer] = amap.ident
-        return amap
+            return deref(it).second
+        self.map_of[buffer] = self.maps.size()
+        self.maps.resize(self.maps.size() + 1)
+        return self.maps.size() - 1
 
-    cdef void share(self):
+    cdef int share(self) except -1:
         """From the first slot reference on, every range may alias every other: merge the maps (in the order
         they were made) into a new one. Ranges recorded in the old maps no longer match any new range."""
-        cdef _AccessMap merged = _AccessMap(len(self.maps)), amap
-        for amap in self.maps:
-            merged.absorb(amap)
-        self.maps.append(merged)
-        self.universe = merged.ident
+        cdef vector[Piece] merged
+        cdef Py_ssize_t m
+        for m in range(self.maps.size()):
+            _absorb(merged, self.maps[m])
+        self.universe = self.maps.size()
+        self.maps.push_back(move(merged))
         self.map_of.clear()
-        self.shared = True
+        return 0
+
+    cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1:
+        """Add to the candidates the commands of earlier segments that an access must wait for; a writer
+        comes with the ranges it alone last wrote (see prune_read_writers)."""
+        cdef vector[Piece]* pieces = &self.maps[access.map]
+        cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, w, r, k, sw, position
+        cdef Piece* piece
+        cdef Range region
+        region.map = access.map
+        while i < <Py_ssize_t>pieces.size() and deref(pieces)[i].start < access.end:
+            piece = &deref(pieces)[i]
+            low = 0 if piece.floor == segment else piece.floor
+            for k in range(piece.writers.size()):
+                w = piece.writers[k]
+                sw = self.tracked[w].segment
+                if low <= sw < segment:
+                    position = self.candidate(w)
+                    # Only a lone writer that set the piece's floor wrote all of it; entries kept
+                    # through merges may have written only part of the merged range.
+                    if piece.writers.size() == 1 and piece.floor == sw:
+                        region.start = max(access.start, piece.start)
+                        region.end = min(access.end, piece.end)
+                        self.regions[position].push_back(region)
+            if write:
+                for k in range(piece.readers.size()):
+                    r = piece.readers[k]
+                    if low <= self.tracked[r].segment < segment:
+                        self.candidate(r)
+            i += 1
+        return 0
+
+    cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1:
+        """Enter an access of the command being added into its map."""
+        cdef vector[Piece]* pieces = &self.maps[access.map]
+        cdef Py_ssize_t index = self.current, lo = _split(deref(pieces), access.start)
+        cdef Py_ssize_t hi = _split(deref(pieces), access.end), j, low, c, k, cursor
+        cdef Piece fresh
+        cdef Piece* piece
+        if write:
+            # Keep what commands of this segment can still see: accesses of this segment (a race when
+            # not validated) and the earlier ones this write hides only from later segments.
+            self.kept_writers.assign(1, index)
+            self.kept_readers.clear()
+            for j in range(lo, hi):
+                piece = &deref(pieces)[j]
+                low = 0 if piece.floor == segment else piece.floor
+                for k in range(piece.writers.size()):
+                    c = piece.writers[k]
+                    if c != index and low <= self.tracked[c].segment <= segment:
+                        self.kept_writers.push_back(c)
+                for k in range(piece.readers.size()):
+                    c = piece.readers[k]
+                    if low <= self.tracked[c].segment <= segment:
+                        self.kept_readers.push_back(c)
+            if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
+                self.unique(self.kept_writers)
+                self.unique(self.kept_readers)
+            # The pieces become one, reusing the first one's lists (their memory) where there is one.
+            if lo == hi:
+                pieces.insert(pieces.begin() + lo, move(fresh))
+            else:
+                pieces.erase(pieces.begin() + lo + 1, pieces.begin() + hi)
+            piece = &deref(pieces)[lo]
+            piece.start, piece.end, piece.floor = access.start, access.end, segment
+            piece.writers.assign(self.kept_writers.begin(), self.kept_writers.end())
+            piece.readers.assign(self.kept_readers.begin(), self.kept_readers.end())
+            return 0
+        cursor, j = access.start, lo
+        while j < hi:
+            if deref(pieces)[j].start > cursor:
+                pieces.insert(pieces.begin() + j, _read_piece(cursor, deref(pieces)[j].start, index))
+                j += 1
+                hi += 1
+            piece = &deref(pieces)[j]
+            if piece.readers.empty() or piece.readers.back() != index:
+                piece.readers.push_back(index)
+            cursor = piece.end
+            j += 1
+        if cursor < access.end:
+            pieces.insert(pieces.begin() + j, _read_piece(cursor, access.end, index))
+        return 0
 
     cdef Py_ssize_t candidate(self, Py_ssize_t command) except -1:
         """The position of `command` among the new command's candidates, added (with no ranges) if new."""
-        cdef Py_ssize_t position
-        if self.found_by[command] == self.current:
-            return self.found_at[command]
-        position = self.found.size()
-        self.found_by[command] = self.current
-        self.found_at[command] = position
+        cdef Tracked* tracked = &self.tracked[command]
+        if tracked.found_by == self.current:
+            return tracked.found_at
+        tracked.found_by = self.current
+        tracked.found_at = self.found.size()
         self.found.push_back(command)
-        if <Py_ssize_t>self.regions.size() <= position:
-            self.regions.resize(position + 1)
+        if self.regions.size() < self.found.size():
+            self.regions.resize(self.found.size())
         else:
-            self.regions[position].clear()
-        return position
+            self.regions[tracked.found_at].clear()
+        return tracked.found_at
 
     cdef int unique(self, vector[Py_ssize_t]& commands) except -1:
         """Drop the repeats from `commands`, keeping first occurrences in order."""
         cdef Py_ssize_t c, kept = 0
         self.marks += 1
         for c in commands:
-            if self.seen[c] != self.marks:
-                self.seen[c] = self.marks
+            if self.tracked[c].mark != self.marks:
+                self.tracked[c].mark = self.marks
                 commands[kept] = c
                 kept += 1
         commands.resize(kept)
@@ -373,10 +451,10 @@ cdef class HazardTracker:
             if self.regions[a].empty():
                 continue
             w = self.found[a]
-            sw = self.segment_of[w]
+            sw = self.tracked[w].segment
             for b in range(n):
                 d = self.found[b]
-                if not self.dropped[b] and d > w and self.segment_of[d] > sw and \
+                if not self.dropped[b] and d > w and self.tracked[d].segment > sw and \
                         self.touches_any(d, self.regions[a]):
                     self.dropped[a] = True
                     break
@@ -391,14 +469,14 @@ cdef class HazardTracker:
         """Does one of `command`'s accesses overlap one of `ranges` (in the same map)?"""
         cdef Py_ssize_t i
         cdef Range t, s
-        for i in range(self.touch_start[command], self.touch_start[command + 1]):
+        for i in range(self.tracked[command].first_touch, self.tracked[command].end_touch):
             t = self.touches[i]
             for s in ranges:
                 if t.map == s.map and s.start < t.end and t.start < s.end:
                     return True
         return False
 
-    cdef int reduce(self, Py_ssize_t index, Program program) except -1:
+    cdef int reduce(self, Program program) except -1:
         """Set `preds` to the candidates not reachable from another candidate (transitive reduction of the
         new edges), ascending.
 
@@ -415,7 +493,7 @@ cdef class HazardTracker:
         cdef Py_ssize_t lowest = self.found.front(), budget = SEARCH_BUDGET, d, g, p, i, k
         for k in range(self.found.size() - 1, -1, -1):
             d = self.found[k]
-            if self.stamp[d] == index:
+            if self.tracked[d].visited_by == self.current:
                 continue
             self.preds.push_back(d)
             self.stack.push_back(d)
@@ -426,8 +504,8 @@ cdef class HazardTracker:
                     continue
                 for i in range(program.group_start[g], program.group_start[g + 1]):
                     p = program.members[i]
-                    if p >= lowest and self.stamp[p] != index:
-                        self.stamp[p] = index
+                    if p >= lowest and self.tracked[p].visited_by != self.current:
+                        self.tracked[p].visited_by = self.current
                         self.stack.push_back(p)
                         budget -= 1
             self.stack.clear()
@@ -435,7 +513,7 @@ cdef class HazardTracker:
         return 0
 
 
-cdef void _accesses(Command command, vector[Access]& into) except *:
+cdef int _accesses(Command command, vector[Access]& into) except -1:
     """Set `into` to the accesses of `command`: refs_and_writes' references and flags as plain ranges."""
     cdef type kind = type(command)
     cdef Dispatch dispatch
@@ -444,172 +522,83 @@ cdef void _accesses(Command command, vector[Access]& into) except *:
     if kind is Dispatch:
         dispatch = command
         for i in range(len(dispatch.bindings)):
-            into.push_back(_access(dispatch.bindings[i], dispatch.writes[i]))
+            _add_access(into, dispatch.bindings[i], dispatch.writes[i])
     elif kind is Copy:
-        into.push_back(_access((<Copy>command).source, False))
-        into.push_back(_access((<Copy>command).target, True))
+        _add_access(into, (<Copy>command).source, False)
+        _add_access(into, (<Copy>command).target, True)
     elif kind is Fill:
-        into.push_back(_access((<Fill>command).target, True))
+        _add_access(into, (<Fill>command).target, True)
     else:
-        into.push_back(_access((<Update>command).target, True))
+        _add_access(into, (<Update>command).target, True)
+    return 0
 
 
-cdef Access _access(BufferRef ref, bint write):
+cdef int _add_access(vector[Access]& into, BufferRef ref, bint write) except -1:
     cdef Access access
     access.buffer = -1 if ref.buffer is None else ref.buffer.serial
     access.start = ref.offset
     access.end = ref.offset + ref.nbytes if ref.bounded else END
     access.write = write
-    return access
+    into.push_back(access)
+    return 0
 
 
-cdef class _AccessMap:
-    """Disjoint sorted pieces of one buffer (or of all of them, shared), each with its last writers and the
-    readers since.
+cdef Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcept:
+    """The index of the first piece ending after x (bisect_right on the ends)."""
+    cdef Py_ssize_t lo = 0, hi = pieces.size(), mid
+    if hi == 0 or x >= pieces.back().end:  # at or past the end of every piece: ranges often come in order
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < pieces[mid].end:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
-    `floor` of a piece: the segment of the last write that covered it. Entries of segments below it are
-    ordered before that write, so commands of later segments may skip them; commands of the floor
-    segment itself are not ordered after that write and still see them."""
 
-    def __init__(self, Py_ssize_t ident):
-        self.ident = ident
+cdef Py_ssize_t _split(vector[Piece]& pieces, Py_ssize_t x) except -1:
+    """Make x a piece boundary; returns the index of the first piece starting at or after x."""
+    cdef Py_ssize_t i = _first_ending_after(pieces, x)
+    cdef Piece tail
+    if i < <Py_ssize_t>pieces.size() and pieces[i].start < x:
+        tail = pieces[i]
+        tail.start = x
+        pieces[i].end = x
+        pieces.insert(pieces.begin() + i + 1, move(tail))
+        return i + 1
+    return i
 
-    cdef int collect(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t segment,
-                     HazardTracker tracker) except -1:
-        """Add to the tracker's candidates the commands of earlier segments that an access must wait for; a
-        writer comes with the ranges it alone last wrote (see HazardTracker.prune_read_writers)."""
-        cdef Py_ssize_t i = self.first_ending_after(start), n = self.pieces.size(), low, w, r, k, sw, position
-        cdef Piece* piece
-        cdef Range region
-        region.map = self.ident
-        while i < n and self.pieces[i].start < end:
-            piece = &self.pieces[i]
-            low = 0 if piece.floor == segment else piece.floor
-            for k in range(piece.writers.size()):
-                w = piece.writers[k]
-                sw = tracker.segment_of[w]
-                if low <= sw < segment:
-                    position = tracker.candidate(w)
-                    # Only a lone writer that set the piece's floor wrote all of it; entries kept
-                    # through merges may have written only part of the merged range.
-                    if piece.writers.size() == 1 and piece.floor == sw:
-                        region.start = max(start, piece.start)
-                        region.end = min(end, piece.end)
-                        tracker.regions[position].push_back(region)
-            if write:
-                for k in range(piece.readers.size()):
-                    r = piece.readers[k]
-                    if low <= tracker.segment_of[r] < segment:
-                        tracker.candidate(r)
-            i += 1
-        return 0
 
-    cdef int record(self, Py_ssize_t start, Py_ssize_t end, bint write, Py_ssize_t index, Py_ssize_t segment,
-                    HazardTracker tracker) except -1:
-        """Enter the access of command `index` (of `segment`)."""
-        cdef Py_ssize_t lo = self.split(start), hi = self.split(end), j, low, c, k, cursor
-        cdef vector[Py_ssize_t]* writers
-        cdef vector[Py_ssize_t]* readers
-        cdef Piece fresh
-        cdef Piece* piece
-        if write:
-            # Keep what commands of this segment can still see: accesses of this segment (a race when
-            # not validated) and the earlier ones this write hides only from later segments.
-            writers, readers = &tracker.kept_writers, &tracker.kept_readers
-            writers.assign(1, index)
-            readers.clear()
-            for j in range(lo, hi):
-                piece = &self.pieces[j]
-                low = 0 if piece.floor == segment else piece.floor
-                for k in range(piece.writers.size()):
-                    c = piece.writers[k]
-                    if c != index and low <= tracker.segment_of[c] <= segment:
-                        writers.push_back(c)
-                for k in range(piece.readers.size()):
-                    c = piece.readers[k]
-                    if low <= tracker.segment_of[c] <= segment:
-                        readers.push_back(c)
-            if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
-                tracker.unique(deref(writers))
-                tracker.unique(deref(readers))
-            # The pieces become one, reusing the first one's lists (their memory) where there is one.
-            if lo == hi:
-                self.pieces.insert(self.pieces.begin() + lo, move(fresh))
-            else:
-                self.pieces.erase(self.pieces.begin() + lo + 1, self.pieces.begin() + hi)
-            piece = &self.pieces[lo]
-            piece.start, piece.end, piece.floor = start, end, segment
-            piece.writers.assign(writers.begin(), writers.end())
-            piece.readers.assign(readers.begin(), readers.end())
-            return 0
-        cursor, j = start, lo
+cdef int _absorb(vector[Piece]& pieces, vector[Piece]& other) except -1:
+    """Union the map `other` into the map `pieces`: every piece keeps the writers and readers of both."""
+    cdef Py_ssize_t lo, hi, j, cursor
+    cdef Piece theirs, gap, rest
+    cdef Piece* piece
+    for theirs in other:
+        lo = _split(pieces, theirs.start)
+        hi = _split(pieces, theirs.end)
+        cursor, j = theirs.start, lo
         while j < hi:
-            if self.pieces[j].start > cursor:
-                self.pieces.insert(self.pieces.begin() + j, _read_piece(cursor, self.pieces[j].start, index))
-                j += 1
+            if pieces[j].start > cursor:
+                gap.start, gap.end, gap.floor = cursor, pieces[j].start, theirs.floor
+                pieces.insert(pieces.begin() + j, gap)
                 hi += 1
-            piece = &self.pieces[j]
-            if piece.readers.empty() or piece.readers.back() != index:
-                piece.readers.push_back(index)
+            piece = &pieces[j]
+            _sorted_union(piece.writers, theirs.writers)
+            _sorted_union(piece.readers, theirs.readers)
+            if piece.floor != theirs.floor:
+                piece.floor = 0  # hide nothing: each side hid different entries
             cursor = piece.end
             j += 1
-        if cursor < end:
-            self.pieces.insert(self.pieces.begin() + j, _read_piece(cursor, end, index))
-        return 0
-
-    cdef void absorb(self, _AccessMap other):
-        """Union `other` into this map: every piece keeps the writers and readers of both."""
-        cdef Py_ssize_t lo, hi, j, cursor
-        cdef Piece theirs, gap, rest
-        cdef Piece* piece
-        for theirs in other.pieces:
-            lo = self.split(theirs.start)
-            hi = self.split(theirs.end)
-            cursor, j = theirs.start, lo
-            while j < hi:
-                if self.pieces[j].start > cursor:
-                    gap.start, gap.end, gap.floor = cursor, self.pieces[j].start, theirs.floor
-                    self.pieces.insert(self.pieces.begin() + j, gap)
-                    hi += 1
-                piece = &self.pieces[j]
-                _sorted_union(piece.writers, theirs.writers)
-                _sorted_union(piece.readers, theirs.readers)
-                if piece.floor != theirs.floor:
-                    piece.floor = 0  # hide nothing: each side hid different entries
-                cursor = piece.end
-                j += 1
-            if cursor < theirs.end:
-                rest = theirs
-                rest.start = cursor
-                self.pieces.insert(self.pieces.begin() + j, rest)
-
-    cdef Py_ssize_t split(self, Py_ssize_t x) except -1:
-        """Make x a piece boundary; returns the index of the first piece starting at or after x."""
-        cdef Py_ssize_t i = self.first_ending_after(x)
-        cdef Piece tail
-        if i < <Py_ssize_t>self.pieces.size() and self.pieces[i].start < x:
-            tail = self.pieces[i]
-            tail.start = x
-            self.pieces[i].end = x
-            self.pieces.insert(self.pieces.begin() + i + 1, move(tail))
-            return i + 1
-        return i
-
-    cdef Py_ssize_t first_ending_after(self, Py_ssize_t x) noexcept:
-        """The index of the first piece ending after x (bisect_right on the ends)."""
-        cdef Py_ssize_t lo = 0, hi = self.pieces.size(), mid
-        if hi == 0 or x >= self.pieces.back().end:  # at or past the end of every piece: ranges often come in order
-            return hi
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if x < self.pieces[mid].end:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        if cursor < theirs.end:
+            rest = theirs
+            rest.start = cursor
+            pieces.insert(pieces.begin() + j, rest)
+    return 0
 
 
-cdef Piece _read_piece(Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader):
+cdef Piece _read_piece(Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader) except *:
     """A piece that only `reader` accessed."""
     cdef Piece piece
     piece.start, piece.end, piece.floor = start, end, 0
@@ -617,11 +606,12 @@ cdef Piece _read_piece(Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader):
     return piece
 
 
-cdef void _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other):
+cdef int _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other) except -1:
     """`into` becomes the sorted union of both, without repeats."""
     into.insert(into.end(), other.begin(), other.end())
     sort(into.begin(), into.end())
     into.erase(unique(into.begin(), into.end()), into.end())
+    return 0
 
 
 cdef class RaceDetector:
