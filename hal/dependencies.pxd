@@ -1,3 +1,4 @@
+cimport cython
 from libcpp.map cimport map
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
@@ -68,6 +69,7 @@ cdef struct Tracked:  # what HazardTracker keeps of each command
     Py_ssize_t mark  # the last `unique` call that met it
 
 
+@cython.final  # its methods are called directly
 cdef class HazardTracker:
     # Access maps by ident: disjoint pieces sorted by offset; one per buffer in order of first use, then the
     # shared one (`universe`, -1 until a slot reference appears; from then on every range goes there).

@@ -521,8 +521,8 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
     into.clear()
     if kind is Dispatch:
         dispatch = command
-        for i in range(len(dispatch.bindings)):
-            _add_access(into, dispatch.bindings[i], dispatch.writes[i])
+        for i in range(len(dispatch.bindings)):  # BufferRefs, checked when recorded
+            _add_access(into, <BufferRef>dispatch.bindings[i], dispatch.writes[i])
     elif kind is Copy:
         _add_access(into, (<Copy>command).source, False)
         _add_access(into, (<Copy>command).target, True)
