@@ -534,11 +534,16 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
 
 
 cdef int _add_access(vector[Access]& into, BufferRef ref, bint write) except -1:
+    """Append an access, unless it repeats the previous one (a range bound twice in a row, as in x + x): found
+    and entered again, it would change nothing."""
     cdef Access access
     access.buffer = -1 if ref.buffer is None else ref.buffer.serial
     access.start = ref.offset
     access.end = ref.offset + ref.nbytes if ref.bounded else END
     access.write = write
+    if not into.empty() and into.back().buffer == access.buffer and into.back().start == access.start and \
+            into.back().end == access.end and into.back().write == write:
+        return 0
     into.push_back(access)
     return 0
 
