@@ -97,7 +97,7 @@ cdef class HazardTracker:
     cdef int share(self) except -1
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
-    cdef Py_ssize_t candidate(self, Py_ssize_t command) except -1
+    cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1
     cdef int unique(self, vector[Py_ssize_t]& commands) except -1
     cdef int prune_read_writers(self) except -1
     cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept

@@ -413,7 +413,7 @@ cdef class HazardTracker:
             pieces.insert(pieces.begin() + j, _read_piece(cursor, access.end, index))
         return 0
 
-    cdef Py_ssize_t candidate(self, Py_ssize_t command) except -1:
+    cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1:
         """The position of `command` among the new command's candidates, added (with no ranges) if new."""
         cdef Tracked* tracked = &self.tracked[command]
         if tracked.found_by == self.current:
@@ -548,7 +548,7 @@ cdef int _add_access(vector[Access]& into, BufferRef ref, bint write) except -1:
     return 0
 
 
-cdef Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcept:
+cdef inline Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcept:
     """The index of the first piece ending after x (bisect_right on the ends)."""
     cdef Py_ssize_t lo = 0, hi = pieces.size(), mid
     if hi == 0 or x >= pieces.back().end:  # at or past the end of every piece: ranges often come in order
@@ -562,7 +562,7 @@ cdef Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcep
     return lo
 
 
-cdef Py_ssize_t _split(vector[Piece]& pieces, Py_ssize_t x) except -1:
+cdef inline Py_ssize_t _split(vector[Piece]& pieces, Py_ssize_t x) except -1:
     """Make x a piece boundary; returns the index of the first piece starting at or after x."""
     cdef Py_ssize_t i = _first_ending_after(pieces, x)
     cdef Piece tail
