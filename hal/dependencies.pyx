@@ -388,15 +388,16 @@ cdef class HazardTracker:
             if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
                 self.unique(self.kept_writers)
                 self.unique(self.kept_readers)
-            # The pieces become one, reusing the first one's lists (their memory) where there is one.
+            # The pieces become the first one (a new one if none), its lists swapped with the kept ones: the
+            # scratch lists take the old ones' memory, reused next time.
             if lo == hi:
                 pieces.insert(pieces.begin() + lo, move(fresh))
             else:
                 pieces.erase(pieces.begin() + lo + 1, pieces.begin() + hi)
             piece = &deref(pieces)[lo]
             piece.start, piece.end, piece.floor = access.start, access.end, segment
-            piece.writers.assign(self.kept_writers.begin(), self.kept_writers.end())
-            piece.readers.assign(self.kept_readers.begin(), self.kept_readers.end())
+            piece.writers.swap(self.kept_writers)
+            piece.readers.swap(self.kept_readers)
             return 0
         cursor, j = access.start, lo
         while j < hi:
