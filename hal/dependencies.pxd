@@ -84,13 +84,13 @@ cdef class HazardTracker:
     cdef vector[Access] accesses
     cdef vector[Py_ssize_t] found
     cdef vector[vector[Range]] regions
+    cdef vector[Py_ssize_t] preds  # the result: the predecessors of the last command added, ascending
     # Scratch space, kept to reuse its memory.
     cdef Py_ssize_t marks  # unique(): calls so far
     cdef vector[char] dropped  # prune_read_writers(): per candidate
     cdef vector[Py_ssize_t] stack  # reduce(): the search
     cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
     cdef vector[Py_ssize_t] kept_readers
-    cdef vector[Py_ssize_t] preds  # the result: the last command's predecessors, ascending
 
     cdef int add(self, Command command, Program program) except -1
     cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1

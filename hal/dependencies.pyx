@@ -327,6 +327,7 @@ cdef class HazardTracker:
         cdef Py_ssize_t m
         for m in range(self.maps.size()):
             _absorb(merged, self.maps[m])
+            self.maps[m].clear()
         self.universe = self.maps.size()
         self.maps.push_back(move(merged))
         self.map_of.clear()
@@ -521,7 +522,7 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
     cdef Py_ssize_t i
     into.clear()
     if kind is Dispatch:
-        dispatch = command
+        dispatch = <Dispatch>command
         for i in range(len(dispatch.bindings)):  # BufferRefs, checked when recorded
             _add_access(into, <BufferRef>dispatch.bindings[i], dispatch.writes[i])
     elif kind is Copy:
