@@ -10,6 +10,7 @@ cdef class Buffer:
     cdef public int usage_bits  # int(usage), for the recorder's checks
     cdef readonly BufferRef whole  # the reference to all of it
     cdef public uintptr_t handle  # the backend's: a VkBuffer, a device address (0 on the host)
+    cdef readonly Py_ssize_t serial  # unique per process: integer keys for the planner's maps
     cdef object __weakref__
 
 

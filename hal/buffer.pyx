@@ -12,6 +12,8 @@ import numpy as np
 
 from hal.errors import ValidationError, integer
 
+cdef Py_ssize_t _buffers_made = 0  # the next Buffer.serial
+
 
 class BufferUsage(enum.IntFlag):
     """What a buffer may be used for; backends pick memory and usage flags from it (Vulkan needs them
@@ -35,6 +37,9 @@ cdef class Buffer:
         self.usage_bits = int(usage)
         self.released = False
         self.whole = BufferRef(self, -1, 0, size)
+        global _buffers_made
+        self.serial = _buffers_made
+        _buffers_made += 1
 
     def read(self, dtype: Any = np.uint8, *, offset: int = 0, count: int | None = None) -> np.ndarray:
         """A fresh array of `count` elements of `dtype` from byte `offset`, after all submitted work."""

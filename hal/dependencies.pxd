@@ -1,3 +1,6 @@
+cimport cython
+from libcpp.map cimport map
+from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from hal.buffer cimport Buffer, BufferRef
@@ -11,7 +14,9 @@ cdef class Planner:
     cdef bint single_pass
     cdef Py_ssize_t lanes  # the lane limit (0: none)
     cdef HazardTracker tracker  # hazards mode
-    cdef dict interned  # hazards mode: predecessor tuple -> group
+    # Hazards mode: predecessors (ascending) -> group; per command, the group of it alone (-1: none yet).
+    cdef map[vector[Py_ssize_t], Py_ssize_t] interned
+    cdef vector[Py_ssize_t] lone_group
     # Barriers mode: the segment of the last command, where it started, and the group its commands wait on.
     cdef Py_ssize_t dag_segment
     cdef Py_ssize_t open_start
@@ -33,15 +38,70 @@ cdef class Planner:
     cdef void fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared)
 
 
-cdef class HazardTracker:
-    cdef dict maps
-    cdef bint shared
-    cdef list segment_of
-    cdef vector[Py_ssize_t] stamp
-    cdef list touched
+cdef struct Access:
+    Py_ssize_t buffer  # Buffer.serial; -1: a slot
+    Py_ssize_t start
+    Py_ssize_t end
+    bint write
 
-    cdef tuple add(self, Command command, Program program)
-    cdef tuple _reduce(self, dict found, Py_ssize_t index, Program program)
+
+cdef struct Range:
+    Py_ssize_t map  # the ident of an access map (HazardTracker.maps)
+    Py_ssize_t start
+    Py_ssize_t end
+
+
+cdef struct Piece:
+    Py_ssize_t start
+    Py_ssize_t end
+    Py_ssize_t floor  # the segment of the last write that covered it (see HazardTracker)
+    vector[Py_ssize_t] writers
+    vector[Py_ssize_t] readers
+
+
+cdef struct Tracked:  # what HazardTracker keeps of each command
+    Py_ssize_t segment
+    Py_ssize_t first_touch  # its accesses are touches[first_touch:end_touch]
+    Py_ssize_t end_touch
+    Py_ssize_t found_by  # the last command that found it as a candidate, at position found_at
+    Py_ssize_t found_at
+    Py_ssize_t visited_by  # the last command whose reduction search reached it
+    Py_ssize_t mark  # the last `unique` call that met it
+
+
+@cython.final  # its methods are called directly
+cdef class HazardTracker:
+    # Access maps by ident: disjoint pieces sorted by offset; one per buffer in order of first use, then the
+    # shared one (`universe`, -1 until a slot reference appears; from then on every range goes there).
+    cdef vector[vector[Piece]] maps
+    cdef unordered_map[Py_ssize_t, Py_ssize_t] map_of  # Buffer.serial -> ident of its map
+    cdef Py_ssize_t universe
+    cdef vector[Tracked] tracked  # per command
+    cdef vector[Range] touches  # every command's accesses, in recording order
+    # The command being added: its index and accesses, and its candidates in the order found, each with the
+    # ranges it alone last wrote (regions[i] for found[i]).
+    cdef Py_ssize_t current
+    cdef vector[Access] accesses
+    cdef vector[Py_ssize_t] found
+    cdef vector[vector[Range]] regions
+    cdef vector[Py_ssize_t] preds  # the result: the predecessors of the last command added, ascending
+    # Scratch space, kept to reuse its memory.
+    cdef Py_ssize_t marks  # unique(): calls so far
+    cdef vector[char] dropped  # prune_read_writers(): per candidate
+    cdef vector[Py_ssize_t] stack  # reduce(): the search
+    cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
+    cdef vector[Py_ssize_t] kept_readers
+
+    cdef int add(self, Command command, Program program) except -1
+    cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
+    cdef int share(self) except -1
+    cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1
+    cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
+    cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1
+    cdef int unique(self, vector[Py_ssize_t]& commands) except -1
+    cdef int prune_read_writers(self) except -1
+    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept
+    cdef int reduce(self, Program program) except -1
 
 
 cdef class RaceDetector:

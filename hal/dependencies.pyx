@@ -24,16 +24,15 @@ command as it is recorded (the backend may emit it at once). Three things come o
 overlapping accesses of which one writes are a race.
 """
 
-from bisect import bisect_left, bisect_right
-
-from libcpp.algorithm cimport lower_bound, upper_bound
+from cython.operator cimport dereference as deref
+from libcpp.algorithm cimport lower_bound, reverse, sort, unique, upper_bound
+from libcpp.utility cimport move
 from hal.commands cimport Copy, Dispatch, Fill, Update
 
 from hal.errors import ValidationError
 
 END = 1 << 62  # the open end of a slot range whose length only the bound buffer will tell
 SEARCH_BUDGET = 256  # commands a transitive-reduction search may visit per new command
-_UNIVERSE = "all buffers"
 
 
 cpdef tuple access_range(BufferRef ref, tuple table=None):
@@ -81,7 +80,6 @@ cdef class Planner:
         self.single_pass = single_pass
         self.lanes = lanes
         self.tracker = HazardTracker() if self.hazards else None
-        self.interned = {}
         self.dag_segment = self.barrier_segment = self.layout_segment = -1
         self.open_start = 0
         self.open_group = -1
@@ -144,18 +142,23 @@ cdef class Planner:
     cdef void dag(self, Command command):
         cdef Program program = self.program
         cdef vector[Py_ssize_t] preds
-        cdef Py_ssize_t i, g
+        cdef Py_ssize_t i, g = -1
+        cdef map[vector[Py_ssize_t], Py_ssize_t].iterator known
         if self.hazards:
-            found = self.tracker.add(command, program)
-            if not found:
-                g = -1
-            else:
-                g = self.interned.get(found, -1)
-                if g < 0:
-                    for i in found:
-                        preds.push_back(i)
-                    g = program.add_group(preds)
-                    self.interned[found] = g
+            self.tracker.add(command, program)
+            self.lone_group.push_back(-1)
+            if self.tracker.preds.size() == 1:  # a chain: look the group up by its member
+                i = self.tracker.preds[0]
+                if self.lone_group[i] < 0:
+                    self.lone_group[i] = program.add_group(self.tracker.preds)
+                g = self.lone_group[i]
+            elif self.tracker.preds.size() > 1:
+                known = self.interned.find(self.tracker.preds)
+                if known != self.interned.end():
+                    g = deref(known).second
+                else:
+                    g = program.add_group(self.tracker.preds)
+                    self.interned[self.tracker.preds] = g
             program.group_of.push_back(g)
             return
         if command.segment != self.dag_segment:  # the first command of a new non-empty segment
@@ -261,229 +264,358 @@ cdef Py_ssize_t _segment_of(Program program, Py_ssize_t index):
 
 
 cdef class HazardTracker:
-    """Hazards mode: the earlier commands each new command must wait for (transitively reduced)."""
+    """Hazards mode: the earlier commands each new command must wait for (transitively reduced).
+
+    Each buffer's accesses are kept in an access map: disjoint pieces sorted by offset, each with its last
+    writers and the readers since. `floor` of a piece: the segment of the last write that covered it.
+    Entries of segments below it are ordered before that write, so commands of later segments may skip
+    them; commands of the floor segment itself are not ordered after that write and still see them.
+    """
 
     def __init__(self):
-        self.maps = {}
-        self.shared = False
-        self.segment_of = []
-        self.touched = []  # per command: its ranges, flat (map, start, end)*
+        self.universe = -1
+        self.marks = 0
 
-    cdef tuple add(self, Command command, Program program):
-        """The predecessors of `command` (the next in recording order), in recording order."""
-        cdef Py_ssize_t index = command.index, segment = command.segment
-        cdef list segment_of = self.segment_of
-        cdef BufferRef r
-        cdef _AccessMap amap
-        segment_of.append(segment)
-        self.stamp.push_back(-1)
-        refs, writes = refs_and_writes(command)
-        if not self.shared:
-            for r in refs:
-                if r.buffer is None:
-                    self._share()
+    cdef int add(self, Command command, Program program) except -1:
+        """Set `preds` to the predecessors of `command` (the next in recording order), in recording order."""
+        cdef Py_ssize_t segment = command.segment, i
+        cdef Tracked tracked
+        cdef Range touch
+        tracked.segment = segment
+        tracked.found_by = tracked.visited_by = tracked.mark = -1
+        tracked.first_touch = self.touches.size()
+        self.current = command.index
+        _accesses(command, self.accesses)
+        if self.universe < 0:
+            for i in range(self.accesses.size()):
+                if self.accesses[i].buffer < 0:
+                    self.share()
                     break
-        found = {}
-        touched = []
-        maps = self.maps
-        for i in range(len(refs)):
-            r = refs[i]
-            write = writes[i]
-            key, start, end = access_range(r)
-            if self.shared:
-                key = _UNIVERSE
-            amap = maps.get(key)
-            if amap is None:
-                amap = maps[key] = _AccessMap()
-            amap.collect(start, end, write, segment, segment_of, found)
-            touched.append((amap, start, end, write))
-        for amap, start, end, write in touched:
-            amap.record(start, end, write, index, segment, segment_of)
-        flat = []  # (map, start, end) triples, flat: one tracked object per command
-        for amap, start, end, _ in touched:
-            flat += (amap, start, end)
-        self.touched.append(tuple(flat))
-        if len(found) > 1:
-            self._prune_read_writers(found)
-        return self._reduce(found, index, program)
+        self.found.clear()
+        for i in range(self.accesses.size()):
+            touch.map = self.map_for(self.accesses[i].buffer)
+            touch.start, touch.end = self.accesses[i].start, self.accesses[i].end
+            self.collect(touch, self.accesses[i].write, segment)
+            self.touches.push_back(touch)
+        tracked.end_touch = self.touches.size()
+        self.tracked.push_back(tracked)
+        for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
+            self.record(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
+        if self.found.size() > 1:
+            self.prune_read_writers()
+        return self.reduce(program)
 
-    def _share(self):
-        """From the first slot reference on, every range may alias every other: merge the maps."""
-        merged = _AccessMap()
-        for amap in self.maps.values():
-            merged.absorb(amap)
-        self.maps = {_UNIVERSE: merged}
-        self.shared = True
+    cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1:
+        """The map tracking the buffer of serial `buffer`, made on first use (the shared one once a slot
+        appeared)."""
+        if self.universe >= 0:
+            return self.universe
+        cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator it = self.map_of.find(buffer)
+        if it != self.map_of.end():
+            return deref(it).second
+        self.map_of[buffer] = self.maps.size()
+        self.maps.resize(self.maps.size() + 1)
+        return self.maps.size() - 1
 
-    def _prune_read_writers(self, dict found):
+    cdef int share(self) except -1:
+        """From the first slot reference on, every range may alias every other: merge the maps (in the order
+        they were made) into a new one. Ranges recorded in the old maps no longer match any new range."""
+        cdef vector[Piece] merged
+        cdef Py_ssize_t m
+        for m in range(self.maps.size()):
+            _absorb(merged, self.maps[m])
+            self.maps[m].clear()
+        self.universe = self.maps.size()
+        self.maps.push_back(move(merged))
+        self.map_of.clear()
+        return 0
+
+    cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1:
+        """Add to the candidates the commands of earlier segments that an access must wait for; a writer
+        comes with the ranges it alone last wrote (see prune_read_writers)."""
+        cdef vector[Piece]* pieces = &self.maps[access.map]
+        cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, w, r, k, sw, position
+        cdef Piece* piece
+        cdef Range region
+        region.map = access.map
+        while i < <Py_ssize_t>pieces.size() and deref(pieces)[i].start < access.end:
+            piece = &deref(pieces)[i]
+            low = 0 if piece.floor == segment else piece.floor
+            for k in range(piece.writers.size()):
+                w = piece.writers[k]
+                sw = self.tracked[w].segment
+                if low <= sw < segment:
+                    position = self.candidate(w)
+                    # Only a lone writer that set the piece's floor wrote all of it; entries kept
+                    # through merges may have written only part of the merged range.
+                    if piece.writers.size() == 1 and piece.floor == sw:
+                        region.start = max(access.start, piece.start)
+                        region.end = min(access.end, piece.end)
+                        self.regions[position].push_back(region)
+            if write:
+                for k in range(piece.readers.size()):
+                    r = piece.readers[k]
+                    if low <= self.tracked[r].segment < segment:
+                        self.candidate(r)
+            i += 1
+        return 0
+
+    cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1:
+        """Enter an access of the command being added into its map."""
+        cdef vector[Piece]* pieces = &self.maps[access.map]
+        cdef Py_ssize_t index = self.current, lo = _split(deref(pieces), access.start)
+        cdef Py_ssize_t hi = _split(deref(pieces), access.end), j, low, c, k, cursor
+        cdef Piece fresh
+        cdef Piece* piece
+        if write:
+            # Keep what commands of this segment can still see: accesses of this segment (a race when
+            # not validated) and the earlier ones this write hides only from later segments.
+            self.kept_writers.assign(1, index)
+            self.kept_readers.clear()
+            for j in range(lo, hi):
+                piece = &deref(pieces)[j]
+                low = 0 if piece.floor == segment else piece.floor
+                for k in range(piece.writers.size()):
+                    c = piece.writers[k]
+                    if c != index and low <= self.tracked[c].segment <= segment:
+                        self.kept_writers.push_back(c)
+                for k in range(piece.readers.size()):
+                    c = piece.readers[k]
+                    if low <= self.tracked[c].segment <= segment:
+                        self.kept_readers.push_back(c)
+            if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
+                self.unique(self.kept_writers)
+                self.unique(self.kept_readers)
+            # The pieces become the first one (a new one if none), its lists swapped with the kept ones: the
+            # scratch lists take the old ones' memory, reused next time.
+            if lo == hi:
+                pieces.insert(pieces.begin() + lo, move(fresh))
+            else:
+                pieces.erase(pieces.begin() + lo + 1, pieces.begin() + hi)
+            piece = &deref(pieces)[lo]
+            piece.start, piece.end, piece.floor = access.start, access.end, segment
+            piece.writers.swap(self.kept_writers)
+            piece.readers.swap(self.kept_readers)
+            return 0
+        cursor, j = access.start, lo
+        while j < hi:
+            if deref(pieces)[j].start > cursor:
+                pieces.insert(pieces.begin() + j, _read_piece(cursor, deref(pieces)[j].start, index))
+                j += 1
+                hi += 1
+            piece = &deref(pieces)[j]
+            if piece.readers.empty() or piece.readers.back() != index:
+                piece.readers.push_back(index)
+            cursor = piece.end
+            j += 1
+        if cursor < access.end:
+            pieces.insert(pieces.begin() + j, _read_piece(cursor, access.end, index))
+        return 0
+
+    cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1:
+        """The position of `command` among the new command's candidates, added (with no ranges) if new."""
+        cdef Tracked* tracked = &self.tracked[command]
+        if tracked.found_by == self.current:
+            return tracked.found_at
+        tracked.found_by = self.current
+        tracked.found_at = self.found.size()
+        self.found.push_back(command)
+        if self.regions.size() < self.found.size():
+            self.regions.resize(self.found.size())
+        else:
+            self.regions[tracked.found_at].clear()
+        return tracked.found_at
+
+    cdef int unique(self, vector[Py_ssize_t]& commands) except -1:
+        """Drop the repeats from `commands`, keeping first occurrences in order."""
+        cdef Py_ssize_t c, kept = 0
+        self.marks += 1
+        for c in commands:
+            if self.tracked[c].mark != self.marks:
+                self.tracked[c].mark = self.marks
+                commands[kept] = c
+                kept += 1
+        commands.resize(kept)
+        return 0
+
+    cdef int prune_read_writers(self) except -1:
         """Drop writer w when another candidate d, recorded after w in a later segment, touched a range
         that w alone last wrote: d then waited for w. This settles in O(candidates) the common long-range
         case (weights written once, read by every step of a long chain) that a graph search would have to
-        walk the whole chain for."""
-        segment_of, touched_of = self.segment_of, self.touched
-        for w, regions in list(found.items()):
-            if not regions:
+        walk the whole chain for. Candidates are looked at in the order found, a dropped one no longer
+        counting as d."""
+        cdef Py_ssize_t n = self.found.size(), a, b, w, d, sw, kept = 0
+        self.dropped.assign(n, False)
+        for a in range(n):
+            if self.regions[a].empty():
                 continue
-            sw = segment_of[w]
-            for d in found:
-                if d > w and segment_of[d] > sw and _touches(touched_of[d], regions):
-                    del found[w]
+            w = self.found[a]
+            sw = self.tracked[w].segment
+            for b in range(n):
+                d = self.found[b]
+                if not self.dropped[b] and d > w and self.tracked[d].segment > sw and \
+                        self.touches_any(d, self.regions[a]):
+                    self.dropped[a] = True
                     break
+        for a in range(n):
+            if not self.dropped[a]:
+                self.found[kept] = self.found[a]
+                kept += 1
+        self.found.resize(kept)
+        return 0
 
-    cdef tuple _reduce(self, dict found, Py_ssize_t index, Program program):
-        """Drop candidates reachable from another candidate (transitive reduction of the new edges).
+    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept:
+        """Does one of `command`'s accesses overlap one of `ranges` (in the same map)?"""
+        cdef Py_ssize_t i
+        cdef Range t, s
+        for i in range(self.tracked[command].first_touch, self.tracked[command].end_touch):
+            t = self.touches[i]
+            for s in ranges:
+                if t.map == s.map and s.start < t.end and t.start < s.end:
+                    return True
+        return False
+
+    cdef int reduce(self, Program program) except -1:
+        """Set `preds` to the candidates not reachable from another candidate (transitive reduction of the
+        new edges), ascending.
 
         Candidates are visited from the most recent; a backward search from each kept one marks its
         ancestors, never going below the oldest candidate, since nothing there can reach one. The search
         visits at most SEARCH_BUDGET commands per new command, so end() stays linear; an edge whose
         redundancy only a deeper search would show is kept (it orders nothing new).
         """
-        if len(found) < 2:
-            return tuple(found)
-        order = sorted(found, reverse=True)
-        cdef Py_ssize_t lowest = order[-1], budget = SEARCH_BUDGET, d, g, p, i
-        cdef vector[Py_ssize_t] stack
-        keep = []
-        for d in order:
-            if self.stamp[d] == index:
+        self.preds.clear()
+        if self.found.size() < 2:
+            self.preds = self.found
+            return 0
+        sort(self.found.begin(), self.found.end())
+        cdef Py_ssize_t lowest = self.found.front(), budget = SEARCH_BUDGET, d, g, p, i, k
+        for k in range(self.found.size() - 1, -1, -1):
+            d = self.found[k]
+            if self.tracked[d].visited_by == self.current:
                 continue
-            keep.append(d)
-            stack.push_back(d)
-            while stack.size() and budget > 0:
-                g = program.group_of[stack.back()]
-                stack.pop_back()
+            self.preds.push_back(d)
+            self.stack.push_back(d)
+            while self.stack.size() and budget > 0:
+                g = program.group_of[self.stack.back()]
+                self.stack.pop_back()
                 if g < 0:
                     continue
                 for i in range(program.group_start[g], program.group_start[g + 1]):
                     p = program.members[i]
-                    if p >= lowest and self.stamp[p] != index:
-                        self.stamp[p] = index
-                        stack.push_back(p)
+                    if p >= lowest and self.tracked[p].visited_by != self.current:
+                        self.tracked[p].visited_by = self.current
+                        self.stack.push_back(p)
                         budget -= 1
-            stack.clear()
-        keep.reverse()
-        return tuple(keep)
+            self.stack.clear()
+        reverse(self.preds.begin(), self.preds.end())
+        return 0
 
 
-def _touches(tuple flat, list regions):
-    """Does a command's flat (map, start, end)* tuple overlap one of `regions`?"""
-    for i in range(0, len(flat), 3):
-        m, s2, e2 = flat[i], flat[i + 1], flat[i + 2]
-        for am, s, e in regions:
-            if m is am and s < e2 and s2 < e:
-                return True
-    return False
+cdef int _accesses(Command command, vector[Access]& into) except -1:
+    """Set `into` to the accesses of `command`: refs_and_writes' references and flags as plain ranges."""
+    cdef type kind = type(command)
+    cdef Dispatch dispatch
+    cdef Py_ssize_t i
+    into.clear()
+    if kind is Dispatch:
+        dispatch = <Dispatch>command
+        for i in range(len(dispatch.bindings)):  # BufferRefs, checked when recorded
+            _add_access(into, <BufferRef>dispatch.bindings[i], dispatch.writes[i])
+    elif kind is Copy:
+        _add_access(into, (<Copy>command).source, False)
+        _add_access(into, (<Copy>command).target, True)
+    elif kind is Fill:
+        _add_access(into, (<Fill>command).target, True)
+    else:
+        _add_access(into, (<Update>command).target, True)
+    return 0
 
 
-cdef class _AccessMap:
-    """Disjoint sorted pieces of one buffer, each with its last writers and the readers since.
+cdef int _add_access(vector[Access]& into, BufferRef ref, bint write) except -1:
+    """Append an access, unless it repeats the previous one (a range bound twice in a row, as in x + x): found
+    and entered again, it would change nothing."""
+    cdef Access access
+    access.buffer = -1 if ref.buffer is None else ref.buffer.serial
+    access.start = ref.offset
+    access.end = ref.offset + ref.nbytes if ref.bounded else END
+    access.write = write
+    if not into.empty() and into.back().buffer == access.buffer and into.back().start == access.start and \
+            into.back().end == access.end and into.back().write == write:
+        return 0
+    into.push_back(access)
+    return 0
 
-    `floors[i]`: the segment of the last write that covered piece i. Entries of segments below it are
-    ordered before that write, so commands of later segments may skip them; commands of the floor
-    segment itself are not ordered after that write and still see them."""
 
-    cdef list starts, ends, writers, readers, floors
+cdef inline Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcept:
+    """The index of the first piece ending after x (bisect_right on the ends)."""
+    cdef Py_ssize_t lo = 0, hi = pieces.size(), mid
+    if hi == 0 or x >= pieces.back().end:  # at or past the end of every piece: ranges often come in order
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < pieces[mid].end:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
-    def __init__(self):
-        self.starts = []
-        self.ends = []
-        self.writers = []
-        self.readers = []
-        self.floors = []
 
-    def collect(self, start, end, write, segment, list segment_of, dict found):
-        """Add to `found` the commands of earlier segments that an access must wait for; a writer
-        comes with the ranges it alone last wrote (see HazardTracker._prune_read_writers)."""
-        starts, ends, writers, readers, floors = self.starts, self.ends, self.writers, self.readers, self.floors
-        i = bisect_right(ends, start)
-        n = len(starts)
-        while i < n and starts[i] < end:
-            low = 0 if floors[i] == segment else floors[i]
-            ws = writers[i]
-            for w in ws:
-                if low <= segment_of[w] < segment:
-                    regions = found.get(w)
-                    if regions is None:
-                        regions = found[w] = []
-                    # Only a lone writer that set the piece's floor wrote all of it; entries kept
-                    # through merges may have written only part of the merged range.
-                    if len(ws) == 1 and floors[i] == segment_of[w]:
-                        regions.append((self, max(start, starts[i]), min(end, ends[i])))
-            if write:
-                for r in readers[i]:
-                    if low <= segment_of[r] < segment and r not in found:
-                        found[r] = []
-            i += 1
+cdef inline Py_ssize_t _split(vector[Piece]& pieces, Py_ssize_t x) except -1:
+    """Make x a piece boundary; returns the index of the first piece starting at or after x."""
+    cdef Py_ssize_t i = _first_ending_after(pieces, x)
+    cdef Piece tail
+    if i < <Py_ssize_t>pieces.size() and pieces[i].start < x:
+        tail = pieces[i]
+        tail.start = x
+        pieces[i].end = x
+        pieces.insert(pieces.begin() + i + 1, move(tail))
+        return i + 1
+    return i
 
-    def record(self, start, end, write, index, segment, list segment_of):
-        lo = self._split(start)
-        hi = self._split(end)
-        if write:
-            # Keep what commands of this segment can still see: accesses of this segment (a race when
-            # not validated) and the earlier ones this write hides only from later segments.
-            writers = [index]
-            readers = []
-            for j in range(lo, hi):
-                low = 0 if self.floors[j] == segment else self.floors[j]
-                writers += [w for w in self.writers[j] if w != index and low <= segment_of[w] <= segment]
-                readers += [r for r in self.readers[j] if low <= segment_of[r] <= segment]
-            if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
-                writers = list(dict.fromkeys(writers))
-                readers = list(dict.fromkeys(readers))
-            self.starts[lo:hi] = [start]
-            self.ends[lo:hi] = [end]
-            self.writers[lo:hi] = [writers]
-            self.readers[lo:hi] = [readers]
-            self.floors[lo:hi] = [segment]
-            return
-        cursor, j = start, lo
+
+cdef int _absorb(vector[Piece]& pieces, vector[Piece]& other) except -1:
+    """Union the map `other` into the map `pieces`: every piece keeps the writers and readers of both."""
+    cdef Py_ssize_t lo, hi, j, cursor
+    cdef Piece theirs, gap, rest
+    cdef Piece* piece
+    for theirs in other:
+        lo = _split(pieces, theirs.start)
+        hi = _split(pieces, theirs.end)
+        cursor, j = theirs.start, lo
         while j < hi:
-            if self.starts[j] > cursor:
-                self._insert(j, cursor, self.starts[j], [], [index], 0)
-                j += 1
+            if pieces[j].start > cursor:
+                gap.start, gap.end, gap.floor = cursor, pieces[j].start, theirs.floor
+                pieces.insert(pieces.begin() + j, gap)
                 hi += 1
-            rs = self.readers[j]
-            if not rs or rs[-1] != index:
-                rs.append(index)
-            cursor = self.ends[j]
+            piece = &pieces[j]
+            _sorted_union(piece.writers, theirs.writers)
+            _sorted_union(piece.readers, theirs.readers)
+            if piece.floor != theirs.floor:
+                piece.floor = 0  # hide nothing: each side hid different entries
+            cursor = piece.end
             j += 1
-        if cursor < end:
-            self._insert(j, cursor, end, [], [index], 0)
+        if cursor < theirs.end:
+            rest = theirs
+            rest.start = cursor
+            pieces.insert(pieces.begin() + j, rest)
+    return 0
 
-    def absorb(self, _AccessMap other):
-        """Union `other` into this map: every piece keeps the writers and readers of both."""
-        for s, e, ws, rs, fl in zip(other.starts, other.ends, other.writers, other.readers, other.floors):
-            lo = self._split(s)
-            hi = self._split(e)
-            cursor, j = s, lo
-            while j < hi:
-                if self.starts[j] > cursor:
-                    self._insert(j, cursor, self.starts[j], [], [], fl)
-                    hi += 1
-                self.writers[j] = sorted(set(self.writers[j]).union(ws))
-                self.readers[j] = sorted(set(self.readers[j]).union(rs))
-                if self.floors[j] != fl:
-                    self.floors[j] = 0  # hide nothing: each side hid different entries
-                cursor = self.ends[j]
-                j += 1
-            if cursor < e:
-                self._insert(j, cursor, e, list(ws), list(rs), fl)
 
-    def _split(self, x):
-        """Make x a piece boundary; returns the index of the first piece starting at or after x."""
-        i = bisect_right(self.ends, x)
-        if i < len(self.starts) and self.starts[i] < x:
-            self._insert(i + 1, x, self.ends[i], self.writers[i][:], self.readers[i][:], self.floors[i])
-            self.ends[i] = x
-            return i + 1
-        return i
+cdef Piece _read_piece(Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader) except *:
+    """A piece that only `reader` accessed."""
+    cdef Piece piece
+    piece.start, piece.end, piece.floor = start, end, 0
+    piece.readers.push_back(reader)
+    return piece
 
-    def _insert(self, i, start, end, writers, readers, floor):
-        self.starts.insert(i, start)
-        self.ends.insert(i, end)
-        self.writers.insert(i, writers)
-        self.readers.insert(i, readers)
-        self.floors.insert(i, floor)
+
+cdef int _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other) except -1:
+    """`into` becomes the sorted union of both, without repeats."""
+    into.insert(into.end(), other.begin(), other.end())
+    sort(into.begin(), into.end())
+    into.erase(unique(into.begin(), into.end()), into.end())
+    return 0
 
 
 cdef class RaceDetector:

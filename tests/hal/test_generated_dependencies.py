@@ -250,3 +250,33 @@ def test_generated_barriers(gen_env, variant, data):
     assert len(program.groups) == max(0, len(segments) - 1)
     for cur in segments[1:]:
         assert len({program.group_of[v] for v in members[cur]}) == 1
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_hazards_with_a_range_bound_twice_in_a_row(gen_env, data):
+    """add(x, x, out): the planner tracks a range bound twice in a row once; the graph stays exact."""
+    program = data.draw(abstract_programs(validate=True, use_slots=False), label="program")
+    ops = []
+    for op in program["ops"]:
+        if op[0] == "add" and data.draw(st.booleans(), label="repeat"):
+            op = ("add", [op[1][0], op[1][0], op[1][2]])  # drops a read: still race-free
+        ops.append(op)
+    program = dict(program, ops=ops)
+    dev, exe, buffers = gen_env
+    graphs = [record_abstract(dev, exe, buffers, program, "hazards", s).dependency_graph() for s in STRATEGIES]
+    assert nx.utils.graphs_equal(graphs[0], graphs[1]), "the graph depends on the strategy"
+    cmds = command_table(program)
+    _check_common(graphs[0], cmds)
+    h = nx.DiGraph()
+    h.add_nodes_from(range(len(cmds)))
+    h.add_edges_from(hazard_pairs(cmds))
+    assert sorted(graphs[0].edges) == sorted(nx.transitive_reduction(h).edges)
+
+
+def test_buffers_have_distinct_serials(host):
+    """Buffer.serial keys the planner's per-buffer maps: no two buffers share one, released or not."""
+    first = host.allocate(16)
+    first.release()
+    serials = [first.serial] + [host.allocate(16).serial for _ in range(3)]
+    assert len(set(serials)) == len(serials)
