@@ -78,10 +78,7 @@ def summary(result: dict) -> str:
     sizes = {r["commands"] for r in rec["rows"]}
     n = 1000 if 1000 in sizes else max(sizes)  # issue 2's target is stated at 1000 commands
     for ref in (r for r in rec["references"] if r["commands"] == n):
-        ours = next(r["record_us"] for r in rec["rows"] if (r["program"], r["commands"], r["strategy"], r["validate"],
-                                                             r["dependencies"]) == (ref["program"], n, "deferred",
-                                                                                    True, "barriers"))
-        add(f"record a dispatch, {ref['program']} of {n}, every check on (host)", ours, ref["floor_us"],
+        add(f"record a dispatch, {ref['program']} of {n}, every check on (host)", ref["record_us"], ref["floor_us"],
             "a plain-Python recorder that checks nothing", "µs")
     for key in (k for k in result if k.startswith("scaling:")):
         run = result[key]

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on a GPU machine: build hal's compiled core for the machine's Python, then
 # the Vulkan tests on the GPU's Vulkan driver (push descriptors, then descriptor sets), the CUDA tests, then
-# the GPU benchmarks. Every log and result lands in $OUT (default bench/results/gpu-check).
+# the GPU benchmarks (the build also makes their compiled references, bench/native). Every log and result
+# lands in $OUT (default bench/results/gpu-check).
 #
 # The machine lacks the Vulkan loader and headers, the shader tools and some wheels; they travel with the
 # tree (README's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools,
-# libvulkan-dev), .whl (vulkan, cffi, pycparser, Cython, setuptools, nvidia-cuda-runtime for cuda.h),
-# .whl-bench (matplotlib, tqdm, where the machine lacks them). From the repository root, through the device
+# libvulkan-dev), .whl (vulkan, cffi, pycparser, and Cython 3 where the machine's is older), .whl-bench
+# (matplotlib, tqdm, where the machine lacks them; the lent machines have both). From the repository root, through the device
 # tool:
-#     bash bench/gpu_check.sh [all|tests|bench]      with carry [".gl", ".tools", ".whl", ".whl-bench"]
+#     bash bench/gpu_check.sh [all|tests|bench]      with carry [".gl", ".tools", ".whl"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
 # figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both.
 set -uo pipefail

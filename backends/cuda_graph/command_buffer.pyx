@@ -19,6 +19,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   cuGraphLaunch after a few identity checks.
 """
 
+from cpython.long cimport PyLong_AsUnsignedLongMask
+from cpython.ref cimport PyObject
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memset
 from libcpp.vector cimport vector
@@ -111,9 +113,20 @@ cdef inline size_t _length(BufferRef r, Buffer b):
     return r.nbytes if r.bounded else b.size - r.offset
 
 
-cdef Node _node(Command c, tuple table, dict staging):
-    """The node parameters of `c`, slots resolved through `table`; `staging`: update index -> data address."""
-    cdef Node node = Node.__new__(Node)
+# The last dispatch's kernel, so that a run of dispatches of one export looks its function up once. Its
+# executable is only compared by identity, while the Program (which holds the executables) is in use.
+cdef struct Kernel:
+    PyObject* executable
+    Py_ssize_t ordinal
+    CUfunction function
+    unsigned int block[3]
+
+
+cdef Node _node(Command c, tuple table, dict staging, Kernel* kernel, Node into):
+    """The node parameters of `c`, slots resolved through `table` (`staging`: update index -> data address),
+    written into `into` (a new Node if None); `kernel`, if given, caches the function of the last dispatch."""
+    cdef Node node = Node.__new__(Node) if into is None else into
+    cdef Kernel found
     cdef type kind = type(c)
     cdef Py_ssize_t i, n
     cdef BufferRef r
@@ -123,9 +136,18 @@ cdef Node _node(Command c, tuple table, dict staging):
         d = <Dispatch>c
         node.kind = 1
         memset(&node.kernel, 0, sizeof(node.kernel))
-        node.kernel.func = <CUfunction><uintptr_t>d.executable.functions[d.ordinal]
+        if kernel == NULL or kernel.executable != <PyObject*>d.executable or kernel.ordinal != d.ordinal:
+            found.executable, found.ordinal = <PyObject*>d.executable, d.ordinal
+            found.function = <CUfunction><uintptr_t>d.executable.functions[d.ordinal]
+            found.block[0], found.block[1], found.block[2] = d.export.workgroup_size
+            if kernel != NULL:
+                kernel[0] = found
+            else:
+                kernel = &found
+        node.kernel.func = kernel.function
         node.kernel.gridDimX, node.kernel.gridDimY, node.kernel.gridDimZ = d.workgroups
-        node.kernel.blockDimX, node.kernel.blockDimY, node.kernel.blockDimZ = d.export.workgroup_size
+        node.kernel.blockDimX, node.kernel.blockDimY, node.kernel.blockDimZ = kernel.block[0], kernel.block[1], \
+            kernel.block[2]
         n = len(d.bindings) + len(d.constants)
         if n > MAX_PARAMETERS:
             raise DeviceError(f"command {c.index}: {n} kernel parameters, more than {MAX_PARAMETERS}")
@@ -136,7 +158,8 @@ cdef Node _node(Command c, tuple table, dict staging):
             node.values[i] = _address(r, _resolve(r, table))
         for i in range(len(d.constants)):
             value = d.constants[i]
-            node.values[len(d.bindings) + i] = (value & 0xFFFFFFFF) if type(value) is int else constant_word(value)
+            node.values[len(d.bindings) + i] = <uint32_t>PyLong_AsUnsignedLongMask(value) if type(value) is int \
+                else constant_word(value)
         for i in range(n):
             node.pointers[i] = &node.values[i]
         node.kernel.kernelParams = node.pointers.data() if n else NULL
@@ -192,6 +215,12 @@ cdef bint _rebind(Node node, Dispatch d, tuple table):
 cdef void _check(CUresult result, str what) except *:
     if result != cydriver.CUDA_SUCCESS:
         raise fail(driver.CUresult(<int>result), what)
+
+
+cdef void _check_at(CUresult result, str what, Py_ssize_t command) except *:
+    """_check for a call on behalf of one command (or node): the message is only made on a failure."""
+    if result != cydriver.CUDA_SUCCESS:
+        raise fail(driver.CUresult(<int>result), f"{what} (command {command})")
 
 
 cdef class CudaEmitter:
@@ -318,7 +347,9 @@ cdef class CudaEmitter:
         cdef Py_ssize_t k, d, command
         cdef vector[CUgraphNode] deps
         cdef CUgraphNode node
-        cdef Node params
+        cdef Node params, scratch = Node.__new__(Node)
+        cdef Kernel kernel
+        kernel.executable = NULL
         self.nodes.resize(stop)
         for k in range(start, stop):
             deps.clear()
@@ -326,22 +357,20 @@ cdef class CudaEmitter:
                 deps.push_back(self.nodes[program.node_deps[d]])
             command = program.node_command[k]
             if command < 0:
-                _check(cydriver.cuGraphAddEmptyNode(&node, self.graph, deps.data(), deps.size()),
-                       f"cuGraphAddEmptyNode (join node {k})")
+                _check(cydriver.cuGraphAddEmptyNode(&node, self.graph, deps.data(), deps.size()), "cuGraphAddEmptyNode")
             else:
                 c = current if current is not None and current.index == command else program.commands[command]
-                params = _node(c, table, self.staging)
+                # The driver copies the parameters: one Node serves every command, unless patches need them kept.
+                params = _node(c, table, self.staging, &kernel, None if self.slots else scratch)
                 if params.kind == 1:
-                    _check(cydriver.cuGraphAddKernelNode(&node, self.graph, deps.data(), deps.size(), &params.kernel),
-                           f"cuGraphAddKernelNode (command {command})")
+                    _check_at(cydriver.cuGraphAddKernelNode(&node, self.graph, deps.data(), deps.size(),
+                                                            &params.kernel), "cuGraphAddKernelNode", command)
                 elif params.kind == 2:
-                    _check(cydriver.cuGraphAddMemsetNode(&node, self.graph, deps.data(), deps.size(),
-                                                         &params.memset, self.context),
-                           f"cuGraphAddMemsetNode (command {command})")
+                    _check_at(cydriver.cuGraphAddMemsetNode(&node, self.graph, deps.data(), deps.size(),
+                                                            &params.memset, self.context), "cuGraphAddMemsetNode", command)
                 else:
-                    _check(cydriver.cuGraphAddMemcpyNode(&node, self.graph, deps.data(), deps.size(),
-                                                         &params.memcpy, self.context),
-                           f"cuGraphAddMemcpyNode (command {command})")
+                    _check_at(cydriver.cuGraphAddMemcpyNode(&node, self.graph, deps.data(), deps.size(),
+                                                            &params.memcpy, self.context), "cuGraphAddMemcpyNode", command)
                 if self.slots:
                     self.given[command] = params
             self.nodes[k] = node
@@ -421,14 +450,16 @@ cdef class CudaEmitter:
 
     cdef void launch_on_stream(self, tuple table) except *:
         """Every command in recording order, straight on the stream (one-shot deferred work)."""
-        cdef Node node
+        cdef Node node, scratch = Node.__new__(Node)
+        cdef Kernel kernel
+        kernel.executable = NULL
         for c in self.program.commands:
-            node = _node(c, table, self.staging)
+            node = _node(c, table, self.staging, &kernel, scratch)
             if node.kind == 1:
-                _check(cydriver.cuLaunchKernel(node.kernel.func, node.kernel.gridDimX, node.kernel.gridDimY,
-                                               node.kernel.gridDimZ, node.kernel.blockDimX, node.kernel.blockDimY,
-                                               node.kernel.blockDimZ, 0, self.stream, node.kernel.kernelParams,
-                                               NULL), f"cuLaunchKernel (command {(<Command>c).index})")
+                _check_at(cydriver.cuLaunchKernel(node.kernel.func, node.kernel.gridDimX, node.kernel.gridDimY,
+                                                  node.kernel.gridDimZ, node.kernel.blockDimX, node.kernel.blockDimY,
+                                                  node.kernel.blockDimZ, 0, self.stream, node.kernel.kernelParams,
+                                                  NULL), "cuLaunchKernel", (<Command>c).index)
             elif node.kind == 2:
                 if node.memset.elementSize == 1:
                     _check(cydriver.cuMemsetD8Async(node.memset.dst, <unsigned char>node.memset.value,
@@ -465,7 +496,7 @@ cdef class CudaEmitter:
                 if node.kind == 1:
                     changed = _rebind(node, <Dispatch>program.commands[index], table)
                 else:
-                    fresh = _node(program.commands[index], table, self.staging)
+                    fresh = _node(program.commands[index], table, self.staging, NULL, None)
                     changed = not fresh.same(node)
                     if changed:
                         node = self.given[index] = fresh
@@ -479,14 +510,14 @@ cdef class CudaEmitter:
         """Give command `index`'s node of the exec new parameters (the driver may refuse: DeviceError)."""
         cdef CUgraphNode node = self.exec_nodes[self.program.command_node[index]]
         if params.kind == 1:
-            _check(cydriver.cuGraphExecKernelNodeSetParams(self.exec, node, &params.kernel),
-                   f"cuGraphExecKernelNodeSetParams (command {index})")
+            _check_at(cydriver.cuGraphExecKernelNodeSetParams(self.exec, node, &params.kernel),
+                   "cuGraphExecKernelNodeSetParams", index)
         elif params.kind == 2:
-            _check(cydriver.cuGraphExecMemsetNodeSetParams(self.exec, node, &params.memset, self.context),
-                   f"cuGraphExecMemsetNodeSetParams (command {index})")
+            _check_at(cydriver.cuGraphExecMemsetNodeSetParams(self.exec, node, &params.memset, self.context),
+                   "cuGraphExecMemsetNodeSetParams", index)
         else:
-            _check(cydriver.cuGraphExecMemcpyNodeSetParams(self.exec, node, &params.memcpy, self.context),
-                   f"cuGraphExecMemcpyNodeSetParams (command {index})")
+            _check_at(cydriver.cuGraphExecMemcpyNodeSetParams(self.exec, node, &params.memcpy, self.context),
+                   "cuGraphExecMemcpyNodeSetParams", index)
 
     # Inspection.
     def emitted_graph(self) -> nx.DiGraph:
