@@ -212,7 +212,10 @@ class Emitter(Protocol):
     `begin` and `command` serve single_pass recording, where the backend may emit each command as it comes
     (`program` is then still growing: the planner has added the command's nodes and barrier flag); `end`
     gets the frozen Program. Submission goes through the backend's device, which calls its own emitter.
+    `lanes` is the most chains the planner may spread a segment over (0: no limit, or no graph to lay out).
     """
+
+    lanes: int
 
     def begin(self, program: Program) -> None: ...
 
