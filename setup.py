@@ -99,7 +99,9 @@ class BuildInTree(build_ext):
     """build_ext that, building in the source tree, also builds the benchmarks' compiled references."""
 
     def finalize_options(self) -> None:
-        if (self.inplace or getattr(self, "editable_mode", False)) and Path("bench/native").is_dir():
+        in_tree = self.inplace or getattr(self, "editable_mode", False)
+        if in_tree and (Path(__file__).parent / "bench" / "native").is_dir() and \
+                not any(e.name.startswith("bench.") for e in self.distribution.ext_modules):
             self.distribution.ext_modules = self.distribution.ext_modules + compiled(references)
         super().finalize_options()
 

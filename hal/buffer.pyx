@@ -61,7 +61,7 @@ cdef class Buffer:
     def write(self, data: Any, offset: int = 0) -> None:
         """Copy bytes-like or ndarray `data` into the buffer at byte `offset`, after all submitted work."""
         self._check_live("write")
-        view = _bytes_view(data, "write")
+        view = bytes_view(data, "write")
         offset = integer(offset, "offset", 0)
         if offset + view.nbytes > self.size:
             raise ValidationError(
@@ -175,7 +175,7 @@ def _dtype(dtype: Any) -> np.dtype:
     return dt
 
 
-def _bytes_view(data: Any, what: str) -> memoryview:
+def bytes_view(data: Any, what: str) -> memoryview:
     """A flat, contiguous byte view of bytes-like or ndarray `data` (copied only when it is strided)."""
     if isinstance(data, np.ndarray):
         if data.dtype.hasobject:

@@ -27,7 +27,7 @@ from hal.commands cimport (Command, Dispatch, Entry, Fill, Segment, new_copy, ne
 from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
 from hal.program cimport Program
 
-from hal.buffer import BufferUsage, _bytes_view
+from hal.buffer import BufferUsage, bytes_view
 from hal.commands import constant_word
 from hal.errors import ValidationError, integer
 from hal.executable import Executable
@@ -144,6 +144,7 @@ cdef class CommandBuffer:
         one pass over the segments) and the backend emits it."""
         if self.phase != RECORDING:
             raise ValidationError(f"end: the command buffer is {self.state}, not recording")
+        self.device.check_open()  # the backend emits into the device's objects
         cdef list segments = []
         cdef list flat = []
         cdef Segment seg = self.head
@@ -219,7 +220,7 @@ cdef class CommandBuffer:
             self.not_recording("update_buffer")
         cdef Py_ssize_t index = self.count
         cdef BufferRef t = self.check_ref(target, index, "update_buffer", "target", TARGET)
-        view = _bytes_view(data, f"command {index} (update_buffer): data")
+        view = bytes_view(data, f"command {index} (update_buffer): data")
         cdef Py_ssize_t n = view.nbytes
         if not 0 < n <= MAX_UPDATE_BYTES:
             raise ValidationError(f"command {index} (update_buffer): data has {n} bytes; it must hold "

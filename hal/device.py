@@ -17,7 +17,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, ClassVar
 
-from hal.buffer import Buffer, BufferUsage, _bytes_view
+from hal.buffer import Buffer, BufferUsage, bytes_view
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
 from hal.errors import HalError, UnsupportedError, ValidationError, integer
@@ -91,7 +91,7 @@ class Device:
 
     def upload(self, data: Any, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
         """A new buffer holding a copy of bytes-like or ndarray `data`."""
-        view = _bytes_view(data, "upload")
+        view = bytes_view(data, "upload")
         buf = self.allocate(view.nbytes, usage)
         try:
             buf.write(view)

@@ -30,7 +30,7 @@ Destroy = tuple[Callable[..., None], tuple]  # destroy(*args)
 class Lifetime:
     """The objects one device holds for their owners, and those waiting for the queue to be done with them.
 
-    `on_release()`, if given, is called whenever something is left to destroy (the CUDA backend uses it to
+    `on_release()`, if given, is called whenever something is left to destroy (the GPU backends use it to
     stop resubmissions that skip `collect()`).
     """
 
@@ -60,8 +60,8 @@ class Lifetime:
     def retire(self, destroy: Callable[..., None], *args: Any) -> None:
         """Run destroy(*args) once the work submitted so far has finished (at the next collect() that sees it)."""
         with self._lock:
+            self._notify()  # before it is pending: no resubmission may pass the check in between
             self._released.append(((destroy, args), False))
-        self._notify()
 
     @property
     def pending(self) -> bool:
@@ -76,23 +76,41 @@ class Lifetime:
         with self._lock:
             released, self._released = self._released, []
         waiting = [item for item, ordered in released if not ordered]
-        _destroy([item for item, ordered in released if ordered])
         if waiting:
-            mark = self._mark()
+            try:
+                mark = self._mark()
+            except BaseException:  # nothing is lost: collected again later, or destroyed at close
+                with self._lock:
+                    self._released[:0] = released
+                raise
             with self._lock:
                 self._graves.append((mark, waiting))
+        try:
+            _destroy([item for item, ordered in released if ordered])
+            self._bury()
+        finally:
+            if self._graves:
+                self._notify()  # a submission may have seen nothing pending meanwhile
+
+    def _bury(self) -> None:
+        """Destroy what waits on marks the queue has got past, oldest first. `finished` is asked outside the
+        lock, which a finalizer may wait for while holding a lock of the backend's."""
         while True:
             with self._lock:
-                if not self._graves or not self._finished(self._graves[0][0]):
-                    break
-                mark, items = self._graves.popleft()
+                if not self._graves:
+                    return
+                mark = self._graves[0][0]
+            if not self._finished(mark):
+                return
+            with self._lock:
+                if not self._graves or self._graves[0][0] is not mark:
+                    continue  # another thread took it
+                _, items = self._graves.popleft()
             try:
                 _destroy(items)
             finally:
                 if self._forget is not None:
                     self._forget(mark)
-        if self._graves:
-            self._notify()  # a submission may have seen nothing pending meanwhile
 
     def close(self) -> None:
         """Destroy everything now, held or waiting (the device has waited for its queue). Idempotent; a device
@@ -121,9 +139,8 @@ class Lifetime:
         with self._lock:
             entry = self._live.pop(key, None)
             if entry is not None:
+                self._notify()  # before it is pending: no resubmission may pass the check in between
                 self._released.append(entry)
-        if entry is not None:
-            self._notify()
 
     def _notify(self) -> None:
         if self._on_release is not None:

@@ -34,6 +34,8 @@ from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Update
 from hal.program cimport Program
 
+import contextlib
+
 import networkx as nx
 from cuda.bindings import driver
 
@@ -90,10 +92,10 @@ cdef class Node:
     cdef CUDA_MEMCPY3D memcpy
 
     cdef bint same(self, Node other):
+        """Would a memset or memcpy node with `other`'s parameters be the same? (Kernel nodes are rebound in
+        place: see _rebind.)"""
         if self.kind != other.kind:
             return False
-        if self.kind == 1:
-            return self.values == other.values
         if self.kind == 2:
             return (self.memset.dst == other.memset.dst and self.memset.width == other.memset.width and
                     self.memset.value == other.memset.value)
@@ -124,9 +126,8 @@ cdef struct Kernel:
 
 cdef Node _node(Command c, tuple table, dict staging, Kernel* kernel, Node into):
     """The node parameters of `c`, slots resolved through `table` (`staging`: update index -> data address),
-    written into `into` (a new Node if None); `kernel`, if given, caches the function of the last dispatch."""
+    written into `into` (a new Node if None); `kernel` caches the function of the last dispatch."""
     cdef Node node = Node.__new__(Node) if into is None else into
-    cdef Kernel found
     cdef type kind = type(c)
     cdef Py_ssize_t i, n
     cdef BufferRef r
@@ -136,14 +137,10 @@ cdef Node _node(Command c, tuple table, dict staging, Kernel* kernel, Node into)
         d = <Dispatch>c
         node.kind = 1
         memset(&node.kernel, 0, sizeof(node.kernel))
-        if kernel == NULL or kernel.executable != <PyObject*>d.executable or kernel.ordinal != d.ordinal:
-            found.executable, found.ordinal = <PyObject*>d.executable, d.ordinal
-            found.function = <CUfunction><uintptr_t>d.executable.functions[d.ordinal]
-            found.block[0], found.block[1], found.block[2] = d.export.workgroup_size
-            if kernel != NULL:
-                kernel[0] = found
-            else:
-                kernel = &found
+        if kernel.executable != <PyObject*>d.executable or kernel.ordinal != d.ordinal:
+            kernel.executable, kernel.ordinal = <PyObject*>d.executable, d.ordinal
+            kernel.function = <CUfunction><uintptr_t>d.executable.functions[d.ordinal]
+            kernel.block[0], kernel.block[1], kernel.block[2] = d.export.workgroup_size
         node.kernel.func = kernel.function
         node.kernel.gridDimX, node.kernel.gridDimY, node.kernel.gridDimZ = d.workgroups
         node.kernel.blockDimX, node.kernel.blockDimY, node.kernel.blockDimZ = kernel.block[0], kernel.block[1], \
@@ -228,7 +225,7 @@ cdef class CudaEmitter:
 
     `instantiations` counts the graphs instantiated (a re-recording that updates the exec adds none),
     `updates` the re-recordings absorbed by cuGraphExecUpdate, `patched` the nodes the latest submit patched.
-    `token`: the device's one-launch token while a resubmission is one launch (see CudaDevice.queue_execute).
+    `token`: the device's resubmit token while a resubmission is one launch (see queue_execute below).
     """
 
     cdef object device
@@ -247,7 +244,7 @@ cdef class CudaEmitter:
     cdef object arena
     cdef dict staging  # update command index -> device address of its data
     cdef tuple table_seen  # the table the nodes were last given (its used prefix)
-    cdef dict given  # slot command index -> its Node, as last given
+    cdef dict given  # with slots: command index -> its Node, as last given (what a patch updates)
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
     cdef Py_ssize_t epoch
     cdef readonly Py_ssize_t instantiations, updates, patched
@@ -432,11 +429,14 @@ cdef class CudaEmitter:
         elif self.slots and table[:self.program.slots_needed] != self.table_seen:
             try:
                 self.patch(table)
-            except (DeviceLostError, OutOfMemoryError):
-                raise
-            except DeviceError:  # CUDA may refuse a memset or memcpy node its new address: build anew
-                self.drop_graph()
+            except DeviceError as e:
+                # The nodes kept may now differ from the exec's: drop the graph, so the next submit builds anew.
+                # CUDA may refuse a memset or memcpy node its new address: that one is built anew at once.
+                with contextlib.suppress(HalError):  # the failure that got here is the one to report
+                    self.drop_graph()
                 self.forget_nodes()
+                if isinstance(e, (DeviceLostError, OutOfMemoryError)):
+                    raise
                 self.build(table)
                 self.patched = 0
         else:
@@ -445,7 +445,7 @@ cdef class CudaEmitter:
 
     @property
     def resubmits_in_one_launch(self) -> bool:
-        """Built, reusable and without slots: an unchanged resubmission is just `launch()`."""
+        """Built, reusable and without slots: an unchanged resubmission is one cuGraphLaunch."""
         return self.built and not self.one_shot and not self.slots
 
     cdef void launch_on_stream(self, tuple table) except *:
@@ -480,6 +480,8 @@ cdef class CudaEmitter:
         a memset or memcpy node is resolved anew."""
         cdef Program program = self.program
         cdef Node node, fresh
+        cdef Kernel kernel
+        kernel.executable = NULL
         cdef Py_ssize_t count = 0, i, index
         cdef bint changed
         table = table[:program.slots_needed]
@@ -496,7 +498,7 @@ cdef class CudaEmitter:
                 if node.kind == 1:
                     changed = _rebind(node, <Dispatch>program.commands[index], table)
                 else:
-                    fresh = _node(program.commands[index], table, self.staging, NULL, None)
+                    fresh = _node(program.commands[index], table, self.staging, &kernel, None)
                     changed = not fresh.same(node)
                     if changed:
                         node = self.given[index] = fresh

@@ -305,7 +305,7 @@ class CudaDevice(Device):
 
     # The queue.
     # The resubmission is the hot path: queue_execute is compiled (command_buffer.queue_execute), and takes the
-    # general path below for everything but an unchanged command buffer holding the device's launch token.
+    # general path below for everything but an unchanged command buffer holding the device's resubmit token.
     queue_execute = queue_execute
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
@@ -315,6 +315,10 @@ class CudaDevice(Device):
         token = self.resubmit_token  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
             self.check_lost()
+        if waits:
+            # A resubmission from another thread must not land between this one's wait and its launch, and none
+            # may hold the GIL in a launch queued behind a wait only the host can end: none until it has run.
+            self._replace_token()
         self.activate()
         for sem, value in waits:
             call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
@@ -335,7 +339,7 @@ class CudaDevice(Device):
         if self.lifetime.pending:
             with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
                 self.lifetime.collect()
-        if not (waits or signals or self.lifetime.pending or self._closed) and \
+        if not (waits or signals or self.lifetime.pending or self._closed or self._unfinished()) and \
                 emitter.resubmits_in_one_launch:
             emitter.token = token  # the same again is one launch
 

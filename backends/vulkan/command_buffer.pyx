@@ -197,8 +197,6 @@ cdef class Encoder:
         cdef Py_ssize_t n, i
         cdef BufferRef r
         cdef Buffer b
-        cdef vector[VkDescriptorBufferInfo]* infos = &self.infos
-        cdef vector[uint32_t]* words = &self.words
         cdef VkWriteDescriptorSet write
         cdef VkDescriptorSet chosen
         exe = c.executable
@@ -217,46 +215,44 @@ cdef class Encoder:
             self.pipelines += 1
         n = len(c.bindings)
         if n:
-            infos.resize(n)
+            self.infos.resize(n)
             for i in range(n):
                 r = c.bindings[i]
                 b = self.resolve(r)
-                infos[0][i].buffer = <VkBuffer><uintptr_t>b.handle
-                infos[0][i].offset = r.offset
-                infos[0][i].range = self.length(r, b)
-            if not (self.descriptors_set and self.descriptors.size() == infos.size() and
-                    memcmp(self.descriptors.data(), infos.data(), n * sizeof(VkDescriptorBufferInfo)) == 0):
-                self.descriptors.swap(infos[0])  # these are set now; the old ones' storage serves the next dispatch
-                infos = &self.descriptors
-                self.descriptors_set = True
-                self.descriptor_sets += 1
+                self.infos[i].buffer = <VkBuffer><uintptr_t>b.handle
+                self.infos[i].offset = r.offset
+                self.infos[i].range = self.length(r, b)
+            if not (self.descriptors_set and self.descriptors.size() == self.infos.size() and
+                    memcmp(self.descriptors.data(), self.infos.data(), n * sizeof(VkDescriptorBufferInfo)) == 0):
                 if self.arena is None:
                     memset(&write, 0, sizeof(write))
                     write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
                     write.descriptorCount = <uint32_t>n
                     write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-                    write.pBufferInfo = infos.data()
+                    write.pBufferInfo = self.infos.data()
                     self.fn.push_descriptor_set(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, &write)
                 else:
                     chosen = <VkDescriptorSet><uintptr_t>self.arena.write(self.set_layout, [
-                        x for i in range(n) for x in (<uintptr_t>infos[0][i].buffer, infos[0][i].offset,
-                                                      infos[0][i].range)])
+                        x for i in range(n) for x in (<uintptr_t>self.infos[i].buffer, self.infos[i].offset,
+                                                      self.infos[i].range)])
                     self.fn.bind_descriptor_sets(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1,
                                                  &chosen, 0, NULL)
+                self.descriptors.swap(self.infos)  # set now; the old ones' storage serves the next dispatch
+                self.descriptors_set = True
+                self.descriptor_sets += 1
         n = len(c.constants)
         if n:
-            words.resize(n)
+            self.words.resize(n)
             for i in range(n):
                 value = c.constants[i]
-                words[0][i] = PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)
-            if not (self.constants_set and self.constants.size() == words.size() and
-                    memcmp(self.constants.data(), words.data(), n * sizeof(uint32_t)) == 0):
-                self.constants.swap(words[0])
-                words = &self.constants
+                self.words[i] = PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)
+            if not (self.constants_set and self.constants.size() == self.words.size() and
+                    memcmp(self.constants.data(), self.words.data(), n * sizeof(uint32_t)) == 0):
+                self.fn.push_constants(self.cb, self.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, <uint32_t>(4 * n),
+                                       self.words.data())
+                self.constants.swap(self.words)
                 self.constants_set = True
                 self.constant_pushes += 1
-                self.fn.push_constants(self.cb, self.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, <uint32_t>(4 * n),
-                                       words.data())
         x, y, z = c.workgroups
         self.fn.dispatch(self.cb, x, y, z)
         self.dispatches += 1

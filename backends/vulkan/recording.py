@@ -29,9 +29,6 @@ class CommandPools:
         self.device = device
         self.free: list[tuple[Any, int]] = []  # (VkCommandPool, VkCommandBuffer as an integer)
         self.lock = threading.Lock()
-        self.alloc = ffi.new("VkCommandBufferAllocateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-            "commandBufferCount": 1})
 
     @property
     def cached(self) -> int:
@@ -51,12 +48,11 @@ class CommandPools:
     def give(self, pool: Any, command_buffer: int) -> None:
         """Take back a pool whose command buffer the GPU is done with: reset and kept, or destroyed beyond KEEP."""
         self.device.count_objects("VkCommandPool", -1)
-        with self.lock:
-            keep = len(self.free) < KEEP
-        if keep and lib.vkResetCommandPool(self.device.handle, pool, 0) == vk.VK_SUCCESS:
+        if lib.vkResetCommandPool(self.device.handle, pool, 0) == vk.VK_SUCCESS:
             with self.lock:
-                self.free.append((pool, command_buffer))
-            return
+                if len(self.free) < KEEP:
+                    self.free.append((pool, command_buffer))
+                    return
         lib.vkDestroyCommandPool(self.device.handle, pool, ffi.NULL)  # frees its command buffer too
 
     def close(self) -> None:
@@ -72,10 +68,12 @@ class CommandPools:
                                                     "queueFamilyIndex": device.physical.queue_family})
         pool = ffi.new("VkCommandPool*")
         check(lib.vkCreateCommandPool(device.handle, info, ffi.NULL, pool), "vkCreateCommandPool")
-        self.alloc.commandPool = pool[0]
+        alloc = ffi.new("VkCommandBufferAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, "commandPool": pool[0],
+            "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1})
         out = ffi.new("VkCommandBuffer*")
         try:
-            check(lib.vkAllocateCommandBuffers(device.handle, self.alloc, out), "vkAllocateCommandBuffers")
+            check(lib.vkAllocateCommandBuffers(device.handle, alloc, out), "vkAllocateCommandBuffers")
         except BaseException:
             lib.vkDestroyCommandPool(device.handle, pool[0], ffi.NULL)
             raise
