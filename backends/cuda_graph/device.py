@@ -339,7 +339,8 @@ class CudaDevice(Device):
         if self.lifetime.pending:
             with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
                 self.lifetime.collect()
-        if not (waits or signals or self.lifetime.pending or self._closed or self._unfinished()) and \
+        unfinished = self._pending and self._unfinished()  # submissions that wait or signal, not yet run
+        if not (waits or signals or self.lifetime.pending or self._closed or unfinished) and \
                 emitter.resubmits_in_one_launch:
             emitter.token = token  # the same again is one launch
 
