@@ -398,51 +398,65 @@ def one_shot(f: Fixture, strategy: str) -> float:
     return best / f.n * 1e6
 
 
-def rebind(dev: hal.Device) -> list[dict]:
-    """Host µs of a submit whose binding table changes k of REBIND_NODES nodes (a chain whose first k kernels
-    read slot 0; every submit binds the other of two buffers): hal patches the k nodes and launches; the
-    compiled reference sets the k nodes' parameters (cuGraphExecKernelNodeSetParams) and launches."""
+def rebind(dev: hal.Device, what: str = "table") -> list[dict]:
+    """Host µs of a submit that changes k of REBIND_NODES nodes: a chain whose first k kernels read slot 0
+    (`what` "table": every submit binds the other of two buffers) or constant slot 0 ("constants": every submit
+    gives the other of two values). hal patches the k nodes and launches; the compiled reference sets the k
+    nodes' parameters (cuGraphExecKernelNodeSetParams) and launches."""
     native = reference("cuda_reference")
     exe = dev.load_executable(SOURCE)
     fixed = [dev.allocate(4 * ELEMENTS) for _ in range(2)]
     tables = [(dev.allocate(4 * ELEMENTS),) for _ in range(2)]
+    values = [(ELEMENTS,), (ELEMENTS - 1,)]
     rows = []
     for k in REBIND_CHANGED:
-        cb = dev.create_command_buffer(mode="reusable", binding_capacity=1)
+        cb = dev.create_command_buffer(mode="reusable", binding_capacity=1, constant_capacity=1)
         with cb:
             for i in range(REBIND_NODES):
-                source = hal.slot(0) if i < k else fixed[0]
-                cb.dispatch(exe, "add", (1, 1, 1), (ELEMENTS,), (source, source, fixed[1]))
+                source = hal.slot(0) if what == "table" and i < k else fixed[0]
+                n = hal.constant_slot(0) if what == "constants" and i < k else ELEMENTS
+                cb.dispatch(exe, "add", (1, 1, 1), (n,), (source, source, fixed[1]))
                 cb.execution_barrier()
-        dev.queue_execute(cb, binding_table=tables[0])
-        unchanged = submit_us(lambda c=cb: dev.queue_execute(c, binding_table=tables[0]), dev.synchronize)
-        flip = itertools.cycle(tables[::-1])  # every submit differs from the one before it, the first one too
-        changed = submit_us(lambda c=cb, t=flip: dev.queue_execute(c, binding_table=next(t)), dev.synchronize)
+        # Every submit differs from the one before it, the first one too.
+        if what == "table":
+            dev.queue_execute(cb, binding_table=tables[0])
+            unchanged = submit_us(lambda c=cb: dev.queue_execute(c, binding_table=tables[0]), dev.synchronize)
+            flip = itertools.cycle(tables[::-1])
+            changed = submit_us(lambda c=cb, t=flip: dev.queue_execute(c, binding_table=next(t)), dev.synchronize)
+        else:
+            dev.queue_execute(cb, binding_table=tables[0], constants=values[0])
+            unchanged = submit_us(lambda c=cb: dev.queue_execute(c, binding_table=tables[0], constants=values[0]),
+                                  dev.synchronize)
+            flip = itertools.cycle(values[::-1])
+            changed = submit_us(lambda c=cb, v=flip: dev.queue_execute(c, binding_table=tables[0], constants=next(v)),
+                                dev.synchronize)
         assert cb.emitter.patched == k
         row = dict(changed=k, hal_submit=changed, hal_unchanged=unchanged)
         if native is not None:
-            row.update(reference_rebind(native, cb, k, exe, fixed, tables))
+            row.update(reference_rebind(native, cb, k, exe, fixed, tables if what == "table" else tables[:1] * 2,
+                                        values if what == "constants" else values[:1] * 2))
         rows.append(row)
     return rows
 
 
 def reference_rebind(native: Any, cb: hal.CommandBuffer, k: int, exe: hal.Executable, fixed: list[hal.Buffer],
-                     tables: list[tuple[hal.Buffer]]) -> dict:
+                     tables: list[tuple[hal.Buffer]], values: list[tuple[int]]) -> dict:
     """The compiled reference's side of rebind(): the same graph (cb's layout), k nodes patched and a launch per
-    submit; and a launch alone."""
+    submit (alternating between the two tables and values); and a launch alone."""
     dev = cb.device
 
-    def words(table: tuple[hal.Buffer], i: int) -> list[int]:
-        source = table[0] if i < k else fixed[0]
-        return [source.address, source.address, fixed[1].address, ELEMENTS]
+    def words(state: int, i: int) -> list[int]:
+        source = tables[state][0] if i < k else fixed[0]
+        n = values[state][0] if i < k else ELEMENTS
+        return [source.address, source.address, fixed[1].address, n]
 
-    params = array("Q", [w for i in range(REBIND_NODES) for w in words(tables[0], i)])
+    params = array("Q", [w for i in range(REBIND_NODES) for w in words(0, i)])
     graph = native.Graph(exe.functions[0], (1, 1, 1), (ELEMENTS, 1, 1), params, WORDS)
     dev.activate()
     graph.build(*layout(cb))
     graph.instantiate()
     kernels = array("q", range(k))
-    patches = itertools.cycle([array("Q", [w for i in range(k) for w in words(t, i)]) for t in tables[::-1]])
+    patches = itertools.cycle([array("Q", [w for i in range(k) for w in words(state, i)]) for state in (1, 0)])
 
     def patch_and_launch() -> None:
         graph.set_params(kernels, next(patches))
@@ -543,9 +557,11 @@ def run(sizes: list[int], progress: Callable[[str], None] = lambda _: None) -> d
                 f.release()
         progress("cuda rebind")
         rebinds = rebind(dev)
+        progress("cuda constants")
+        constants = rebind(dev, "constants")
         progress("cuda memory")
         memory = command_buffer_memory(dev)
-    return dict(meta=meta, rows=rows, rebind=rebinds, memory=memory)
+    return dict(meta=meta, rows=rows, rebind=rebinds, constants=constants, memory=memory)
 
 
 def find_row(rows: list[dict], program: str, n: int, name: str) -> dict | None:
@@ -591,12 +607,15 @@ def report(result: dict) -> str:
               for r in result["rows"] if r["competitor"] == "re-record"]
     rebinds = result["rebind"]
     has_reference = "reference_submit" in rebinds[0]
-    lines += ["", f"Rebinding {REBIND_NODES} nodes, k of them through the changed slot: host µs of the submit "
-              f"(hal: patch and launch; reference: k SetParams and a launch):", "",
-              "| k | hal submit | reference submit | hal unchanged table | reference launch |",
-              "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['changed']} | {r['hal_submit']:.1f} | {r.get('reference_submit', float('nan')):.1f} | "
-              f"{r['hal_unchanged']:.1f} | {r.get('reference_unchanged', float('nan')):.1f} |" for r in rebinds]
+    for key, changing in (("rebind", "the changed slot"), ("constants", "the changed constant slot")):
+        lines += ["", f"{'Rebinding' if key == 'rebind' else 'New constants for'} {REBIND_NODES} nodes, k of them "
+                  f"through {changing}: host µs of the submit (hal: patch and launch; reference: k SetParams and a "
+                  f"launch):", "",
+                  "| k | hal submit | reference submit | hal unchanged | reference launch |",
+                  "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['changed']} | {r['hal_submit']:.1f} | {r.get('reference_submit', float('nan')):.1f} | "
+                  f"{r['hal_unchanged']:.1f} | {r.get('reference_unchanged', float('nan')):.1f} |"
+                  for r in result.get(key, ())]
     lines += ["", "Targets:"]
     rows = result["rows"]
     for program in ("chain", "fan"):
@@ -616,16 +635,19 @@ def report(result: dict) -> str:
                          f"({total / torch['record']:.2f}x); to the first result {ours['first']:.2f} vs torch "
                          f"{torch['first']:.2f} µs/kernel")
             lines.append(line)
-    hal_slope, hal_fixed = rebind_fit(rebinds, "hal_submit")
-    if has_reference:
-        ref_slope, ref_fixed = rebind_fit(rebinds, "reference_submit")
-        lines.append(f"- rebind: {hal_slope:.3f} µs per patched node vs the reference's {ref_slope:.3f}: "
-                     f"{_verdict(hal_slope / ref_slope, REBIND_TARGET)}; fixed cost over the reference "
-                     f"{hal_fixed - ref_fixed:.2f} µs (<= {REBIND_FIXED_US}: "
-                     f"{'met' if hal_fixed - ref_fixed <= REBIND_FIXED_US else 'MISSED'})")
-    else:
-        lines.append(f"- rebind: {hal_slope:.3f} µs per patched node, {hal_fixed:.1f} µs fixed (the compiled "
-                     f"reference is not built)")
+    for key in ("rebind", "constants"):
+        if key not in result:
+            continue
+        hal_slope, hal_fixed = rebind_fit(result[key], "hal_submit")
+        if has_reference:
+            ref_slope, ref_fixed = rebind_fit(result[key], "reference_submit")
+            lines.append(f"- {key}: {hal_slope:.3f} µs per patched node vs the reference's {ref_slope:.3f}: "
+                         f"{_verdict(hal_slope / ref_slope, REBIND_TARGET)}; fixed cost over the reference "
+                         f"{hal_fixed - ref_fixed:.2f} µs (<= {REBIND_FIXED_US}: "
+                         f"{'met' if hal_fixed - ref_fixed <= REBIND_FIXED_US else 'MISSED'})")
+        else:
+            lines.append(f"- {key}: {hal_slope:.3f} µs per patched node, {hal_fixed:.1f} µs fixed (the compiled "
+                         f"reference is not built)")
     return "\n".join(lines)
 
 

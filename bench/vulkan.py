@@ -19,6 +19,8 @@ as a fan (one segment), against the target of 5 µs for record + end; and agains
 (bench/native/vulkan_reference.pyx: the same vkCmd* calls through the driver's entry points, nothing of
 hal's in between): hal's record+end <= 1.5x the reference's recording, hal's resubmission <= 1.1x the
 reference's vkQueueSubmit of the same VkCommandBuffer (with the timeline wait and signal that order it).
+And what new values for constant slots cost (issue 18): Vulkan records push constants into the
+VkCommandBuffer, so new values mean encoding it again, reported per dispatch.
 
     python -m bench.vulkan [--device vulkan] [--dispatches 100] [--json PATH]
 """
@@ -65,9 +67,10 @@ class Chain:
         b = self.bufs
         return b[i % 4], b[(i + 1) % 4], b[(i + 2) % 4]
 
-    def record(self, cb: hal.CommandBuffer, dispatches: int) -> None:
+    def record(self, cb: hal.CommandBuffer, dispatches: int, n: int | hal.ConstantSlot | None = None) -> None:
+        """`dispatches` dispatches over `n` elements (self.n by default; a constant slot is given at submit)."""
         for i in range(dispatches):
-            cb.dispatch(self.exe, "add", self.groups, (self.n,), self.operands(i))
+            cb.dispatch(self.exe, "add", self.groups, (self.n if n is None else n,), self.operands(i))
             cb.execution_barrier()
 
     def release(self) -> None:
@@ -203,6 +206,27 @@ def resubmit_host_us(dev: hal.Device, gate: Gate, cb: hal.CommandBuffer, submits
     return seconds / submits * 1e6
 
 
+def constant_change_host_us(dev: hal.Device, gate: Gate, chain: Chain, length: int, submits: int = 20) -> dict:
+    """Host µs of one queue_execute of a reusable chain whose every dispatch reads constant slot 0: with the value
+    of the submission before (`same`), and with a value none of the last TABLE_CACHE submissions had (`new`:
+    the VkCommandBuffer is encoded again, since push constants are recorded into it). Taken behind the gate
+    like resubmit_host_us; the mean of `submits`."""
+    cb = dev.create_command_buffer(mode="reusable", constant_capacity=1)
+    with cb:
+        chain.record(cb, length, hal.constant_slot(0))
+    dev.queue_execute(cb, constants=(chain.n,))
+    dev.synchronize()
+    result = {}
+    gate.close(chain_of(dev, chain, 1))
+    for label, value in (("same", lambda i: chain.n), ("new", lambda i: chain.n - 1 - i % 64)):
+        t0 = time.perf_counter()
+        for i in range(submits):
+            dev.queue_execute(cb, constants=(value(i),))
+        result[label] = (time.perf_counter() - t0) / submits * 1e6
+    gate.open()
+    return dict(dispatches=length, **result)
+
+
 def chain_of(dev: hal.Device, chain: Chain, length: int) -> hal.CommandBuffer:
     cb = dev.create_command_buffer(mode="reusable")
     with cb:
@@ -250,7 +274,7 @@ class Reference:
         """Host µs of one vkQueueSubmit of cb's VkCommandBuffer, each waiting for the reference's timeline at the
         value before its own and signalling its own: the mean of `submits` made while the first waits for a
         value only the host gives afterwards (as resubmit_host_us holds hal's queue)."""
-        handle, queue = cb.emitter.command_buffer(()), self.dev.address(self.dev.queue)
+        handle, queue = cb.emitter.command_buffer((), ()), self.dev.address(self.dev.queue)
         self.value += 1
         start = self.value
         t0 = time.perf_counter()
@@ -341,6 +365,8 @@ def run(device: str = "vulkan", dispatches: int = 100, progress: Callable[[str],
         gate = Gate(dev)
         resubmits = [dict(dispatches=length, host_us=min(resubmit_host_us(dev, gate, cb) for _ in range(3)))
                      for length, cb in ((length, chain_of(dev, chain, length)) for length in RESUBMIT_LENGTHS)]
+        progress("vulkan constant slots")
+        constants = [constant_change_host_us(dev, gate, chain, length) for length in RESUBMIT_LENGTHS]
         chain.release()
         recording = []
         fixture = scaling.Fixture(dev, RECORD_DISPATCHES)
@@ -351,7 +377,8 @@ def run(device: str = "vulkan", dispatches: int = 100, progress: Callable[[str],
         fixture.release()
         progress("vulkan against the compiled reference")
         compared = against_reference(dev, gate, recording)
-    return dict(meta=meta, rows=rows, resubmit=resubmits, recording=recording, reference=compared)
+    return dict(meta=meta, rows=rows, resubmit=resubmits, constants=constants, recording=recording,
+                reference=compared)
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -385,6 +412,13 @@ def report(result: dict) -> str:
         lines.append(f"- {n} elements: recording with the `vulkan` wrappers / hal record+end (deferred) = "
                      f"{_ratio(r.get('naive_batched_record'), r['hal_deferred_record'])}; hal one-shot / hal reused "
                      f"wall = {_ratio(r['hal_deferred_wall'], r['hal_reused_wall'])}")
+    if result.get("constants"):
+        lines += ["", "A chain whose every dispatch reads a constant slot: host µs per submission with the values of "
+                  "the one before, and with new values (encoded again: push constants live in the VkCommandBuffer); "
+                  "the cost of new values per dispatch:", "",
+                  "| dispatches | same values | new values | new values, µs per dispatch |", "|---:|---:|---:|---:|"]
+        lines += [f"| {c['dispatches']} | {c['same']:.1f} | {c['new']:.1f} | {c['new'] / c['dispatches']:.2f} |"
+                  for c in result["constants"]]
     first, last = result["resubmit"][0], result["resubmit"][-1]
     lines.append(f"- resubmission host time, {last['dispatches']} vs {first['dispatches']} dispatches: "
                  f"{_ratio(last['host_us'], first['host_us'])} (1.0x = independent of length)")

@@ -1,7 +1,7 @@
 """hal: record work once in a Vulkan-style command buffer; run it as a CUDA graph, a Vulkan command
 buffer or on numpy. See README.md and DESIGN.md for the contract."""
 
-from hal.buffer import Buffer, BufferRef, BufferUsage, ref, slot
+from hal.buffer import Buffer, BufferRef, BufferUsage, ConstantSlot, constant_slot, ref, slot
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, available_drivers, create_device, register_driver
@@ -19,8 +19,8 @@ from hal.executable import Executable, ExecutableSource, Export
 from hal.semaphore import Semaphore
 
 __all__ = [
-    "Buffer", "BufferRef", "BufferUsage", "Capabilities", "CommandBuffer", "CompileError", "Device",
+    "Buffer", "BufferRef", "BufferUsage", "Capabilities", "CommandBuffer", "CompileError", "ConstantSlot", "Device",
     "DeviceError", "DeviceInfo", "DeviceLostError", "Driver", "Executable", "ExecutableSource", "Export",
     "HalError", "OutOfMemoryError", "Semaphore", "TimeoutError", "UnsupportedError", "ValidationError",
-    "available_drivers", "create_device", "ref", "register_driver", "slot",
+    "available_drivers", "constant_slot", "create_device", "ref", "register_driver", "slot",
 ]

@@ -20,3 +20,7 @@ cdef class BufferRef:
     cdef readonly Py_ssize_t offset
     cdef readonly Py_ssize_t nbytes  # the length, when bounded
     cdef readonly bint bounded  # False: to the end of the bound buffer (slots only)
+
+
+cdef class ConstantSlot:
+    cdef readonly Py_ssize_t index  # the entry of queue_execute's constants it stands for

@@ -1,7 +1,8 @@
 """Buffers and buffer references (compiled: the recorder reads their fields on every command).
 
 A reference names a byte range of a buffer known at record time (`ref`) or of entry i of the binding
-table given at submit (`slot`). References are small immutable records built once and reused; their
+table given at submit (`slot`); a constant slot (`constant_slot`) stands for a dispatch constant given at
+submit. References are small immutable records built once and reused; their
 ranges are checked when a command uses them, so the error can name the command.
 """
 
@@ -163,6 +164,28 @@ def slot(index: int, offset: int = 0, length: int | None = None) -> BufferRef:
     index = integer(index, "slot index", 0)
     offset = integer(offset, "slot offset", 0)
     return BufferRef(None, index, offset, None if length is None else integer(length, "slot length", 0))
+
+
+cdef class ConstantSlot:
+    """A dispatch constant given at each queue_execute: entry `index` of its `constants`. Immutable."""
+
+    def __init__(self, index: int) -> None:
+        self.index = integer(index, "constant slot index", 0)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is ConstantSlot and (<ConstantSlot>other).index == self.index
+
+    def __hash__(self) -> int:
+        return hash((ConstantSlot, self.index))
+
+    def __repr__(self) -> str:
+        return f"hal.constant_slot({self.index})"
+
+
+def constant_slot(index: int) -> ConstantSlot:
+    """A dispatch constant read from entry `index` of queue_execute's `constants` at each submit (the command
+    buffer needs constant_capacity > index). A negative index is refused here."""
+    return ConstantSlot(index)
 
 
 def _dtype(dtype: Any) -> np.dtype:

@@ -13,6 +13,8 @@ cdef class CommandBuffer:
     cdef readonly bint validate
     cdef readonly object emitter  # the backend's side (hal.program.Emitter)
     cdef readonly Py_ssize_t slots_needed  # 1 + the highest slot a command uses (after end())
+    cdef readonly Py_ssize_t constant_capacity
+    cdef readonly Py_ssize_t constants_needed  # 1 + the highest constant slot a dispatch uses (after end())
 
     # The device's limits the checks use.
     cdef object caps
@@ -28,6 +30,7 @@ cdef class CommandBuffer:
     cdef RaceDetector races
     cdef Program recorded  # the Program, once ended (single_pass: while recording, too)
     cdef list slot_commands
+    cdef list constant_commands  # dispatches with a constant slot
 
     # What a release since recording may invalidate.
     cdef object live_token

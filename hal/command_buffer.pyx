@@ -21,7 +21,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from hal.buffer cimport Buffer, BufferRef
+from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.commands cimport (Command, Dispatch, Entry, Fill, Segment, new_copy, new_dispatch, new_fill, new_segment,
                            new_update)
 from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
@@ -47,15 +47,17 @@ _WRITE, _READ_WRITE = (True,), (False, True)  # what fill/update and copy do to 
 cdef class CommandBuffer:
     """A recorded list of commands, run by `Device.queue_execute`.
 
-    Created by `Device.create_command_buffer(mode, binding_capacity, strategy, dependencies, validate)`:
-    `one_shot` runs once, `reusable` any number of times (`reset()` allows re-recording); slots below
-    `binding_capacity` are bound at each submit; `deferred` leaves emission to `end()`, `single_pass`
+    Created by `Device.create_command_buffer(mode, binding_capacity, strategy, dependencies, validate,
+    constant_capacity)`: `one_shot` runs once, `reusable` any number of times (`reset()` allows re-recording);
+    slots below `binding_capacity` are bound, and constant slots below `constant_capacity` given, at each
+    submit; `deferred` leaves emission to `end()`, `single_pass`
     emits while recording; `barriers` or `hazards` picks the dependency rediscovery. `validate=False`
     drops the race check, the one check whose cost depends on what a segment holds; the checks that
     keep bad input from a driver (types, ranges, usage, alignment, limits) always run.
     """
 
-    def __init__(self, device, str mode, binding_capacity, str strategy, str dependencies, validate, emitter_for):
+    def __init__(self, device, str mode, binding_capacity, str strategy, str dependencies, validate, emitter_for,
+                 constant_capacity=0):
         if mode not in ("one_shot", "reusable"):
             raise ValidationError(f"mode must be 'one_shot' or 'reusable', got {mode!r}")
         if strategy not in ("deferred", "single_pass"):
@@ -63,11 +65,13 @@ cdef class CommandBuffer:
         if dependencies not in ("barriers", "hazards"):
             raise ValidationError(f"dependencies must be 'barriers' or 'hazards', got {dependencies!r}")
         binding_capacity = integer(binding_capacity, "binding_capacity", 0)
+        constant_capacity = integer(constant_capacity, "constant_capacity", 0)
         if not isinstance(validate, bool):
             raise ValidationError(f"validate must be True or False, got {validate!r}")
         self.device = device
         self.mode = mode
         self.binding_capacity = binding_capacity
+        self.constant_capacity = constant_capacity
         self.strategy = strategy
         self.dependencies = dependencies
         self.validate = validate
@@ -93,6 +97,8 @@ cdef class CommandBuffer:
         self.recorded = None
         self.slot_commands = []
         self.slots_needed = 0
+        self.constant_commands = []
+        self.constants_needed = 0
         self.uses_slot = False
         self.direct_buffers = None  # bound without a slot, when first needed
         self.dispatched = None  # executable -> first command, when first needed
@@ -165,7 +171,17 @@ cdef class CommandBuffer:
                         if not user or user[-1] != (<Command>c).index:
                             user.append((<Command>c).index)
             self.slots_needed = max(users, default=-1) + 1
-            self.recorded = self.planner.finish(commands, {k: tuple(v) for k, v in users.items()}, self.slots_needed)
+            constant_users = {}
+            for c in self.constant_commands:
+                for value in (<Dispatch>c).constants:
+                    if type(value) is ConstantSlot:
+                        user = constant_users.setdefault((<ConstantSlot>value).index, [])
+                        if not user or user[-1] != (<Command>c).index:
+                            user.append((<Command>c).index)
+            self.constants_needed = max(constant_users, default=-1) + 1
+            self.recorded = self.planner.finish(commands, {k: tuple(v) for k, v in users.items()}, self.slots_needed,
+                                                {k: tuple(v) for k, v in constant_users.items()},
+                                                self.constants_needed)
             self.emitter.end(self.recorded)
         except BaseException:  # the backend failed to emit: stay recording, as before end()
             self.direct_buffers = self.dispatched = None
@@ -302,9 +318,10 @@ cdef class CommandBuffer:
         if 4 * n > self.max_constant_bytes:
             raise ValidationError(f"command {index} (dispatch {name}): {4 * n} bytes of constants "
                                   f"exceed the device's max_push_constants_size {self.max_constant_bytes}")
+        cdef bint constant_slots = False
         for c in <tuple>constants:
             if not _plain_word(c):
-                _check_constants(constants, index, name)
+                constant_slots = _check_constants(constants, index, name, self.constant_capacity)
                 break
         if type(bindings) is not tuple:
             bindings = _sequence(bindings, index, name, "bindings")
@@ -321,6 +338,8 @@ cdef class CommandBuffer:
         cdef Dispatch command = new_dispatch(index, self.tail.index, executable, entry, workgroups, constants,
                                              resolved)
         self.record(command, command.bindings, command.writes)
+        if constant_slots:
+            self.constant_commands.append(command)
 
     cdef bint workgroups_fit(self, tuple workgroups):
         """The common case: three ints within the device's limits (anything else takes _workgroups' path)."""
@@ -412,6 +431,24 @@ cdef class CommandBuffer:
         if self.mode == "reusable":  # accepted again without a look (see `accepts`)
             self.table_token = token
         return table
+
+    def prepare_constants(self, constants: Sequence[Any]) -> tuple:
+        """Check the values given for the constant slots at a submit (as literal constants are checked when
+        recorded); returns them as a tuple."""
+        values = constants if type(constants) is tuple else _constant_values(constants)
+        if len(values) > self.constant_capacity:
+            raise ValidationError(f"queue_execute: {len(values)} constants given, more than the command buffer's "
+                                  f"constant_capacity {self.constant_capacity}")
+        if len(values) < self.constants_needed:
+            raise ValidationError(f"queue_execute: {len(values)} constants given; the command buffer needs "
+                                  f"{self.constants_needed} (it reads constant slot {self.constants_needed - 1})")
+        for i, value in enumerate(values):
+            if not _plain_word(value):
+                try:
+                    constant_word(value)
+                except (TypeError, OverflowError) as e:
+                    raise ValidationError(f"queue_execute: constants[{i}] = {value!r}: {e}") from None
+        return values
 
     cdef void check_table(self, tuple table) except *:
         if len(table) > self.binding_capacity:
@@ -606,12 +643,22 @@ def _bad_export(executable, name, device, index) -> None:
                           f"{', '.join(executable.entries)}")
 
 
-def _check_constants(tuple constants, index, name) -> None:
+def _check_constants(tuple constants, index, name, Py_ssize_t capacity) -> bool:
+    """Check every constant (a 32-bit value or a constant slot below `capacity`); does one use a slot?"""
+    slots = False
     for i, c in enumerate(constants):
+        if type(c) is ConstantSlot:
+            if (<ConstantSlot>c).index >= capacity:
+                raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] uses constant slot "
+                                      f"{(<ConstantSlot>c).index}, but the command buffer's constant_capacity is "
+                                      f"{capacity}")
+            slots = True
+            continue
         try:
             constant_word(c)
         except (TypeError, OverflowError) as e:
             raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] = {c!r}: {e}") from None
+    return slots
 
 
 def _pattern(pattern, index) -> bytes:
@@ -655,6 +702,17 @@ def _sequence(items, index, name, what) -> tuple:
     except TypeError:
         raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
                               f"got {type(items).__name__}") from None
+
+
+def _constant_values(constants) -> tuple:
+    """queue_execute's constants as a tuple: any sequence (a numpy array too), not a string or a lone value."""
+    if not isinstance(constants, (str, bytes)):
+        try:
+            return tuple(constants)
+        except TypeError:
+            pass
+    raise ValidationError(f"queue_execute: constants must be a sequence of 32-bit values, "
+                          f"got {type(constants).__name__}")
 
 
 def _table(binding_table) -> tuple:

@@ -245,9 +245,10 @@ cdef class Planner:
         self.joins[group] = join
         deps.push_back(join)
 
-    def finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed) -> Program:
-        """Freeze the program: `commands` in recording order, and which commands use each slot."""
-        self.program.freeze(commands, slot_users, slots_needed)
+    def finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
+               Py_ssize_t constants_needed) -> Program:
+        """Freeze the program: `commands` in recording order, and which commands use each slot and constant slot."""
+        self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed)
         return self.program
 
 

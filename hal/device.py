@@ -27,6 +27,7 @@ from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
 NO_SEMAPHORES: tuple = ()  # queue_execute's default waits and signals: fast paths test identity with it
+NO_CONSTANTS: tuple = ()  # queue_execute's default constants, tested by identity likewise
 # Best first. Drivers not named here come after, alphabetically.
 PREFERENCE = ("cuda", "vulkan", "host")
 # In-tree backends, found by module path when the package's entry points are not installed.
@@ -131,10 +132,11 @@ class Device:
     # Command buffers and submission.
     def create_command_buffer(self, mode: str = "one_shot", binding_capacity: int = 0,
                               strategy: str = "deferred", dependencies: str = "barriers",
-                              validate: bool = True) -> CommandBuffer:
+                              validate: bool = True, constant_capacity: int = 0) -> CommandBuffer:
         """A command buffer to record into; see CommandBuffer for what each argument chooses."""
         self.check_open()
-        return CommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate, self._create_emitter)
+        return CommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate, self._create_emitter,
+                             constant_capacity)
 
     def create_semaphore(self, initial: int = 0) -> Semaphore:
         self.check_open()
@@ -142,8 +144,10 @@ class Device:
 
     def queue_execute(self, command_buffer: CommandBuffer, binding_table: Sequence[Buffer] = (),
                       wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
-                      signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
-        """Run `command_buffer` after every `wait` pair is reached, then signal every `signal` pair.
+                      signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                      constants: Sequence[Any] = NO_CONSTANTS) -> None:
+        """Run `command_buffer` after every `wait` pair is reached, then signal every `signal` pair;
+        `constants` gives the values of its constant slots (hal.constant_slot) for this run.
 
         Never blocks on the device. Submissions to one device run in submission order.
         """
@@ -160,12 +164,14 @@ class Device:
                 table = binding_table  # a reusable command buffer again with its last table: nothing to check
             else:
                 table = command_buffer.prepare_submit(binding_table)
+            if constants is not NO_CONSTANTS or command_buffer.constants_needed:
+                constants = command_buffer.prepare_constants(constants)
             if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES:  # the defaults need no checking
-                self._queue_execute(command_buffer, table, NO_SEMAPHORES, NO_SEMAPHORES)
+                self._queue_execute(command_buffer, table, NO_SEMAPHORES, NO_SEMAPHORES, constants)
             else:
                 waits = self._semaphore_pairs(wait, "wait")
                 signals = self._semaphore_pairs(signal, "signal")
-                self._queue_execute(command_buffer, table, waits, signals)
+                self._queue_execute(command_buffer, table, waits, signals, constants)
                 for sem, value in signals:
                     sem.promised = value
             command_buffer.submitted()
@@ -266,7 +272,9 @@ class Device:
         raise NotImplementedError
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
-                       waits: tuple[tuple[Semaphore, int], ...], signals: tuple[tuple[Semaphore, int], ...]) -> None:
+                       waits: tuple[tuple[Semaphore, int], ...], signals: tuple[tuple[Semaphore, int], ...],
+                       constants: tuple) -> None:
+        """Queue a checked submission: `table` and `constants` (the constant slots' values) were checked."""
         raise NotImplementedError
 
     def _synchronize(self) -> None:

@@ -10,6 +10,7 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
   node comes after the nodes it waits for: one per command plus empty join nodes where a shared group
   has several members, with the commands of a wide segment spread over `lane_limit` lanes;
 - `slot_users`: binding-table slot -> the commands that use it (what a new table touches);
+- `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
 - `regions` and `transients`: room for conditional regions and the transient-memory plan.
 
 A backend's side of a command buffer is its emitter (see `Emitter`): the command buffer hands it the
@@ -32,6 +33,8 @@ cdef class Program:
         self.commands = ()
         self.slot_users = {}
         self.slots_needed = 0
+        self.constant_users = {}
+        self.constants_needed = 0
         self.regions = ()
         self.transients = None
         self.frozen = False
@@ -58,10 +61,13 @@ cdef class Program:
             self.command_node.push_back(self.node_command.size())
         self.node_command.push_back(command)
 
-    cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed):
+    cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
+                     Py_ssize_t constants_needed):
         self.commands = commands
         self.slot_users = slot_users
         self.slots_needed = slots_needed
+        self.constant_users = constant_users
+        self.constants_needed = constants_needed
         self.frozen = True
 
     # The DAG.

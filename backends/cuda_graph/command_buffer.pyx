@@ -8,9 +8,10 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
 - single_pass: each command's nodes are added as it is recorded (IREE's approach).
 - Lanes: the planner spreads a wide segment over at most `device.graph_lanes` chains, since the driver's
   instantiation and launch cost grow with a graph's width (bench/README.md).
-- Binding tables: a command buffer that uses slots is built at its first submit; a later table patches
-  only the nodes whose resolved parameters changed (cuGraphExec*NodeSetParams), found through the
-  Program's slot users. An unchanged table costs nothing.
+- Binding tables and constant slots: a command buffer that uses slots or constant slots is built at its
+  first submit; a later table or new constant values patch only the nodes whose resolved parameters
+  changed (cuGraphExec*NodeSetParams), found through the Program's slot and constant users; the graph is
+  never instantiated again for them. An unchanged table and unchanged values cost nothing.
 - Re-recording after reset(): the old exec is updated in place (cuGraphExecUpdate) when the topology
   allows; only otherwise is the graph instantiated again.
 - One-shot deferred command buffers skip the graph: their commands are launched on the stream in order,
@@ -29,7 +30,7 @@ from cuda.bindings cimport cydriver
 from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
                                      CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream)
 
-from hal.buffer cimport Buffer, BufferRef
+from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Update
 from hal.program cimport Program
@@ -42,7 +43,7 @@ from cuda.bindings import driver
 from backends.cuda_graph.api import call, fail
 from backends.cuda_graph.buffer import host_alloc
 from hal.commands import constant_word
-from hal.device import NO_SEMAPHORES, Device
+from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError
 
 ARENA_BYTES = 1 << 20
@@ -124,9 +125,15 @@ cdef struct Kernel:
     unsigned int block[3]
 
 
-cdef Node _node(Command c, tuple table, dict staging, Kernel* kernel, Node into):
-    """The node parameters of `c`, slots resolved through `table` (`staging`: update index -> data address),
-    written into `into` (a new Node if None); `kernel` caches the function of the last dispatch."""
+cdef inline uint32_t _word(object value) except? 0xFFFFFFFF:
+    """A checked constant's 32-bit word."""
+    return <uint32_t>PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)
+
+
+cdef Node _node(Command c, tuple table, tuple constants, dict staging, Kernel* kernel, Node into):
+    """The node parameters of `c`, slots resolved through `table` and constant slots through `constants`
+    (`staging`: update index -> data address), written into `into` (a new Node if None); `kernel` caches
+    the function of the last dispatch."""
     cdef Node node = Node.__new__(Node) if into is None else into
     cdef type kind = type(c)
     cdef Py_ssize_t i, n
@@ -155,8 +162,9 @@ cdef Node _node(Command c, tuple table, dict staging, Kernel* kernel, Node into)
             node.values[i] = _address(r, _resolve(r, table))
         for i in range(len(d.constants)):
             value = d.constants[i]
-            node.values[len(d.bindings) + i] = <uint32_t>PyLong_AsUnsignedLongMask(value) if type(value) is int \
-                else constant_word(value)
+            if type(value) is ConstantSlot:
+                value = constants[(<ConstantSlot>value).index]
+            node.values[len(d.bindings) + i] = _word(value)
         for i in range(n):
             node.pointers[i] = &node.values[i]
         node.kernel.kernelParams = node.pointers.data() if n else NULL
@@ -193,20 +201,33 @@ cdef Node _node(Command c, tuple table, dict staging, Kernel* kernel, Node into)
     return node
 
 
-cdef bint _rebind(Node node, Dispatch d, tuple table):
-    """Point a kernel node's slot bindings at `table`'s buffers, in place; did a word change?"""
-    cdef Py_ssize_t i
+cdef bint _rebind(Node node, Dispatch d, tuple table, tuple constants) except -1:
+    """Point a kernel node's slot bindings at `table`'s buffers and its constant slots at `constants`, in place;
+    did a word change?"""
+    cdef Py_ssize_t i, n = len(d.bindings)
     cdef BufferRef r
-    cdef uint64_t address
+    cdef uint64_t word
     cdef bint changed = False
-    for i in range(len(d.bindings)):
+    for i in range(n):
         r = d.bindings[i]
         if r.buffer is None:
-            address = _address(r, <Buffer>table[r.slot])
-            if node.values[i] != address:
-                node.values[i] = address
+            word = _address(r, <Buffer>table[r.slot])
+            if node.values[i] != word:
+                node.values[i] = word
+                changed = True
+    for i in range(len(d.constants)):
+        value = d.constants[i]
+        if type(value) is ConstantSlot:
+            word = _word(constants[(<ConstantSlot>value).index])
+            if node.values[n + i] != word:
+                node.values[n + i] = word
                 changed = True
     return changed
+
+
+cdef tuple _words(tuple constants, Py_ssize_t n):
+    """The words of the first n constant slot values: what a patch compares."""
+    return tuple([_word(constants[i]) for i in range(n)])
 
 
 cdef void _check(CUresult result, str what) except *:
@@ -232,7 +253,7 @@ cdef class CudaEmitter:
     cdef CUcontext context
     cdef CUstream stream
     cdef readonly Py_ssize_t lanes
-    cdef bint one_shot, single_pass, slots
+    cdef bint one_shot, single_pass, at_submit
     cdef Program program
     cdef CUgraph graph
     cdef CUgraphExec exec
@@ -244,21 +265,22 @@ cdef class CudaEmitter:
     cdef object arena
     cdef dict staging  # update command index -> device address of its data
     cdef tuple table_seen  # the table the nodes were last given (its used prefix)
-    cdef dict given  # with slots: command index -> its Node, as last given (what a patch updates)
+    cdef tuple words_seen  # the constant slots' words they were last given (the used prefix)
+    cdef dict given  # with slots or constant slots: command index -> its Node, as last given (what a patch updates)
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
     cdef Py_ssize_t epoch
     cdef readonly Py_ssize_t instantiations, updates, patched
     cdef public object token
     cdef object __weakref__  # the device frees the graph and exec once the emitter is gone
 
-    def __init__(self, device, str mode, str strategy, Py_ssize_t binding_capacity):
+    def __init__(self, device, str mode, str strategy, Py_ssize_t binding_capacity, Py_ssize_t constant_capacity):
         self.device = device
         self.context = <CUcontext><uintptr_t>device.context_handle
         self.stream = <CUstream><uintptr_t>device.stream_handle
         self.lanes = device.graph_lanes
         self.one_shot = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
-        self.slots = binding_capacity > 0
+        self.at_submit = binding_capacity > 0 or constant_capacity > 0  # may need what only a submit gives
         self.graph = NULL
         self.exec = NULL
         self.instantiations = self.updates = self.patched = 0
@@ -279,14 +301,14 @@ cdef class CudaEmitter:
         self.nodes.clear()
         self.emitted = 0
         self.built = False
-        self.table_seen = None
+        self.table_seen = self.words_seen = None
         self.given = {}
         self.looked_at.clear()
 
     # The emitter interface.
     def begin(self, Program program) -> None:
         self.program = program
-        if self.single_pass and not self.slots:
+        if self.single_pass and not self.at_submit:
             self.device.activate()
             self.new_graph()
 
@@ -295,7 +317,7 @@ cdef class CudaEmitter:
             self.device.activate()
             if type(command) is Update:
                 self.stage(<Update>command)
-            self.add_nodes((), self.emitted, program.node_command.size(), command)
+            self.add_nodes((), (), self.emitted, program.node_command.size(), command)
 
     def end(self, Program program) -> None:
         self.program = program
@@ -308,8 +330,8 @@ cdef class CudaEmitter:
             self.built = True
         elif self.one_shot and not self.single_pass:
             self.stream_launch = True  # launched in order at submit: no graph for a single run
-        elif not program.slot_users:
-            self.build(())
+        elif not program.slot_users and not program.constant_users:
+            self.build((), ())
 
     def reset(self) -> None:
         self.drop_graph()
@@ -337,9 +359,10 @@ cdef class CudaEmitter:
             self.graph_finalizer()
             self.device.collect()
 
-    cdef void add_nodes(self, tuple table, Py_ssize_t start, Py_ssize_t stop, Command current=None) except *:
-        """Add the layout's nodes [start, stop) to the graph, resolved through `table`. `current`: single_pass,
-        the command just recorded (not in the Program's commands before end())."""
+    cdef void add_nodes(self, tuple table, tuple constants, Py_ssize_t start, Py_ssize_t stop,
+                        Command current=None) except *:
+        """Add the layout's nodes [start, stop) to the graph, resolved through `table` and `constants`. `current`:
+        single_pass, the command just recorded (not in the Program's commands before end())."""
         cdef Program program = self.program
         cdef Py_ssize_t k, d, command
         cdef vector[CUgraphNode] deps
@@ -358,7 +381,7 @@ cdef class CudaEmitter:
             else:
                 c = current if current is not None and current.index == command else program.commands[command]
                 # The driver copies the parameters: one Node serves every command, unless patches need them kept.
-                params = _node(c, table, self.staging, &kernel, None if self.slots else scratch)
+                params = _node(c, table, constants, self.staging, &kernel, None if self.at_submit else scratch)
                 if params.kind == 1:
                     _check_at(cydriver.cuGraphAddKernelNode(&node, self.graph, deps.data(), deps.size(),
                                                             &params.kernel), "cuGraphAddKernelNode", command)
@@ -368,19 +391,20 @@ cdef class CudaEmitter:
                 else:
                     _check_at(cydriver.cuGraphAddMemcpyNode(&node, self.graph, deps.data(), deps.size(),
                                                             &params.memcpy, self.context), "cuGraphAddMemcpyNode", command)
-                if self.slots:
+                if self.at_submit:
                     self.given[command] = params
             self.nodes[k] = node
         self.emitted = stop
 
-    cdef void build(self, tuple table) except *:
-        """The whole graph from the Program, resolved through `table`; instantiated (or the old exec updated).
-        A failure leaves no graph or nodes behind: a retry builds from the start."""
+    cdef void build(self, tuple table, tuple constants) except *:
+        """The whole graph from the Program, resolved through `table` and `constants`; instantiated (or the old
+        exec updated). A failure leaves no graph or nodes behind: a retry builds from the start."""
         self.new_graph()
         try:
-            self.add_nodes(table, 0, self.program.node_command.size())
-            if self.slots:
+            self.add_nodes(table, constants, 0, self.program.node_command.size())
+            if self.at_submit:
                 self.table_seen = table[:self.program.slots_needed]
+                self.words_seen = _words(constants, self.program.constants_needed)
                 self.looked_at.assign(len(self.program.commands), 0)
             self.instantiate()
         except BaseException:
@@ -419,16 +443,18 @@ cdef class CudaEmitter:
         # upload here would, and end() returns sooner (bench/README.md, "The upload").
 
     # Submission.
-    def submit(self, tuple table) -> None:
-        """Queue the recorded work on the device's stream, resolved through `table` (already checked)."""
+    def submit(self, tuple table, tuple constants) -> None:
+        """Queue the recorded work on the device's stream, resolved through `table` and the constant slot values
+        `constants` (both already checked)."""
         if self.stream_launch:
-            self.launch_on_stream(table)
+            self.launch_on_stream(table, constants)
             return
         if not self.built:
-            self.build(table)
-        elif self.slots and table[:self.program.slots_needed] != self.table_seen:
+            self.build(table, constants)
+        elif self.at_submit and (table[:self.program.slots_needed] != self.table_seen or
+                                 _words(constants, self.program.constants_needed) != self.words_seen):
             try:
-                self.patch(table)
+                self.patch(table, constants)
             except DeviceError as e:
                 # The nodes kept may now differ from the exec's: drop the graph, so the next submit builds anew.
                 # CUDA may refuse a memset or memcpy node its new address: that one is built anew at once.
@@ -437,7 +463,7 @@ cdef class CudaEmitter:
                 self.forget_nodes()
                 if isinstance(e, (DeviceLostError, OutOfMemoryError)):
                     raise
-                self.build(table)
+                self.build(table, constants)
                 self.patched = 0
         else:
             self.patched = 0
@@ -445,16 +471,16 @@ cdef class CudaEmitter:
 
     @property
     def resubmits_in_one_launch(self) -> bool:
-        """Built, reusable and without slots: an unchanged resubmission is one cuGraphLaunch."""
-        return self.built and not self.one_shot and not self.slots
+        """Built, reusable and without slots or constant slots: an unchanged resubmission is one cuGraphLaunch."""
+        return self.built and not self.one_shot and not self.at_submit
 
-    cdef void launch_on_stream(self, tuple table) except *:
+    cdef void launch_on_stream(self, tuple table, tuple constants) except *:
         """Every command in recording order, straight on the stream (one-shot deferred work)."""
         cdef Node node, scratch = Node.__new__(Node)
         cdef Kernel kernel
         kernel.executable = NULL
         for c in self.program.commands:
-            node = _node(c, table, self.staging, &kernel, scratch)
+            node = _node(c, table, constants, self.staging, &kernel, scratch)
             if node.kind == 1:
                 _check_at(cydriver.cuLaunchKernel(node.kernel.func, node.kernel.gridDimX, node.kernel.gridDimY,
                                                   node.kernel.gridDimZ, node.kernel.blockDimX, node.kernel.blockDimY,
@@ -474,39 +500,49 @@ cdef class CudaEmitter:
                 _check(cydriver.cuMemcpyAsync(node.memcpy.dstDevice, node.memcpy.srcDevice, node.memcpy.WidthInBytes,
                                               self.stream), "cuMemcpyAsync")
 
-    cdef void patch(self, tuple table) except *:
+    cdef void patch(self, tuple table, tuple constants) except *:
         """Set new parameters on the nodes whose resolved parameters changed: of the commands using a slot whose
-        buffer changed, those whose parameters differ now. A kernel node's binding words are updated in place;
-        a memset or memcpy node is resolved anew."""
+        buffer changed or a constant slot whose value changed, those whose parameters differ now. A kernel
+        node's words are updated in place; a memset or memcpy node is resolved anew."""
+        cdef Program program = self.program
+        cdef Py_ssize_t i
+        table = table[:program.slots_needed]
+        words = _words(constants, program.constants_needed)
+        self.epoch += 1  # a command using several changed slots is looked at once
+        self.patched = 0
+        for i in range(len(table)):
+            if table[i] is not self.table_seen[i]:
+                self.refresh(program.slot_users.get(i, ()), table, constants)
+        for i in range(len(words)):
+            if words[i] != self.words_seen[i]:
+                self.refresh(program.constant_users.get(i, ()), table, constants)
+        self.table_seen = table
+        self.words_seen = words
+
+    cdef void refresh(self, tuple users, tuple table, tuple constants) except *:
+        """patch(): give each command of `users` not yet looked at in this patch its parameters now, if they
+        changed."""
         cdef Program program = self.program
         cdef Node node, fresh
         cdef Kernel kernel
         kernel.executable = NULL
-        cdef Py_ssize_t count = 0, i, index
+        cdef Py_ssize_t index
         cdef bint changed
-        table = table[:program.slots_needed]
-        seen = self.table_seen
-        self.epoch += 1  # a command using several changed slots is looked at once
-        for i in range(len(table)):
-            if table[i] is seen[i]:
+        for index in users:
+            if self.looked_at[index] == self.epoch:
                 continue
-            for index in program.slot_users.get(i, ()):
-                if self.looked_at[index] == self.epoch:
-                    continue
-                self.looked_at[index] = self.epoch
-                node = self.given[index]
-                if node.kind == 1:
-                    changed = _rebind(node, <Dispatch>program.commands[index], table)
-                else:
-                    fresh = _node(program.commands[index], table, self.staging, &kernel, None)
-                    changed = not fresh.same(node)
-                    if changed:
-                        node = self.given[index] = fresh
+            self.looked_at[index] = self.epoch
+            node = self.given[index]
+            if node.kind == 1:
+                changed = _rebind(node, <Dispatch>program.commands[index], table, constants)
+            else:
+                fresh = _node(program.commands[index], table, constants, self.staging, &kernel, None)
+                changed = not fresh.same(node)
                 if changed:
-                    self.set_node(index, node)
-                    count += 1
-        self.table_seen = table
-        self.patched = count
+                    node = self.given[index] = fresh
+            if changed:
+                self.set_node(index, node)
+                self.patched += 1
 
     cpdef set_node(self, Py_ssize_t index, Node params):
         """Give command `index`'s node of the exec new parameters (the driver may refuse: DeviceError)."""
@@ -524,7 +560,8 @@ cdef class CudaEmitter:
     # Inspection.
     def emitted_graph(self) -> nx.DiGraph:
         """The CUDA graph as built, read back from the driver (cuGraphGetNodes, cuGraphGetEdges): nodes are
-        command indices, and ("join", node) for join nodes; edge u -> v: v waits for u."""
+        command indices, and ("join", node) for join nodes, each with its `type` (cuGraphNodeGetType, e.g.
+        CU_GRAPH_NODE_TYPE_KERNEL); edge u -> v: v waits for u."""
         if self.graph == NULL:
             raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
                              "command buffers with slots build at their first submit)")
@@ -537,24 +574,26 @@ cdef class CudaEmitter:
         result = call(driver.cuGraphGetEdges, graph, count)
         emitted = nx.DiGraph()
         for node in found:
-            emitted.add_node(name_of[int(node)])
+            emitted.add_node(name_of[int(node)], type=call(driver.cuGraphNodeGetType, node).name)
         for u, v in zip(result[0][:count], result[1][:count]):
             emitted.add_edge(name_of[int(u)], name_of[int(v)])
         return emitted
 
 
-def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES):
+def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,
+                  constants=NO_CONSTANTS):
     """CudaDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
-    the device's `resubmit_token` (given by the general path: reusable, built, without slots, nothing to free,
-    the device neither lost nor closing), submitted again with its last table and no semaphores, from a thread
-    where the device's context is current, is one cuGraphLaunch: one token check stands for the general path's
-    checks. The check and the launch run without releasing the GIL, so no other thread's close() or release
-    comes between them. Anything else takes the general path."""
+    the device's `resubmit_token` (given by the general path: reusable, built, without slots or constant slots,
+    nothing to free, the device neither lost nor closing), submitted again with its last table, no semaphores and
+    no constants, from a thread where the device's context is current, is one cuGraphLaunch: one token check
+    stands for the general path's checks. The check and the launch run without releasing the GIL, so no other
+    thread's close() or release comes between them. Anything else takes the general path."""
     cdef CommandBuffer cb
     cdef CudaEmitter emitter
     cdef CUcontext current
     cdef CUresult err
-    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and type(command_buffer) is CommandBuffer:
+    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and constants is NO_CONSTANTS and \
+            type(command_buffer) is CommandBuffer:
         cb = <CommandBuffer>command_buffer
         if type(cb.emitter) is CudaEmitter:
             emitter = <CudaEmitter>cb.emitter
@@ -565,4 +604,4 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
                 if err != cydriver.CUDA_SUCCESS:
                     device.raise_failure(fail(driver.CUresult(<int>err), "cuGraphLaunch"))
                 return
-    Device.queue_execute(device, command_buffer, binding_table, wait, signal)
+    Device.queue_execute(device, command_buffer, binding_table, wait, signal, constants)

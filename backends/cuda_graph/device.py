@@ -297,7 +297,8 @@ class CudaDevice(Device):
 
     def _create_emitter(self, command_buffer: CommandBuffer) -> CudaEmitter:
         self.activate()
-        return CudaEmitter(self, command_buffer.mode, command_buffer.strategy, command_buffer.binding_capacity)
+        return CudaEmitter(self, command_buffer.mode, command_buffer.strategy, command_buffer.binding_capacity,
+                           command_buffer.constant_capacity)
 
     def _create_semaphore(self, initial: int) -> CudaSemaphore:
         self.activate()
@@ -310,8 +311,9 @@ class CudaDevice(Device):
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[CudaSemaphore, int], ...],
-                       signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
-        """The general path: a first submission, a new table, semaphores (queue_execute takes the resubmission)."""
+                       signals: tuple[tuple[CudaSemaphore, int], ...], constants: tuple) -> None:
+        """The general path: a first submission, a new table or constants, semaphores (queue_execute takes the
+        resubmission)."""
         token = self.resubmit_token  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
             self.check_lost()
@@ -325,7 +327,7 @@ class CudaDevice(Device):
                  driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
         emitter = command_buffer.emitter
         try:
-            emitter.submit(table)
+            emitter.submit(table, constants)
         except DeviceLostError as e:
             self.raise_failure(e)
         if waits or signals:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from backends.host.executable import DispatchContext
-from hal.buffer import Buffer, BufferRef
+from hal.buffer import Buffer, BufferRef, ConstantSlot
 from hal.commands import Command, Copy, Dispatch, Fill, Update
 from hal.errors import DeviceError
 from hal.program import Program
@@ -41,11 +41,15 @@ class HostEmitter:
         self.order = []
 
 
-def execute(order: list[Command], table: tuple[Buffer, ...]) -> None:
-    """Run commands in `order` (a submission keeps its own order, so reset() cannot pull it away)."""
+def execute(order: list[Command], table: tuple[Buffer, ...], constants: tuple) -> None:
+    """Run commands in `order` (a submission keeps its own order, so reset() cannot pull it away), with the
+    submission's binding `table` and constant slot values `constants`."""
     for c in order:
         try:
-            _RUN[type(c)](c, table)
+            if type(c) is Dispatch:
+                _dispatch(c, table, constants)
+            else:
+                _RUN[type(c)](c, table)
         except Exception as e:
             name = f" {c.export.name}" if isinstance(c, Dispatch) else ""
             raise DeviceError(f"host: command {c.index} ({c.kind}{name}) failed: {type(e).__name__}: {e}") from e
@@ -69,12 +73,13 @@ def _copy(c: Copy, table: tuple[Buffer, ...]) -> None:
     _view(c.target, table)[:] = _view(c.source, table)
 
 
-def _dispatch(c: Dispatch, table: tuple[Buffer, ...]) -> None:
+def _dispatch(c: Dispatch, table: tuple[Buffer, ...], slot_values: tuple) -> None:
     views = [_view(r, table) for r in c.bindings]
     export = c.export
-    constants = tuple(np.float32(v) if type(v) is float else v for v in c.constants)  # what a GPU sees
+    given = (slot_values[v.index] if type(v) is ConstantSlot else v for v in c.constants)
+    constants = tuple(np.float32(v) if type(v) is float else v for v in given)  # what a GPU sees
     c.executable.functions[c.ordinal](
         DispatchContext(views, export.readonly, constants, c.workgroups, export.workgroup_size))
 
 
-_RUN = {Fill: _fill, Update: _update, Copy: _copy, Dispatch: _dispatch}
+_RUN = {Fill: _fill, Update: _update, Copy: _copy}

@@ -69,11 +69,11 @@ class HostDriver(Driver):
 
 
 class _Submission:
-    __slots__ = ("order", "table", "waits", "signals")
+    __slots__ = ("order", "table", "constants", "waits", "signals")
 
-    def __init__(self, order: list[Command], table: tuple[Buffer, ...],
+    def __init__(self, order: list[Command], table: tuple[Buffer, ...], constants: tuple,
                  waits: tuple[tuple[HostSemaphore, int], ...], signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
-        self.order, self.table, self.waits, self.signals = order, table, waits, signals
+        self.order, self.table, self.constants, self.waits, self.signals = order, table, constants, waits, signals
 
 
 class HostDevice(Device):
@@ -103,9 +103,9 @@ class HostDevice(Device):
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[HostSemaphore, int], ...],
-                       signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
+                       signals: tuple[tuple[HostSemaphore, int], ...], constants: tuple) -> None:
         with self.condition:
-            self._pending.append(_Submission(command_buffer.emitter.order, table, waits, signals))
+            self._pending.append(_Submission(command_buffer.emitter.order, table, constants, waits, signals))
             self._queued += 1
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, name=WORKER_NAME, daemon=True)
@@ -166,7 +166,7 @@ class HostDevice(Device):
                 self._running = True
             try:
                 if error is None:
-                    execute(head.order, head.table)
+                    execute(head.order, head.table, head.constants)
             except BaseException as e:  # execute() wraps Exceptions; a SystemExit from a kernel still fails the work
                 error = e if isinstance(e, DeviceError) else DeviceError(f"host: a kernel raised {e!r}")
                 error.__cause__ = error.__cause__ or e

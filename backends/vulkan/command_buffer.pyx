@@ -10,10 +10,12 @@ Khronos headers), so recording costs what the driver charges.
   command waits for one recorded since the last barrier. State Vulkan keeps across dispatches is not set
   again: the pipeline, descriptors and push constants are emitted only when they change (for layouts
   compatible for them, which hal's are whenever the binding and constant counts agree).
-- Slot references are only known at submit: a command buffer that uses them is encoded then, once per
-  binding table; the last TABLE_CACHE tables keep their VkCommandBuffers, so alternating between tables
-  costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable
-  command buffers are encoded once and resubmitted as they are.
+- Slot references and constant slots are only known at submit: a command buffer that uses them is encoded
+  then, once per binding table and constant values (push constants are recorded into the VkCommandBuffer,
+  which cannot be patched, so new values cost one re-encoding: about what end() costs, bench/vulkan.py);
+  the last TABLE_CACHE of them keep their VkCommandBuffers, so alternating between tables or values costs
+  no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
+  buffers are encoded once and resubmitted as they are.
 - The resubmission of an unchanged command buffer is VulkanDevice.queue_execute, compiled here: one
   vkQueueSubmit after a few identity checks.
 """
@@ -23,7 +25,7 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcmp, memset
 from libcpp.vector cimport vector
 
-from hal.buffer cimport Buffer, BufferRef
+from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Update
 from hal.program cimport Program
@@ -48,10 +50,10 @@ from backends.vulkan.khronos cimport (
 
 from backends.vulkan.recording import Recording
 from hal.commands import constant_word
-from hal.device import NO_SEMAPHORES, Device
+from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
 
-TABLE_CACHE = 8  # binding tables whose encodings a command buffer keeps
+TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
 
 
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
@@ -117,11 +119,13 @@ cdef void _check(VkResult result, str call) except *:
 
 cdef class Encoder:
     """Records commands into one VkCommandBuffer (begun), skipping state Vulkan already holds; `table`
-    resolves slot references, `arena` gives descriptor sets when the device has no push descriptors."""
+    resolves slot references and `slot_constants` constant slots, `arena` gives descriptor sets when the
+    device has no push descriptors."""
 
     cdef DeviceCommands fn
     cdef VkCommandBuffer cb
     cdef tuple table
+    cdef tuple slot_constants
     cdef object arena
     cdef object executable  # the last dispatch's executable and export ordinal, and their handles
     cdef Py_ssize_t ordinal
@@ -137,10 +141,11 @@ cdef class Encoder:
     cdef bint descriptors_set, constants_set
     cdef Py_ssize_t barriers, pipelines, descriptor_sets, constant_pushes, dispatches
 
-    def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, arena):
+    def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena):
         self.fn = fn
         self.cb = <VkCommandBuffer>cb
         self.table = table
+        self.slot_constants = slot_constants
         self.arena = arena
         self.executable = None
         self.ordinal = -1
@@ -245,6 +250,8 @@ cdef class Encoder:
             self.words.resize(n)
             for i in range(n):
                 value = c.constants[i]
+                if type(value) is ConstantSlot:
+                    value = self.slot_constants[(<ConstantSlot>value).index]
                 self.words[i] = PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)
             if not (self.constants_set and self.constants.size() == self.words.size() and
                     memcmp(self.constants.data(), self.words.data(), n * sizeof(uint32_t)) == 0):
@@ -275,10 +282,10 @@ cdef class VulkanEmitter:
     cdef DeviceCommands fn
     cdef Submitter submitter
     cdef readonly Py_ssize_t lanes
-    cdef bint one_time, single_pass, slots
+    cdef bint one_time, single_pass, at_submit
     cdef Program program
     cdef object recorded  # the Recording, when the command buffer uses no slot
-    cdef dict by_table  # binding table (its used prefix) -> Recording
+    cdef dict by_table  # (binding table's used prefix, words of the constant slots read) -> Recording
     cdef object open  # single_pass: the Recording being encoded
     cdef Encoder encoder
     cdef readonly Py_ssize_t encodings
@@ -286,24 +293,24 @@ cdef class VulkanEmitter:
     cdef public object token
 
     def __init__(self, device, DeviceCommands fn, Submitter submitter, str mode, str strategy,
-                 Py_ssize_t binding_capacity):
+                 Py_ssize_t binding_capacity, Py_ssize_t constant_capacity):
         self.device = device
         self.fn = fn
         self.submitter = submitter
         self.lanes = 0  # replayed in recording order: no graph to lay out
         self.one_time = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
-        self.slots = binding_capacity > 0
+        self.at_submit = binding_capacity > 0 or constant_capacity > 0  # may need what only a submit gives
         self.by_table = {}
         self.encodings = 0
         self.counts = {}
 
     def begin(self, Program program) -> None:
         self.program = program
-        if self.single_pass and not self.slots:
+        if self.single_pass and not self.at_submit:
             self.open = Recording(self.device)
             self.begin_recording(self.open.handle)
-            self.encoder = Encoder(self.fn, self.open.handle, (), self.open.arena)
+            self.encoder = Encoder(self.fn, self.open.handle, (), (), self.open.arena)
 
     def command(self, Program program, Command command) -> None:
         if self.encoder is not None:
@@ -318,8 +325,8 @@ cdef class VulkanEmitter:
             self.encodings += 1
             self.counts = self.encoder.counts()
             self.recorded, self.open, self.encoder = self.open, None, None
-        elif not program.slot_users:
-            self.recorded = self.encode(())
+        elif not program.slot_users and not program.constant_users:
+            self.recorded = self.encode((), ())
 
     def reset(self) -> None:
         for rec in [self.recorded, self.open, *self.by_table.values()]:
@@ -339,15 +346,15 @@ cdef class VulkanEmitter:
             VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
         _check(self.fn.begin(<VkCommandBuffer>handle, &info), "vkBeginCommandBuffer")
 
-    cdef object encode(self, tuple table):
-        """A new Recording of the whole Program, slots resolved through `table`."""
+    cdef object encode(self, tuple table, tuple constants):
+        """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`."""
         rec = Recording(self.device)
         cdef Encoder encoder
         cdef Program program = self.program
         cdef Py_ssize_t i
         try:
             self.begin_recording(rec.handle)
-            encoder = Encoder(self.fn, rec.handle, table, rec.arena)
+            encoder = Encoder(self.fn, rec.handle, table, constants, rec.arena)
             for i in range(len(program.commands)):
                 if program.barrier[i]:
                     encoder.barrier()
@@ -365,17 +372,19 @@ cdef class VulkanEmitter:
         """Encoded once, reusable: an unchanged resubmission is one vkQueueSubmit of the same VkCommandBuffer."""
         return self.recorded is not None and not self.one_time
 
-    def command_buffer(self, tuple table) -> int:
-        """The VkCommandBuffer (as an integer) to submit with `table` (already checked), encoded now if needed."""
+    def command_buffer(self, tuple table, tuple constants) -> int:
+        """The VkCommandBuffer (as an integer) to submit with `table` and constant slot values `constants`
+        (already checked), encoded now if needed."""
         if self.recorded is not None:
             return self.recorded.handle
-        key = table[:self.program.slots_needed]
+        words = tuple([constant_word(constants[i]) for i in self.program.constant_users])
+        key = (table[:self.program.slots_needed], words)
         rec = self.by_table.get(key)
         if rec is None:
             if len(self.by_table) >= TABLE_CACHE:
                 oldest = next(iter(self.by_table))
                 self.by_table.pop(oldest).finalizer()
-            rec = self.by_table[key] = self.encode(table)
+            rec = self.by_table[key] = self.encode(table, constants)
         return rec.handle
 
 
@@ -442,16 +451,18 @@ cdef class Submitter:
         return value
 
 
-def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES):
+def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,
+                  constants=NO_CONSTANTS):
     """VulkanDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
     the device's `resubmit_token` (given by the general path: reusable, encoded once, nothing to free, the
-    device neither lost nor closing), submitted again with its last table and no semaphores, is one
+    device neither lost nor closing), submitted again with its last table, no semaphores and no constants, is one
     vkQueueSubmit of its VkCommandBuffer: one token check stands for the general path's checks. The check and
     the submission run without releasing the GIL, so no other thread's close() or release comes between them.
     Anything else takes the general path."""
     cdef CommandBuffer cb
     cdef VulkanEmitter emitter
-    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and type(command_buffer) is CommandBuffer:
+    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and constants is NO_CONSTANTS and \
+            type(command_buffer) is CommandBuffer:
         cb = <CommandBuffer>command_buffer
         if type(cb.emitter) is VulkanEmitter:
             emitter = <VulkanEmitter>cb.emitter
@@ -462,4 +473,4 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
                 except DeviceLostError as e:
                     device.raise_failure(e)
                 return
-    Device.queue_execute(device, command_buffer, binding_table, wait, signal)
+    Device.queue_execute(device, command_buffer, binding_table, wait, signal, constants)

@@ -185,7 +185,7 @@ class VulkanDevice(Device):
 
     def _create_emitter(self, command_buffer: CommandBuffer) -> VulkanEmitter:
         return VulkanEmitter(self, self.commands, self._submitter, command_buffer.mode, command_buffer.strategy,
-                             command_buffer.binding_capacity)
+                             command_buffer.binding_capacity, command_buffer.constant_capacity)
 
     def _create_semaphore(self, initial: int) -> VulkanSemaphore:
         self.check_lost()
@@ -198,14 +198,14 @@ class VulkanDevice(Device):
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[VulkanSemaphore, int], ...],
-                       signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
+                       signals: tuple[tuple[VulkanSemaphore, int], ...], constants: tuple) -> None:
         token = self.resubmit_token  # before the checks: a loss, a release or a close while this runs replaces it
         self.check_lost()
         if (waits or signals) and self.features.max_timeline_difference < MAX_TIMELINE_VALUE:
             for sem, value in waits + signals:
                 self.check_timeline_step(sem, value)
         emitter = command_buffer.emitter
-        self._submit(emitter.command_buffer(table), waits, signals)
+        self._submit(emitter.command_buffer(table, constants), waits, signals)
         with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
             self.lifetime.collect()
         if not (waits or signals or self.lifetime.pending or self._closed) and emitter.resubmits_in_one_submit:

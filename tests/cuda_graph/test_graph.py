@@ -261,6 +261,38 @@ def test_a_new_binding_table_patches_only_the_nodes_it_changes(gpu, exe):
     np.testing.assert_array_equal(o2.read(np.uint32), (np.arange(n, dtype=np.uint32) * 10 + 1000) * 8)
 
 
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_new_constants_patch_only_their_readers_and_never_instantiate(gpu, exe, strategy):
+    n = 64
+    x = gpu.upload(np.ones(n, np.uint32))
+    cb = gpu.create_command_buffer(mode="reusable", strategy=strategy, constant_capacity=2)
+    with cb:
+        for _ in range(5):  # five nodes that no value changes
+            cb.dispatch(exe, "scale", groups(n), (n, 1), (x,))
+            cb.execution_barrier()
+        cb.dispatch(exe, "scale", groups(n), (n, hal.constant_slot(0)), (x,))
+        cb.execution_barrier()
+        for _ in range(3):
+            cb.dispatch(exe, "scale", groups(n), (hal.constant_slot(1), hal.constant_slot(0)), (x,))
+            cb.execution_barrier()
+    gpu.queue_execute(cb, constants=(2, n))
+    assert cb.emitter.instantiations == 1 and cb.emitter.token is None  # values come with every submit
+    gpu.queue_execute(cb, constants=(2, n))
+    assert cb.emitter.patched == 0
+    gpu.queue_execute(cb, constants=(2, n // 2))
+    assert cb.emitter.patched == 3  # the nodes reading slot 1
+    gpu.queue_execute(cb, constants=(np.uint32(3), n // 2))
+    assert cb.emitter.patched == 4  # the nodes reading slot 0
+    gpu.queue_execute(cb, constants=(5, n))
+    assert cb.emitter.patched == 4 and cb.emitter.instantiations == 1
+    expected = np.ones(n, np.uint32) * 256 * 5 ** 4
+    expected[:n // 2] *= 16 * 81
+    expected[n // 2:] *= 2 * 3
+    np.testing.assert_array_equal(x.read(np.uint32), expected)
+    types = nx.get_node_attributes(cb.emitter.emitted_graph(), "type")
+    assert set(types.values()) == {"CU_GRAPH_NODE_TYPE_KERNEL"}  # no host nodes for the values
+
+
 def test_patches_after_an_exec_update_name_the_nodes_of_the_instantiating_graph(gpu, exe):
     """CUDA identifies an exec's node by the node of the graph it was instantiated from, also after
     cuGraphExecUpdate took a re-recording's graph: a rebind after a re-recording patches those nodes."""

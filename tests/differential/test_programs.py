@@ -11,7 +11,8 @@ Add a device to `DEVICES` (a `tests.conftest.open_device` spec) to include it.
 A program is a dict:
 - "sizes": bytes per buffer; "seed": the initial contents (see `initial_bytes`);
 - "slots": for binding-table entry i, the index of the buffer bound there (two entries may name the
-  same buffer); with use_slots, a reference whose `via` is a slot index goes through hal.slot();
+  same buffer); with use_slots, a reference whose `via` is a slot index goes through hal.slot(), and every
+  dispatch constant through a constant slot (hal.constant_slot), its value given at submit;
 - "commands": tuples, with references R = (buffer, offset, length, via, open_end):
   ("fill", R, pattern bytes), ("update", R, data seed) (see `update_data`), ("copy", R_source, R_target),
   ("dispatch", export name, constants, (R, ...)), ("barrier",).
@@ -162,8 +163,15 @@ def _hal_ref(r, buffers, use_slots):
     return hal.ref(buffers[b], offset, length)
 
 
+def constant_count(program):
+    """The dispatch constants of `program`: with use_slots, one constant slot each."""
+    return sum(len(c[2]) for c in program["commands"] if c[0] == "dispatch")
+
+
 def record_program(cb, exe, program, buffers, use_slots):
-    """Record `program`'s commands into the begun command buffer `cb`."""
+    """Record `program`'s commands into the begun command buffer `cb`; returns the values of the constant slots
+    (with use_slots), in slot order."""
+    values = []
     for c in program["commands"]:
         kind = c[0]
         if kind == "barrier":
@@ -177,8 +185,12 @@ def record_program(cb, exe, program, buffers, use_slots):
         else:
             _, name, constants, refs = c
             n = constants[0]
+            if use_slots:
+                values.extend(constants)
+                constants = tuple(hal.constant_slot(len(values) - len(constants) + i) for i in range(len(constants)))
             cb.dispatch(exe, name, workgroups=kernels.groups(n), constants=constants,
                         bindings=tuple(_hal_ref(r, buffers, use_slots) for r in refs))
+    return tuple(values)
 
 
 def run_program(device, program, strategy, dependencies, use_slots):
@@ -188,12 +200,13 @@ def run_program(device, program, strategy, dependencies, use_slots):
     try:
         cb = device.create_command_buffer(mode="one_shot",
                                           binding_capacity=len(program["slots"]) if use_slots else 0,
-                                          strategy=strategy, dependencies=dependencies)
+                                          strategy=strategy, dependencies=dependencies,
+                                          constant_capacity=constant_count(program) if use_slots else 0)
         cb.begin()
-        record_program(cb, exe, program, buffers, use_slots)
+        values = record_program(cb, exe, program, buffers, use_slots)
         cb.end()
         table = tuple(buffers[b] for b in program["slots"]) if use_slots else ()
-        device.queue_execute(cb, binding_table=table)
+        device.queue_execute(cb, binding_table=table, constants=values)
         device.synchronize()
         return [b.read() for b in buffers]
     finally:

@@ -51,7 +51,7 @@ def plan(cb, lanes, strategy):
                 planner.add(c)
     else:
         planner.plan(segments)
-    return planner.finish(cb.commands, {}, 0)
+    return planner.finish(cb.commands, {}, 0, {}, 0)
 
 
 def layout(program):

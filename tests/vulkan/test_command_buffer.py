@@ -97,6 +97,22 @@ def test_binding_tables_encode_once_each_and_stay_cached(vk, exe):
         np.testing.assert_array_equal(buf.read(np.uint32), u32([k] * 4) * 2**times)
 
 
+def test_constant_values_encode_once_each_and_stay_cached(vk, exe):
+    cb = vk.create_command_buffer(mode="reusable", constant_capacity=2)
+    x = vk.upload(u32([1, 1, 1, 1]))
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, hal.constant_slot(1)), (x,))
+    assert cb.emitter.encodings == 0  # nothing can be encoded before the values are known
+    for k in (2, 3, 2, 3):
+        vk.queue_execute(cb, constants=(0, k))
+    assert cb.emitter.encodings == 2
+    vk.queue_execute(cb, constants=(7, np.uint32(2)))  # slot 0 is read by nothing; the same words for slot 1
+    vk.queue_execute(cb, constants=(0, 1.0))  # another word: float32 1.0 is 0x3F800000
+    assert cb.emitter.encodings == 3
+    assert cb.emitter.token is None  # values come with every submit: never the one-submit path
+    np.testing.assert_array_equal(x.read(np.uint32), u32([72] * 4) * np.uint32(0x3F800000))
+
+
 def test_single_pass_with_slots_encodes_at_submit(vk, exe):
     cb = vk.create_command_buffer(mode="reusable", strategy="single_pass", binding_capacity=1)
     with cb:
