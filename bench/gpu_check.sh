@@ -9,13 +9,15 @@
 # libvulkan-dev), .whl (vulkan, cffi, pycparser, and Cython 3 where the machine's is older), .whl-bench
 # (matplotlib, tqdm, where the machine lacks them; the lent machines have both). From the repository root, through the device
 # tool:
-#     bash bench/gpu_check.sh [all|tests|bench]      with carry [".gl", ".tools", ".whl"]
+#     bash bench/gpu_check.sh [all|tests|bench|quick]      with carry [".gl", ".tools", ".whl"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
-# figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both.
+# figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both. `quick` runs the
+# test suites, then bench.cuda for 1000 kernels only and bench.vulkan (their reports and JSON in $OUT): one
+# call that fits a small lease.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
-case "$PART" in all|tests|bench) ;; *) echo "usage: $0 [all|tests|bench]" >&2; exit 2 ;; esac
+case "$PART" in all|tests|bench|quick) ;; *) echo "usage: $0 [all|tests|bench|quick]" >&2; exit 2 ;; esac
 OUT=${OUT:-bench/results/gpu-check}
 mkdir -p "$OUT"
 status=0
@@ -70,7 +72,11 @@ if [ "$PART" != bench ]; then
         -q -m vulkan -p no:cacheprovider
     run tests-cuda.log "CUDA" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
 fi
-if [ "$PART" != tests ]; then
+if [ "$PART" = quick ]; then
+    TIMEOUT=240 run bench.log "python -m bench.cuda --sizes 1000" python3 -m bench.cuda --sizes 1000 \
+        --json "$OUT/cuda.json"
+    TIMEOUT=180 run bench.log "python -m bench.vulkan" python3 -m bench.vulkan --json "$OUT/vulkan.json"
+elif [ "$PART" != tests ]; then
     rm -f "$OUT"/bench.log
     start=$(date +%s)
     TIMEOUT=540 run bench.log "python -m bench" python3 -m bench --out "$OUT"
