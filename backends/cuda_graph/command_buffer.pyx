@@ -209,7 +209,7 @@ cdef bint _rebind(Node node, Dispatch d, tuple table, tuple constants) except -1
     cdef uint64_t word
     cdef bint changed = False
     for i in range(n):
-        r = d.bindings[i]
+        r = <BufferRef>d.bindings[i]
         if r.buffer is None:
             word = _address(r, <Buffer>table[r.slot])
             if node.values[i] != word:
@@ -266,7 +266,7 @@ cdef class CudaEmitter:
     cdef dict staging  # update command index -> device address of its data
     cdef tuple table_seen  # the table the nodes were last given (its used prefix)
     cdef tuple words_seen  # the constant slots' words they were last given (the used prefix)
-    cdef dict given  # with slots or constant slots: command index -> its Node, as last given (what a patch updates)
+    cdef list given  # with slots or constant slots: per command, its Node as last given (what a patch updates)
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
     cdef Py_ssize_t epoch
     cdef readonly Py_ssize_t instantiations, updates, patched
@@ -302,7 +302,7 @@ cdef class CudaEmitter:
         self.emitted = 0
         self.built = False
         self.table_seen = self.words_seen = None
-        self.given = {}
+        self.given = None
         self.looked_at.clear()
 
     # The emitter interface.
@@ -401,6 +401,8 @@ cdef class CudaEmitter:
         exec updated). A failure leaves no graph or nodes behind: a retry builds from the start."""
         self.new_graph()
         try:
+            if self.at_submit:
+                self.given = [None] * len(self.program.commands)
             self.add_nodes(table, constants, 0, self.program.node_command.size())
             if self.at_submit:
                 self.table_seen = table[:self.program.slots_needed]
@@ -532,7 +534,7 @@ cdef class CudaEmitter:
             if self.looked_at[index] == self.epoch:
                 continue
             self.looked_at[index] = self.epoch
-            node = self.given[index]
+            node = <Node>self.given[index]
             if node.kind == 1:
                 changed = _rebind(node, <Dispatch>program.commands[index], table, constants)
             else:

@@ -321,7 +321,7 @@ def emitters_of(gpu, monkeypatch, emitter_class):
     """Command buffers created on `gpu` from now on get emitters of `emitter_class` (a CudaEmitter subclass
     that stages a failure)."""
     monkeypatch.setattr(gpu, "_create_emitter", lambda cb: emitter_class(gpu, cb.mode, cb.strategy,
-                                                                        cb.binding_capacity))
+                                                                        cb.binding_capacity, cb.constant_capacity))
 
 
 def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypatch):
