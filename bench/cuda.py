@@ -410,7 +410,8 @@ def rebind(dev: hal.Device, what: str = "table") -> list[dict]:
     values = [(ELEMENTS,), (ELEMENTS - 1,)]
     rows = []
     for k in REBIND_CHANGED:
-        cb = dev.create_command_buffer(mode="reusable", binding_capacity=1, constant_capacity=1)
+        cb = dev.create_command_buffer(mode="reusable", binding_capacity=1,
+                                       constant_capacity=1 if what == "constants" else 0)
         with cb:
             for i in range(REBIND_NODES):
                 source = hal.slot(0) if what == "table" and i < k else fixed[0]

@@ -73,6 +73,7 @@ if [ "$PART" != bench ]; then
     run tests-cuda.log "CUDA" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
 fi
 if [ "$PART" = quick ]; then
+    rm -f "$OUT"/bench.log
     TIMEOUT=240 run bench.log "python -m bench.cuda --sizes 1000" python3 -m bench.cuda --sizes 1000 \
         --json "$OUT/cuda.json"
     TIMEOUT=180 run bench.log "python -m bench.vulkan" python3 -m bench.vulkan --json "$OUT/vulkan.json"

@@ -14,6 +14,7 @@ import numpy as np
 from hal.errors import ValidationError, integer
 
 cdef Py_ssize_t _buffers_made = 0  # the next Buffer.serial
+MAX_SLOTS = 1 << 31  # binding-table and constant slots: indices and capacities stay below it
 
 
 class BufferUsage(enum.IntFlag):
@@ -117,7 +118,7 @@ cdef class BufferRef:
 
     def __init__(self, buffer: Buffer | None, slot: int, offset: int, length: int | None) -> None:
         if buffer is None:
-            slot = integer(slot, "slot index", 0)
+            slot = slot_count(slot, "slot index", MAX_SLOTS - 1)
         elif slot != -1:
             raise ValidationError(f"a reference to a buffer has slot -1, got {slot!r}")
         offset = integer(offset, "reference offset", 0)
@@ -161,7 +162,7 @@ def ref(buffer: Buffer, offset: int = 0, length: int | None = None) -> BufferRef
 def slot(index: int, offset: int = 0, length: int | None = None) -> BufferRef:
     """Bytes of binding-table entry `index`, resolved at each queue_execute. A negative index, offset or
     length is refused here; the range is checked against the bound buffer at submit."""
-    index = integer(index, "slot index", 0)
+    index = slot_count(index, "slot index", MAX_SLOTS - 1)
     offset = integer(offset, "slot offset", 0)
     return BufferRef(None, index, offset, None if length is None else integer(length, "slot length", 0))
 
@@ -170,7 +171,7 @@ cdef class ConstantSlot:
     """A dispatch constant given at each queue_execute: entry `index` of its `constants`. Immutable."""
 
     def __init__(self, index: int) -> None:
-        self.index = integer(index, "constant slot index", 0)
+        self.index = slot_count(index, "constant slot index", MAX_SLOTS - 1)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is ConstantSlot and (<ConstantSlot>other).index == self.index
@@ -186,6 +187,14 @@ def constant_slot(index: int) -> ConstantSlot:
     """A dispatch constant read from entry `index` of queue_execute's `constants` at each submit (the command
     buffer needs constant_capacity > index). A negative index is refused here."""
     return ConstantSlot(index)
+
+
+def slot_count(value: Any, what: str, maximum: int) -> int:
+    """A slot index or capacity: an integer from 0 to `maximum` (the compiled records hold it in a C integer)."""
+    value = integer(value, what, 0)
+    if value > maximum:
+        raise ValidationError(f"{what} {value} is too large: at most {maximum}")
+    return value
 
 
 def _dtype(dtype: Any) -> np.dtype:

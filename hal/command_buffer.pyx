@@ -27,9 +27,9 @@ from hal.commands cimport (Command, Dispatch, Entry, Fill, Segment, new_copy, ne
 from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
 from hal.program cimport Program
 
-from hal.buffer import BufferUsage, bytes_view
+from hal.buffer import MAX_SLOTS, BufferUsage, bytes_view, slot_count
 from hal.commands import constant_word
-from hal.errors import ValidationError, integer
+from hal.errors import ValidationError
 from hal.executable import Executable
 
 MAX_UPDATE_BYTES = 65536
@@ -64,8 +64,8 @@ cdef class CommandBuffer:
             raise ValidationError(f"strategy must be 'deferred' or 'single_pass', got {strategy!r}")
         if dependencies not in ("barriers", "hazards"):
             raise ValidationError(f"dependencies must be 'barriers' or 'hazards', got {dependencies!r}")
-        binding_capacity = integer(binding_capacity, "binding_capacity", 0)
-        constant_capacity = integer(constant_capacity, "constant_capacity", 0)
+        binding_capacity = slot_count(binding_capacity, "binding_capacity", MAX_SLOTS)
+        constant_capacity = slot_count(constant_capacity, "constant_capacity", MAX_SLOTS)
         if not isinstance(validate, bool):
             raise ValidationError(f"validate must be True or False, got {validate!r}")
         self.device = device
@@ -705,14 +705,13 @@ def _sequence(items, index, name, what) -> tuple:
 
 
 def _constant_values(constants) -> tuple:
-    """queue_execute's constants as a tuple: any sequence (a numpy array too), not a string or a lone value."""
-    if not isinstance(constants, (str, bytes)):
-        try:
-            return tuple(constants)
-        except TypeError:
-            pass
-    raise ValidationError(f"queue_execute: constants must be a sequence of 32-bit values, "
-                          f"got {type(constants).__name__}")
+    """queue_execute's constants as a tuple: from a list, another sequence or a 1-d numpy array; not from a string,
+    a mapping, a set or a lone value, whose order or meaning would be a guess."""
+    if isinstance(constants, Sequence) and not isinstance(constants, (str, bytes, bytearray)) or \
+            isinstance(constants, np.ndarray) and constants.ndim == 1:
+        return tuple(constants)
+    raise ValidationError(f"queue_execute: constants must be a sequence of 32-bit values (a tuple, list or 1-d "
+                          f"numpy array), got {type(constants).__name__}")
 
 
 def _table(binding_table) -> tuple:

@@ -1,3 +1,5 @@
+from cpython.long cimport PyLong_AsUnsignedLongMask
+
 from hal.buffer cimport BufferRef
 
 
@@ -34,7 +36,7 @@ cdef class Dispatch(Command):
     cdef readonly object export
     cdef readonly Py_ssize_t ordinal  # the export's position in the executable
     cdef readonly tuple workgroups  # (x, y, z)
-    cdef readonly tuple constants  # as given: ints, floats or 32-bit numpy scalars
+    cdef readonly tuple constants  # as given: ints, floats, 32-bit numpy scalars or ConstantSlots
     cdef readonly tuple bindings  # BufferRef per binding
     cdef readonly tuple writes  # per binding: does the kernel write it?
 
@@ -53,3 +55,8 @@ cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executab
 cdef Segment new_segment(Py_ssize_t index)
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF
+
+
+cdef inline unsigned int checked_word(object value) except? 0xFFFFFFFF:
+    """The 32-bit word of a constant already checked (an int of 32 bits without a Python call)."""
+    return <unsigned int>PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)

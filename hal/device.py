@@ -274,7 +274,8 @@ class Device:
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[Semaphore, int], ...], signals: tuple[tuple[Semaphore, int], ...],
                        constants: tuple) -> None:
-        """Queue a checked submission: `table` and `constants` (the constant slots' values) were checked."""
+        """Queue a checked submission (every backend implements it): `table` is the binding table and `constants`
+        the constant slots' values, both checked (NO_CONSTANTS when the command buffer reads none)."""
         raise NotImplementedError
 
     def _synchronize(self) -> None:

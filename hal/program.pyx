@@ -215,6 +215,8 @@ class Emitter(Protocol):
     """A backend's side of one command buffer (each backend's command_buffer module implements it).
 
     The command buffer records and plans; the emitter turns the Program into the backend's form and runs it.
+    A dispatch's constants may hold hal.ConstantSlot entries, resolved per submission from the values the
+    backend's device is given (see Device._queue_execute).
     `begin` and `command` serve single_pass recording, where the backend may emit each command as it comes
     (`program` is then still growing: the planner has added the command's nodes and barrier flag); `end`
     gets the frozen Program. Submission goes through the backend's device, which calls its own emitter.

@@ -8,10 +8,12 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
 - single_pass: each command's nodes are added as it is recorded (IREE's approach).
 - Lanes: the planner spreads a wide segment over at most `device.graph_lanes` chains, since the driver's
   instantiation and launch cost grow with a graph's width (bench/README.md).
-- Binding tables and constant slots: a command buffer that uses slots or constant slots is built at its
-  first submit; a later table or new constant values patch only the nodes whose resolved parameters
-  changed (cuGraphExec*NodeSetParams), found through the Program's slot and constant users; the graph is
-  never instantiated again for them. An unchanged table and unchanged values cost nothing.
+- Binding tables and constant slots: a recording that uses slots or constant slots is built at its first
+  submit; a later table or new constant values patch only the nodes whose resolved parameters changed
+  (cuGraphExec*NodeSetParams), found through the Program's slot and constant users; the graph is never
+  instantiated again for them. An unchanged table and unchanged values cost nothing. (single_pass command
+  buffers with a binding or constant capacity build at the first submit too: what they use is known only at
+  end().)
 - Re-recording after reset(): the old exec is updated in place (cuGraphExecUpdate) when the topology
   allows; only otherwise is the graph instantiated again.
 - One-shot deferred command buffers skip the graph: their commands are launched on the stream in order,
@@ -20,7 +22,6 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   cuGraphLaunch after a few identity checks.
 """
 
-from cpython.long cimport PyLong_AsUnsignedLongMask
 from cpython.ref cimport PyObject
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memset
@@ -32,7 +33,7 @@ from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_ME
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
-from hal.commands cimport Command, Copy, Dispatch, Fill, Update
+from hal.commands cimport Command, Copy, Dispatch, Fill, Update, checked_word
 from hal.program cimport Program
 
 import contextlib
@@ -42,7 +43,6 @@ from cuda.bindings import driver
 
 from backends.cuda_graph.api import call, fail
 from backends.cuda_graph.buffer import host_alloc
-from hal.commands import constant_word
 from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError
 
@@ -82,8 +82,8 @@ class PinnedArena:
 
 
 cdef class Node:
-    """The parameters of one command's node, resolved through a binding table: what building, patching
-    and launching pass to the driver (and what a patch compares)."""
+    """The parameters of one command's node, resolved through a binding table and constant slot values: what
+    building, patching and launching pass to the driver (and what a patch compares)."""
 
     cdef int kind  # 1 kernel, 2 memset, 3 memcpy
     cdef CUDA_KERNEL_NODE_PARAMS kernel
@@ -125,11 +125,6 @@ cdef struct Kernel:
     unsigned int block[3]
 
 
-cdef inline uint32_t _word(object value) except? 0xFFFFFFFF:
-    """A checked constant's 32-bit word."""
-    return <uint32_t>PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)
-
-
 cdef Node _node(Command c, tuple table, tuple constants, dict staging, Kernel* kernel, Node into):
     """The node parameters of `c`, slots resolved through `table` and constant slots through `constants`
     (`staging`: update index -> data address), written into `into` (a new Node if None); `kernel` caches
@@ -164,7 +159,7 @@ cdef Node _node(Command c, tuple table, tuple constants, dict staging, Kernel* k
             value = d.constants[i]
             if type(value) is ConstantSlot:
                 value = constants[(<ConstantSlot>value).index]
-            node.values[len(d.bindings) + i] = _word(value)
+            node.values[len(d.bindings) + i] = checked_word(value)
         for i in range(n):
             node.pointers[i] = &node.values[i]
         node.kernel.kernelParams = node.pointers.data() if n else NULL
@@ -218,7 +213,7 @@ cdef bint _rebind(Node node, Dispatch d, tuple table, tuple constants) except -1
     for i in range(len(d.constants)):
         value = d.constants[i]
         if type(value) is ConstantSlot:
-            word = _word(constants[(<ConstantSlot>value).index])
+            word = checked_word(constants[(<ConstantSlot>value).index])
             if node.values[n + i] != word:
                 node.values[n + i] = word
                 changed = True
@@ -227,7 +222,7 @@ cdef bint _rebind(Node node, Dispatch d, tuple table, tuple constants) except -1
 
 cdef tuple _words(tuple constants, Py_ssize_t n):
     """The words of the first n constant slot values: what a patch compares."""
-    return tuple([_word(constants[i]) for i in range(n)])
+    return tuple([checked_word(constants[i]) for i in range(n)])
 
 
 cdef void _check(CUresult result, str what) except *:
@@ -253,7 +248,9 @@ cdef class CudaEmitter:
     cdef CUcontext context
     cdef CUstream stream
     cdef readonly Py_ssize_t lanes
-    cdef bint one_shot, single_pass, at_submit
+    cdef bint one_shot, single_pass
+    cdef bint slots_possible  # a binding or constant capacity: single_pass cannot build while recording
+    cdef bint at_submit  # the recording uses slots or constant slots: resolved at each submit
     cdef Program program
     cdef CUgraph graph
     cdef CUgraphExec exec
@@ -280,7 +277,8 @@ cdef class CudaEmitter:
         self.lanes = device.graph_lanes
         self.one_shot = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
-        self.at_submit = binding_capacity > 0 or constant_capacity > 0  # may need what only a submit gives
+        self.slots_possible = binding_capacity > 0 or constant_capacity > 0
+        self.at_submit = False
         self.graph = NULL
         self.exec = NULL
         self.instantiations = self.updates = self.patched = 0
@@ -308,7 +306,7 @@ cdef class CudaEmitter:
     # The emitter interface.
     def begin(self, Program program) -> None:
         self.program = program
-        if self.single_pass and not self.at_submit:
+        if self.single_pass and not self.slots_possible:
             self.device.activate()
             self.new_graph()
 
@@ -325,12 +323,13 @@ cdef class CudaEmitter:
         for c in program.commands:
             if type(c) is Update and (<Update>c).index not in self.staging:
                 self.stage(<Update>c)
+        self.at_submit = bool(program.slot_users) or bool(program.constant_users)
         if self.graph != NULL:  # single_pass: the nodes are there
             self.instantiate()
             self.built = True
         elif self.one_shot and not self.single_pass:
             self.stream_launch = True  # launched in order at submit: no graph for a single run
-        elif not program.slot_users and not program.constant_users:
+        elif not self.at_submit:
             self.build((), ())
 
     def reset(self) -> None:
@@ -453,27 +452,34 @@ cdef class CudaEmitter:
             return
         if not self.built:
             self.build(table, constants)
-        elif self.at_submit and (table[:self.program.slots_needed] != self.table_seen or
-                                 _words(constants, self.program.constants_needed) != self.words_seen):
-            try:
-                self.patch(table, constants)
-            except DeviceError as e:
-                # The nodes kept may now differ from the exec's: drop the graph, so the next submit builds anew.
-                # CUDA may refuse a memset or memcpy node its new address: that one is built anew at once.
-                with contextlib.suppress(HalError):  # the failure that got here is the one to report
-                    self.drop_graph()
-                self.forget_nodes()
-                if isinstance(e, (DeviceLostError, OutOfMemoryError)):
-                    raise
-                self.build(table, constants)
-                self.patched = 0
+        elif self.at_submit:
+            self.follow(table[:self.program.slots_needed], _words(constants, self.program.constants_needed), constants)
         else:
             self.patched = 0
         _check(cydriver.cuGraphLaunch(self.exec, self.stream), "cuGraphLaunch")
 
+    cdef void follow(self, tuple table, tuple words, tuple constants) except *:
+        """Bring the exec to `table` (the used prefix) and the constant slot values `constants` (`words`: those
+        read, as words): patch what changed; if the driver refuses a patch, build anew."""
+        if table == self.table_seen and words == self.words_seen:
+            self.patched = 0
+            return
+        try:
+            self.patch(table, words, constants)
+        except DeviceError as e:
+            # The nodes kept may now differ from the exec's: drop the graph, so the next submit builds anew.
+            # CUDA may refuse a memset or memcpy node its new address: that one is built anew at once.
+            with contextlib.suppress(HalError):  # the failure that got here is the one to report
+                self.drop_graph()
+            self.forget_nodes()
+            if isinstance(e, (DeviceLostError, OutOfMemoryError)):
+                raise
+            self.build(table, constants)
+            self.patched = 0
+
     @property
     def resubmits_in_one_launch(self) -> bool:
-        """Built, reusable and without slots or constant slots: an unchanged resubmission is one cuGraphLaunch."""
+        """Built, reusable, using no slot or constant slot: an unchanged resubmission is one cuGraphLaunch."""
         return self.built and not self.one_shot and not self.at_submit
 
     cdef void launch_on_stream(self, tuple table, tuple constants) except *:
@@ -502,14 +508,13 @@ cdef class CudaEmitter:
                 _check(cydriver.cuMemcpyAsync(node.memcpy.dstDevice, node.memcpy.srcDevice, node.memcpy.WidthInBytes,
                                               self.stream), "cuMemcpyAsync")
 
-    cdef void patch(self, tuple table, tuple constants) except *:
+    cdef void patch(self, tuple table, tuple words, tuple constants) except *:
         """Set new parameters on the nodes whose resolved parameters changed: of the commands using a slot whose
         buffer changed or a constant slot whose value changed, those whose parameters differ now. A kernel
-        node's words are updated in place; a memset or memcpy node is resolved anew."""
+        node's words are updated in place; a memset or memcpy node is resolved anew. `table` and `words`: the
+        used prefix of the binding table and the words of the constant slot values `constants`."""
         cdef Program program = self.program
         cdef Py_ssize_t i
-        table = table[:program.slots_needed]
-        words = _words(constants, program.constants_needed)
         self.epoch += 1  # a command using several changed slots is looked at once
         self.patched = 0
         for i in range(len(table)):
@@ -566,7 +571,7 @@ cdef class CudaEmitter:
         CU_GRAPH_NODE_TYPE_KERNEL); edge u -> v: v waits for u."""
         if self.graph == NULL:
             raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
-                             "command buffers with slots build at their first submit)")
+                             "command buffers with slots or constant slots build at their first submit)")
         program = self.program
         name_of = {<uintptr_t>self.nodes[k]: (program.node_command[k] if program.node_command[k] >= 0 else
                                               ("join", k)) for k in range(self.nodes.size())}

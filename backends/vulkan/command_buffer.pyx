@@ -13,21 +13,20 @@ Khronos headers), so recording costs what the driver charges.
 - Slot references and constant slots are only known at submit: a command buffer that uses them is encoded
   then, once per binding table and constant values (push constants are recorded into the VkCommandBuffer,
   which cannot be patched, so new values cost one re-encoding: about what end() costs, bench/vulkan.py);
-  the last TABLE_CACHE of them keep their VkCommandBuffers, so alternating between tables or values costs
-  no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
+  the TABLE_CACHE most recently used keep their VkCommandBuffers, so alternating between tables or values
+  costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
   buffers are encoded once and resubmitted as they are.
 - The resubmission of an unchanged command buffer is VulkanDevice.queue_execute, compiled here: one
   vkQueueSubmit after a few identity checks.
 """
 
-from cpython.long cimport PyLong_AsUnsignedLongMask
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcmp, memset
 from libcpp.vector cimport vector
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
-from hal.commands cimport Command, Copy, Dispatch, Fill, Update
+from hal.commands cimport Command, Copy, Dispatch, Fill, Update, checked_word
 from hal.program cimport Program
 from backends.vulkan.khronos cimport (
     VkResult, VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
@@ -49,7 +48,6 @@ from backends.vulkan.khronos cimport (
 )
 
 from backends.vulkan.recording import Recording
-from hal.commands import constant_word
 from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
 
@@ -252,7 +250,7 @@ cdef class Encoder:
                 value = c.constants[i]
                 if type(value) is ConstantSlot:
                     value = self.slot_constants[(<ConstantSlot>value).index]
-                self.words[i] = PyLong_AsUnsignedLongMask(value) if type(value) is int else constant_word(value)
+                self.words[i] = checked_word(value)
             if not (self.constants_set and self.constants.size() == self.words.size() and
                     memcmp(self.constants.data(), self.words.data(), n * sizeof(uint32_t)) == 0):
                 self.fn.push_constants(self.cb, self.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, <uint32_t>(4 * n),
@@ -377,14 +375,15 @@ cdef class VulkanEmitter:
         (already checked), encoded now if needed."""
         if self.recorded is not None:
             return self.recorded.handle
-        words = tuple([constant_word(constants[i]) for i in self.program.constant_users])
+        words = tuple([checked_word(constants[i]) for i in self.program.constant_users])
         key = (table[:self.program.slots_needed], words)
-        rec = self.by_table.get(key)
+        rec = self.by_table.pop(key, None)  # put back last: the least recently used goes first
         if rec is None:
             if len(self.by_table) >= TABLE_CACHE:
                 oldest = next(iter(self.by_table))
                 self.by_table.pop(oldest).finalizer()
-            rec = self.by_table[key] = self.encode(table, constants)
+            rec = self.encode(table, constants)
+        self.by_table[key] = rec
         return rec.handle
 
 

@@ -358,6 +358,68 @@ def test_a_node_update_the_driver_refuses_rebuilds_the_graph(gpu, exe, monkeypat
     np.testing.assert_array_equal(first.read(np.uint32), u32([15] * n))
 
 
+def test_a_refused_constants_patch_builds_with_the_new_values(gpu, exe, monkeypatch):
+    """The same for new constant values: a refused patch builds the graph again with them."""
+    from backends.cuda_graph.command_buffer import CudaEmitter
+    from hal.errors import DeviceError
+
+    refusing = [True]
+
+    class Refusing(CudaEmitter):
+        def set_node(self, index, params):
+            if refusing[0]:
+                raise DeviceError(f"cuGraphExecKernelNodeSetParams (command {index}) failed: CUDA_ERROR_INVALID_VALUE")
+            super().set_node(index, params)
+
+    emitters_of(gpu, monkeypatch, Refusing)
+    n = 64
+    x = gpu.upload(np.ones(n, np.uint32))
+    cb = gpu.create_command_buffer(mode="reusable", constant_capacity=1)
+    with cb:
+        cb.dispatch(exe, "scale", groups(n), (n, hal.constant_slot(0)), (x,))
+    gpu.queue_execute(cb, constants=(3,))
+    gpu.queue_execute(cb, constants=(5,))  # refused: built again with 5
+    assert (cb.emitter.instantiations, cb.emitter.updates, cb.emitter.patched) == (1, 1, 0)
+    refusing[0] = False
+    gpu.queue_execute(cb, constants=(7,))
+    assert cb.emitter.patched == 1
+    np.testing.assert_array_equal(x.read(np.uint32), u32([3 * 5 * 7] * n))
+
+
+def test_constant_slots_after_a_re_recording(gpu, exe):
+    """reset() and the same topology again: the exec is updated in place, and new values patch its nodes."""
+    n = 64
+    x = gpu.upload(np.ones(n, np.uint32))
+    cb = gpu.create_command_buffer(mode="reusable", constant_capacity=2)
+    for _ in range(2):
+        cb.reset()
+        with cb:
+            cb.dispatch(exe, "scale", groups(n), (n, hal.constant_slot(0)), (x,))
+            cb.execution_barrier()
+            cb.dispatch(exe, "scale", groups(n), (hal.constant_slot(1), 2), (x,))
+        gpu.queue_execute(cb, constants=(3, n))
+    gpu.queue_execute(cb, constants=(5, n))
+    assert (cb.emitter.instantiations, cb.emitter.updates, cb.emitter.patched) == (1, 1, 1)
+    gpu.queue_execute(cb, constants=(5, n // 2))
+    assert cb.emitter.patched == 1
+    expected = np.full(n, 6 * 6 * 10 * 5, np.uint32)
+    expected[:n // 2] *= 2
+    np.testing.assert_array_equal(x.read(np.uint32), expected)
+
+
+def test_capacity_alone_keeps_the_one_launch_resubmission(gpu, exe):
+    """What a recording uses decides, not the capacities: reading no slot, it resubmits as one launch."""
+    x = gpu.upload(u32([1, 2, 3, 4]))
+    for strategy in ("deferred", "single_pass"):
+        cb = gpu.create_command_buffer(mode="reusable", strategy=strategy, binding_capacity=2, constant_capacity=2)
+        with cb:
+            cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
+        gpu.queue_execute(cb)
+        assert cb.emitter.token is gpu.resubmit_token and cb.emitter.instantiations == 1
+        gpu.queue_execute(cb)
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 16)
+
+
 @pytest.mark.parametrize("deps", ["barriers", "hazards"])
 def test_end_after_a_failed_build_builds_from_the_start(gpu, exe, deps, monkeypatch):
     """A build that fails once its nodes are in (out of memory, say, staged here) leaves no graph or

@@ -113,6 +113,27 @@ def test_constant_values_encode_once_each_and_stay_cached(vk, exe):
     np.testing.assert_array_equal(x.read(np.uint32), u32([72] * 4) * np.uint32(0x3F800000))
 
 
+def test_the_encodings_kept_are_the_most_recently_used(vk, exe):
+    cb = vk.create_command_buffer(mode="reusable", constant_capacity=1)
+    x = vk.upload(u32([1, 1, 1, 1]))
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, hal.constant_slot(0)), (x,))
+    values = range(1, command_buffer.TABLE_CACHE + 1)
+    for k in values:
+        vk.queue_execute(cb, constants=(k,))
+    vk.queue_execute(cb, constants=(1,))  # the oldest, used again: now the most recent
+    vk.queue_execute(cb, constants=(99,))  # evicts the least recently used: 2
+    assert cb.emitter.encodings == command_buffer.TABLE_CACHE + 1
+    vk.queue_execute(cb, constants=(1,))
+    assert cb.emitter.encodings == command_buffer.TABLE_CACHE + 1
+    vk.queue_execute(cb, constants=(2,))
+    assert cb.emitter.encodings == command_buffer.TABLE_CACHE + 2
+    expected = u32([1] * 4)
+    for k in [*values, 1, 99, 1, 2]:
+        expected = expected * np.uint32(k)
+    np.testing.assert_array_equal(x.read(np.uint32), expected)
+
+
 def test_single_pass_with_slots_encodes_at_submit(vk, exe):
     cb = vk.create_command_buffer(mode="reusable", strategy="single_pass", binding_capacity=1)
     with cb:
