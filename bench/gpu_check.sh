@@ -9,15 +9,16 @@
 # libvulkan-dev), .whl (vulkan, cffi, pycparser, and Cython 3 where the machine's is older), .whl-bench
 # (matplotlib, tqdm, where the machine lacks them; the lent machines have both). From the repository root, through the device
 # tool:
-#     bash bench/gpu_check.sh [all|tests|bench|quick]      with carry [".gl", ".tools", ".whl"]
+#     bash bench/gpu_check.sh [all|tests|bench|quick|cuda]      with carry [".gl", ".tools", ".whl"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
 # figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both. `quick` runs the
 # test suites, then bench.cuda for 1000 kernels only and bench.vulkan (their reports and JSON in $OUT): one
-# call that fits a small lease.
+# call that fits a small lease. `cuda` runs the CUDA tests and bench.cuda for 10 kernels (its rebind and new-values
+# rows are the same as at any size): the CUDA backend alone, in about a minute.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
-case "$PART" in all|tests|bench|quick) ;; *) echo "usage: $0 [all|tests|bench|quick]" >&2; exit 2 ;; esac
+case "$PART" in all|tests|bench|quick|cuda) ;; *) echo "usage: $0 [all|tests|bench|quick|cuda]" >&2; exit 2 ;; esac
 OUT=${OUT:-bench/results/gpu-check}
 mkdir -p "$OUT"
 status=0
@@ -65,6 +66,12 @@ run() {  # run LOG TITLE COMMAND...: append the output to $OUT/LOG under TITLE, 
     timeout "${TIMEOUT:-240}" "$@" 2>&1 | tee -a "$OUT/$log" || { status=1; echo "## failed or timed out" >> "$OUT/$log"; }
 }
 
+if [ "$PART" = cuda ]; then
+    rm -f "$OUT"/tests-*.log "$OUT"/bench.log
+    run tests-cuda.log "CUDA" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
+    TIMEOUT=240 run bench.log "python -m bench.cuda --sizes 10" python3 -m bench.cuda --sizes 10 --json "$OUT/cuda.json"
+    exit $status
+fi
 if [ "$PART" != bench ]; then
     rm -f "$OUT"/tests-*.log
     run tests-vulkan.log "push descriptors" env HAL_REQUIRE=vulkan python3 -m pytest -q -m vulkan -p no:cacheprovider

@@ -34,6 +34,7 @@ from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_ME
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Update, checked_word
+from hal.dependencies cimport refs_and_writes
 from hal.program cimport Program
 
 import contextlib
@@ -94,7 +95,7 @@ cdef class Node:
 
     cdef bint same(self, Node other):
         """Would a memset or memcpy node with `other`'s parameters be the same? (Kernel nodes are rebound in
-        place: see _rebind.)"""
+        place: see CudaEmitter.patch.)"""
         if self.kind != other.kind:
             return False
         if self.kind == 2:
@@ -123,6 +124,14 @@ cdef struct Kernel:
     Py_ssize_t ordinal
     CUfunction function
     unsigned int block[3]
+
+
+# A kernel parameter word that follows a slot or a constant slot: where it lives in its command's kept Node (whose
+# words never move while the Node is kept), and for a binding the reference's offset into the bound buffer.
+cdef struct SlotWord:
+    Py_ssize_t command
+    uint64_t* word
+    Py_ssize_t offset
 
 
 cdef Node _node(Command c, tuple table, tuple constants, dict staging, Kernel* kernel, Node into):
@@ -196,30 +205,6 @@ cdef Node _node(Command c, tuple table, tuple constants, dict staging, Kernel* k
     return node
 
 
-cdef bint _rebind(Node node, Dispatch d, tuple table, tuple constants) except -1:
-    """Point a kernel node's slot bindings at `table`'s buffers and its constant slots at `constants`, in place;
-    did a word change?"""
-    cdef Py_ssize_t i, n = len(d.bindings)
-    cdef BufferRef r
-    cdef uint64_t word
-    cdef bint changed = False
-    for i in range(n):
-        r = <BufferRef>d.bindings[i]
-        if r.buffer is None:
-            word = _address(r, <Buffer>table[r.slot])
-            if node.values[i] != word:
-                node.values[i] = word
-                changed = True
-    for i in range(len(d.constants)):
-        value = d.constants[i]
-        if type(value) is ConstantSlot:
-            word = checked_word(constants[(<ConstantSlot>value).index])
-            if node.values[n + i] != word:
-                node.values[n + i] = word
-                changed = True
-    return changed
-
-
 cdef tuple _words(tuple constants, Py_ssize_t n):
     """The words of the first n constant slot values: what a patch compares."""
     return tuple([checked_word(constants[i]) for i in range(n)])
@@ -264,7 +249,12 @@ cdef class CudaEmitter:
     cdef tuple table_seen  # the table the nodes were last given (its used prefix)
     cdef tuple words_seen  # the constant slots' words they were last given (the used prefix)
     cdef list given  # with slots or constant slots: per command, its Node as last given (what a patch updates)
+    # What a patch updates, per slot and per constant slot: the kernel parameter words that follow it, and the
+    # other commands (fills, updates, copies) whose node is resolved anew.
+    cdef vector[vector[SlotWord]] slot_words, constant_words
+    cdef vector[vector[Py_ssize_t]] slot_transfers
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
+    cdef vector[Py_ssize_t] touched  # the commands the current patch changed
     cdef Py_ssize_t epoch
     cdef readonly Py_ssize_t instantiations, updates, patched
     cdef public object token
@@ -301,6 +291,9 @@ cdef class CudaEmitter:
         self.built = False
         self.table_seen = self.words_seen = None
         self.given = None
+        self.slot_words.clear()
+        self.constant_words.clear()
+        self.slot_transfers.clear()
         self.looked_at.clear()
 
     # The emitter interface.
@@ -407,6 +400,7 @@ cdef class CudaEmitter:
                 self.table_seen = table[:self.program.slots_needed]
                 self.words_seen = _words(constants, self.program.constants_needed)
                 self.looked_at.assign(len(self.program.commands), 0)
+                self.index_slot_words()
             self.instantiate()
         except BaseException:
             try:
@@ -508,48 +502,87 @@ cdef class CudaEmitter:
                 _check(cydriver.cuMemcpyAsync(node.memcpy.dstDevice, node.memcpy.srcDevice, node.memcpy.WidthInBytes,
                                               self.stream), "cuMemcpyAsync")
 
+    cdef void index_slot_words(self) except *:
+        """After a build: for each slot and constant slot, the kernel words that follow it and the other commands
+        that use it (see patch)."""
+        cdef Program program = self.program
+        cdef Py_ssize_t i, n
+        cdef SlotWord w
+        cdef Node node
+        cdef BufferRef r
+        self.slot_words.resize(program.slots_needed)
+        self.slot_transfers.resize(program.slots_needed)
+        self.constant_words.resize(program.constants_needed)
+        for c in program.commands:
+            w.command = (<Command>c).index
+            if type(c) is not Dispatch:
+                for ref in refs_and_writes(c)[0]:
+                    r = <BufferRef>ref
+                    if r.buffer is None:
+                        self.slot_transfers[r.slot].push_back(w.command)
+                continue
+            node = <Node>self.given[w.command]
+            n = len((<Dispatch>c).bindings)
+            for i in range(n):
+                r = <BufferRef>(<Dispatch>c).bindings[i]
+                if r.buffer is None:
+                    w.word, w.offset = &node.values[i], r.offset
+                    self.slot_words[r.slot].push_back(w)
+            for i in range(len((<Dispatch>c).constants)):
+                value = (<Dispatch>c).constants[i]
+                if type(value) is ConstantSlot:
+                    w.word, w.offset = &node.values[n + i], 0
+                    self.constant_words[(<ConstantSlot>value).index].push_back(w)
+
     cdef void patch(self, tuple table, tuple words, tuple constants) except *:
         """Set new parameters on the nodes whose resolved parameters changed: of the commands using a slot whose
         buffer changed or a constant slot whose value changed, those whose parameters differ now. A kernel
-        node's words are updated in place; a memset or memcpy node is resolved anew. `table` and `words`: the
-        used prefix of the binding table and the words of the constant slot values `constants`."""
-        cdef Program program = self.program
-        cdef Py_ssize_t i
-        self.epoch += 1  # a command using several changed slots is looked at once
-        self.patched = 0
-        for i in range(len(table)):
-            if table[i] is not self.table_seen[i]:
-                self.refresh(program.slot_users.get(i, ()), table, constants)
-        for i in range(len(words)):
-            if words[i] != self.words_seen[i]:
-                self.refresh(program.constant_users.get(i, ()), table, constants)
-        self.table_seen = table
-        self.words_seen = words
-
-    cdef void refresh(self, tuple users, tuple table, tuple constants) except *:
-        """patch(): give each command of `users` not yet looked at in this patch its parameters now, if they
-        changed."""
-        cdef Program program = self.program
+        node's words are updated in place, then its node set once; a memset or memcpy node is resolved anew.
+        `table` and `words`: the used prefix of the binding table and the words of the constant slot values
+        `constants`."""
+        cdef Py_ssize_t i, index
+        cdef uint64_t value
+        cdef SlotWord w
         cdef Node node, fresh
         cdef Kernel kernel
         kernel.executable = NULL
-        cdef Py_ssize_t index
-        cdef bint changed
-        for index in users:
-            if self.looked_at[index] == self.epoch:
+        self.epoch += 1
+        self.touched.clear()
+        for i in range(len(table)):
+            if table[i] is self.table_seen[i]:
                 continue
-            self.looked_at[index] = self.epoch
-            node = <Node>self.given[index]
-            if node.kind == 1:
-                changed = _rebind(node, <Dispatch>program.commands[index], table, constants)
-            else:
-                fresh = _node(program.commands[index], table, constants, self.staging, &kernel, None)
-                changed = not fresh.same(node)
-                if changed:
-                    node = self.given[index] = fresh
-            if changed:
-                self.set_node(index, node)
-                self.patched += 1
+            for w in self.slot_words[i]:
+                value = (<Buffer>table[i]).handle + w.offset
+                if w.word[0] != value:
+                    w.word[0] = value
+                    self.touch(w.command)
+            for index in self.slot_transfers[i]:
+                if self.looked_at[index] != self.epoch:
+                    node = <Node>self.given[index]
+                    fresh = _node(self.program.commands[index], table, constants, self.staging, &kernel, None)
+                    if not fresh.same(node):
+                        self.given[index] = fresh
+                        self.touch(index)
+        for i in range(len(words)):
+            if words[i] == self.words_seen[i]:
+                continue
+            value = <uint32_t>words[i]
+            for w in self.constant_words[i]:
+                if w.word[0] != value:
+                    w.word[0] = value
+                    self.touch(w.command)
+        for index in self.touched:
+            self.set_node(index, <Node>self.given[index])
+        self.patched = self.touched.size()
+        self.table_seen = table
+        self.words_seen = words
+
+    cdef int touch(self, Py_ssize_t command) except -1:
+        """patch(): note that `command`'s node needs setting (once)."""
+        if self.looked_at[command] != self.epoch:
+            self.looked_at[command] = self.epoch
+            self.touched.push_back(command)
+        return 0
 
     cpdef set_node(self, Py_ssize_t index, Node params):
         """Give command `index`'s node of the exec new parameters (the driver may refuse: DeviceError)."""
