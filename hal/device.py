@@ -17,9 +17,9 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, ClassVar
 
-from hal.buffer import Buffer, BufferUsage, bytes_view
+from hal.buffer import Buffer, BufferRef, BufferUsage, bytes_view, ref
 from hal.capabilities import Capabilities
-from hal.command_buffer import CommandBuffer
+from hal.command_buffer import MAX_UPDATE_BYTES, CommandBuffer
 from hal.errors import HalError, UnsupportedError, ValidationError, integer
 from hal.executable import Executable, ExecutableSource
 from hal.program import Emitter
@@ -177,6 +177,50 @@ class Device:
             command_buffer.submitted()
         finally:
             lock.release()
+
+    # Queue transfers: each is a one-shot command buffer of its commands, submitted like queue_execute (the same
+    # checks, the same order, never blocking); the data of an update is copied when it is called.
+    def queue_fill(self, target: Buffer | BufferRef, pattern: Any,
+                   wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                   signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
+        """Repeat `pattern` (1, 2 or 4 bytes) over `target` once the waits are met, then signal."""
+        self._queue_transfer("queue_fill", lambda cb: cb.fill_buffer(target, pattern), wait, signal)
+
+    def queue_update(self, target: Buffer | BufferRef, data: Any,
+                     wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                     signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
+        """Write `data` (any size; copied now) at the start of `target` once the waits are met, then signal."""
+        view = bytes_view(data, "queue_update: data")
+        if not isinstance(target, (Buffer, BufferRef)) or isinstance(target, BufferRef) and target.buffer is None:
+            raise ValidationError(f"queue_update: target must be a hal.Buffer or a hal.ref() of one, got {target!r}")
+        whole = target.whole if isinstance(target, Buffer) else target
+        if not 0 < view.nbytes <= whole.nbytes:
+            raise ValidationError(f"queue_update: {view.nbytes} bytes of data; the target range holds 1 to "
+                                  f"{whole.nbytes}")
+
+        def record(cb: CommandBuffer) -> None:  # disjoint pieces of one segment, at most MAX_UPDATE_BYTES each
+            for start in range(0, view.nbytes, MAX_UPDATE_BYTES):
+                piece = view[start:start + MAX_UPDATE_BYTES]
+                cb.update_buffer(ref(whole.buffer, whole.offset + start, len(piece)), piece)
+
+        self._queue_transfer("queue_update", record, wait, signal)
+
+    def queue_copy(self, source: Buffer | BufferRef, target: Buffer | BufferRef,
+                   wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                   signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
+        """Copy `source` to `target` (as copy_buffer does) once the waits are met, then signal."""
+        self._queue_transfer("queue_copy", lambda cb: cb.copy_buffer(source, target), wait, signal)
+
+    def _queue_transfer(self, what: str, record: Callable[[CommandBuffer], None],
+                        wait: Iterable[tuple[Semaphore, int]], signal: Iterable[tuple[Semaphore, int]]) -> None:
+        cb = self.create_command_buffer()
+        cb.begin()
+        try:
+            record(cb)
+        except ValidationError as e:  # the command's own check, named by the queue operation
+            raise ValidationError(f"{what}: {e}") from None
+        cb.end()
+        self.queue_execute(cb, wait=wait, signal=signal)
 
     def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], what: str) -> tuple[tuple[Semaphore, int], ...]:
         if type(pairs) in (tuple, list) and not pairs:
