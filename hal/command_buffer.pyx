@@ -163,24 +163,14 @@ cdef class CommandBuffer:
             if not self.single_pass:
                 self.planner.plan(segments)
             self.check_released("end", commands)
-            users = {}
-            for c in self.slot_commands:
-                for r in refs_and_writes(c)[0]:
-                    if (<BufferRef>r).buffer is None:
-                        user = users.setdefault((<BufferRef>r).slot, [])
-                        if not user or user[-1] != (<Command>c).index:
-                            user.append((<Command>c).index)
-            self.slots_needed = max(users, default=-1) + 1
-            constant_users = {}
-            for c in self.constant_commands:
-                for value in (<Dispatch>c).constants:
-                    if type(value) is ConstantSlot:
-                        user = constant_users.setdefault((<ConstantSlot>value).index, [])
-                        if not user or user[-1] != (<Command>c).index:
-                            user.append((<Command>c).index)
+            slot_users = _users_by_slot([((<BufferRef>r).slot, (<Command>c).index) for c in self.slot_commands
+                                         for r in refs_and_writes(c)[0] if (<BufferRef>r).buffer is None])
+            constant_users = _users_by_slot([((<ConstantSlot>v).index, (<Command>c).index)
+                                             for c in self.constant_commands for v in (<Dispatch>c).constants
+                                             if type(v) is ConstantSlot])
+            self.slots_needed = max(slot_users, default=-1) + 1
             self.constants_needed = max(constant_users, default=-1) + 1
-            self.recorded = self.planner.finish(commands, {k: tuple(v) for k, v in users.items()}, self.slots_needed,
-                                                {k: tuple(v) for k, v in constant_users.items()},
+            self.recorded = self.planner.finish(commands, slot_users, self.slots_needed, constant_users,
                                                 self.constants_needed)
             self.emitter.end(self.recorded)
         except BaseException:  # the backend failed to emit: stay recording, as before end()
@@ -702,6 +692,17 @@ def _sequence(items, index, name, what) -> tuple:
     except TypeError:
         raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
                               f"got {type(items).__name__}") from None
+
+
+def _users_by_slot(list uses) -> dict:
+    """slot -> the commands using it, in recording order and each once, from (slot, command index) pairs in
+    recording order."""
+    users = {}
+    for slot, index in uses:
+        user = users.setdefault(slot, [])
+        if not user or user[-1] != index:
+            user.append(index)
+    return {slot: tuple(user) for slot, user in users.items()}
 
 
 def _constant_values(constants) -> tuple:

@@ -280,7 +280,8 @@ cdef class VulkanEmitter:
     cdef DeviceCommands fn
     cdef Submitter submitter
     cdef readonly Py_ssize_t lanes
-    cdef bint one_time, single_pass, at_submit
+    cdef bint one_time, single_pass
+    cdef bint slots_possible  # a binding or constant capacity: single_pass cannot encode while recording
     cdef Program program
     cdef object recorded  # the Recording, when the command buffer uses no slot
     cdef dict by_table  # (binding table's used prefix, words of the constant slots read) -> Recording
@@ -298,14 +299,14 @@ cdef class VulkanEmitter:
         self.lanes = 0  # replayed in recording order: no graph to lay out
         self.one_time = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
-        self.at_submit = binding_capacity > 0 or constant_capacity > 0  # may need what only a submit gives
+        self.slots_possible = binding_capacity > 0 or constant_capacity > 0
         self.by_table = {}
         self.encodings = 0
         self.counts = {}
 
     def begin(self, Program program) -> None:
         self.program = program
-        if self.single_pass and not self.at_submit:
+        if self.single_pass and not self.slots_possible:
             self.open = Recording(self.device)
             self.begin_recording(self.open.handle)
             self.encoder = Encoder(self.fn, self.open.handle, (), (), self.open.arena)
