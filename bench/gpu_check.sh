@@ -12,9 +12,10 @@
 #     bash bench/gpu_check.sh [all|tests|bench|quick|cuda]      with carry [".gl", ".tools", ".whl"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
 # figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both. `quick` runs the
-# test suites, then bench.cuda for 1000 kernels only and bench.vulkan (their reports and JSON in $OUT): one
-# call that fits a small lease. `cuda` runs the CUDA tests and bench.cuda for 10 kernels (its rebind and new-values
-# rows are the same as at any size): the CUDA backend alone, in about a minute.
+# test suites, then bench.cuda for 1000 kernels only, bench.vulkan and bench.indirect on both devices (their reports
+# and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda for 10 kernels (its
+# rebind and new-values rows are the same as at any size) and bench.indirect: the CUDA backend alone, in about a
+# minute.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -70,6 +71,8 @@ if [ "$PART" = cuda ]; then
     rm -f "$OUT"/tests-*.log "$OUT"/bench.log
     run tests-cuda.log "CUDA" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider
     TIMEOUT=240 run bench.log "python -m bench.cuda --sizes 10" python3 -m bench.cuda --sizes 10 --json "$OUT/cuda.json"
+    TIMEOUT=120 run bench.log "python -m bench.indirect --device cuda" python3 -m bench.indirect --device cuda \
+        --json "$OUT/indirect-cuda.json"
     exit $status
 fi
 if [ "$PART" != bench ]; then
@@ -84,6 +87,10 @@ if [ "$PART" = quick ]; then
     TIMEOUT=240 run bench.log "python -m bench.cuda --sizes 1000" python3 -m bench.cuda --sizes 1000 \
         --json "$OUT/cuda.json"
     TIMEOUT=180 run bench.log "python -m bench.vulkan" python3 -m bench.vulkan --json "$OUT/vulkan.json"
+    for device in cuda vulkan; do
+        TIMEOUT=120 run bench.log "python -m bench.indirect --device $device" python3 -m bench.indirect \
+            --device "$device" --json "$OUT/indirect-$device.json"
+    done
 elif [ "$PART" != tests ]; then
     rm -f "$OUT"/bench.log
     start=$(date +%s)

@@ -31,6 +31,7 @@ cdef class CommandBuffer:
     cdef Program recorded  # the Program, once ended (single_pass: while recording, too)
     cdef list slot_commands
     cdef list constant_commands  # dispatches with a constant slot
+    cdef list indirect_commands  # the indices of the dispatch_indirect commands
 
     # What a release since recording may invalidate.
     cdef object live_token
@@ -53,4 +54,8 @@ cdef class CommandBuffer:
     cdef tuple direct(self, tuple commands)
     cdef void check_released(self, str what, tuple commands) except *
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, object arg, int usage)
+    cdef BufferRef check_parameters(self, object parameters, Py_ssize_t index, str name)
+    cdef void check_static_parameters(self, BufferRef p, Py_ssize_t index, str name) except *
+    cdef void add_dispatch(self, str command, object executable, object name, object workgroups, object constants,
+                           object bindings, BufferRef parameters, bint dynamic) except *
     cdef void record(self, Command command, tuple refs, tuple writes) except *

@@ -37,6 +37,7 @@ FLOAT32_MAX = 3.4028234663852886e38
 cdef int SOURCE = BufferUsage.TRANSFER_SOURCE
 cdef int TARGET = BufferUsage.TRANSFER_TARGET
 cdef int STORAGE = BufferUsage.DISPATCH_STORAGE
+cdef int ANY = BufferUsage.DEFAULT
 _USAGE_NAMES = {int(BufferUsage.TRANSFER_SOURCE): "TRANSFER_SOURCE", int(BufferUsage.TRANSFER_TARGET): "TRANSFER_TARGET",
                 int(BufferUsage.DISPATCH_STORAGE): "DISPATCH_STORAGE"}
 cdef int INITIAL = 0, RECORDING = 1, ENDED = 2
@@ -99,6 +100,7 @@ cdef class CommandBuffer:
         self.slots_needed = 0
         self.constant_commands = []
         self.constants_needed = 0
+        self.indirect_commands = []
         self.uses_slot = False
         self.direct_buffers = None  # bound without a slot, when first needed
         self.dispatched = None  # executable -> first command, when first needed
@@ -171,7 +173,7 @@ cdef class CommandBuffer:
             self.slots_needed = max(slot_users, default=-1) + 1
             self.constants_needed = max(constant_users, default=-1) + 1
             self.recorded = self.planner.finish(commands, slot_users, self.slots_needed, constant_users,
-                                                self.constants_needed)
+                                                self.constants_needed, tuple(self.indirect_commands))
             self.emitter.end(self.recorded)
         except BaseException:  # the backend failed to emit: stay recording, as before end()
             self.direct_buffers = self.dispatched = None
@@ -287,6 +289,67 @@ cdef class CommandBuffer:
         """Run export `name` over `workgroups` with 32-bit `constants` and buffer `bindings`."""
         if self.phase != RECORDING:
             self.not_recording("dispatch")
+        self.add_dispatch("dispatch", executable, name, workgroups, constants, bindings, None, False)
+
+    def dispatch_indirect(self, executable: Executable, name: str, parameters: Buffer | BufferRef,
+                          constants: Sequence[Any] = (), bindings: Sequence[Buffer | BufferRef] = (),
+                          dynamic: bool = False) -> None:
+        """Run export `name` over the workgroup counts found at `parameters`: three uint32 (x, y, z) at a 4-byte
+        aligned reference of at least 12 bytes (a slot is allowed). A zero count runs nothing; counts above the
+        device's max_workgroup_count run nothing and fail the work (DeviceError).
+
+        `dynamic=False`: the counts are read when the submission starts to run (after its waits), so they may not
+        be written by an earlier command of this command buffer. `dynamic=True`: earlier commands may write them
+        (across a barrier or a dependency); they count as a read in dependency and race analysis either way."""
+        if self.phase != RECORDING:
+            self.not_recording("dispatch_indirect")
+        cdef Py_ssize_t index = self.count
+        if not isinstance(dynamic, bool):
+            raise ValidationError(f"command {index} (dispatch_indirect {name}): dynamic must be True or False, "
+                                  f"got {dynamic!r}")
+        cdef BufferRef p = self.check_parameters(parameters, index, name)
+        if not p.bounded or p.nbytes != 12:
+            p = BufferRef(p.buffer, p.slot, p.offset, 12)
+        if not dynamic:
+            self.check_static_parameters(p, index, name)
+        self.add_dispatch("dispatch_indirect", executable, name, (1, 1, 1), constants, bindings, p, dynamic)
+
+    cdef BufferRef check_parameters(self, object parameters, Py_ssize_t index, str name):
+        """Check a dispatch_indirect's parameters reference: 12 bytes or more at a 4-byte aligned offset of a
+        buffer with DISPATCH_STORAGE usage (the GPU backends' guard reads them as storage), or of a slot."""
+        # Any usage passes check_ref (which also skips the storage offset alignment); the usage is checked below.
+        cdef BufferRef p = self.check_ref(parameters, index, "dispatch_indirect", "parameters", ANY)
+        if p.offset % 4 or (p.bounded and p.nbytes < 12):
+            raise ValidationError(f"command {index} (dispatch_indirect {name}): parameters at offset {p.offset} "
+                                  f"with length {p.length} must be 4-byte aligned and hold at least 12 bytes "
+                                  f"(three uint32 workgroup counts)")
+        if p.buffer is not None and not p.buffer.usage_bits & STORAGE:
+            raise ValidationError(f"command {index} (dispatch_indirect {name}): parameters lack "
+                                  f"BufferUsage.DISPATCH_STORAGE (the buffer was allocated with {p.buffer.usage!r})")
+        return p
+
+    cdef void check_static_parameters(self, BufferRef p, Py_ssize_t index, str name) except *:
+        """Static counts are read when the submission starts: refuse them if an earlier command writes them
+        (the same buffer, or the same slot, overlapping)."""
+        cdef BufferRef r
+        cdef Segment seg = self.head
+        while seg is not None:
+            for c in seg.commands:
+                refs, writes = refs_and_writes(c)
+                for i in range(len(refs)):
+                    r = refs[i]
+                    if writes[i] and r.buffer is p.buffer and (r.buffer is not None or r.slot == p.slot) and \
+                            r.offset < p.offset + 12 and (not r.bounded or p.offset < r.offset + r.nbytes):
+                        raise ValidationError(
+                            f"command {index} (dispatch_indirect {name}): its parameters [{p.offset}, "
+                            f"{p.offset + 12}) are written by command {(<Command>c).index} ({c.kind}) of this "
+                            f"command buffer, but static counts are read when the submission starts; pass "
+                            f"dynamic=True to read what earlier commands write")
+            seg = seg.next
+
+    cdef void add_dispatch(self, str command, object executable, object name, object workgroups, object constants,
+                           object bindings, BufferRef parameters, bint dynamic) except *:
+        """Check and record a dispatch (`command`: "dispatch", or "dispatch_indirect" with its `parameters`)."""
         cdef Py_ssize_t index = self.count, i
         cdef Entry entry = None
         try:
@@ -295,41 +358,45 @@ cdef class CommandBuffer:
         except (AttributeError, KeyError, TypeError):
             pass
         if entry is None:
-            _bad_export(executable, name, self.device, index)
+            _bad_export(executable, name, self.device, index, command)
         if not (type(workgroups) is tuple and len(workgroups) == 3 and self.workgroups_fit(workgroups)):
             workgroups = _workgroups(workgroups, index, name, (self.max_groups_x, self.max_groups_y,
                                                                self.max_groups_z))
         if type(constants) is not tuple:
-            constants = _sequence(constants, index, name, "constants")
+            constants = _sequence(constants, index, name, "constants", command)
         cdef Py_ssize_t n = len(constants)
         if n != entry.constants:
-            raise ValidationError(f"command {index} (dispatch {name}): {n} constants given, "
+            raise ValidationError(f"command {index} ({command} {name}): {n} constants given, "
                                   f"the export takes {entry.constants}")
         if 4 * n > self.max_constant_bytes:
-            raise ValidationError(f"command {index} (dispatch {name}): {4 * n} bytes of constants "
+            raise ValidationError(f"command {index} ({command} {name}): {4 * n} bytes of constants "
                                   f"exceed the device's max_push_constants_size {self.max_constant_bytes}")
         cdef bint constant_slots = False
         for c in <tuple>constants:
             if not _plain_word(c):
-                constant_slots = _check_constants(constants, index, name, self.constant_capacity)
+                constant_slots = _check_constants(constants, index, name, self.constant_capacity, command)
                 break
         if type(bindings) is not tuple:
-            bindings = _sequence(bindings, index, name, "bindings")
+            bindings = _sequence(bindings, index, name, "bindings", command)
         n = len(bindings)
         if n != entry.bindings:
-            raise ValidationError(f"command {index} (dispatch {name}): {n} bindings given, "
+            raise ValidationError(f"command {index} ({command} {name}): {n} bindings given, "
                                   f"the export takes {entry.bindings}")
         cdef tuple resolved = PyTuple_New(n)  # filled below: a tuple built in place, not from a list
         cdef BufferRef r
         for i in range(n):
-            r = self.check_ref((<tuple>bindings)[i], index, "dispatch", i, STORAGE)
+            r = self.check_ref((<tuple>bindings)[i], index, command, i, STORAGE)
             Py_INCREF(r)  # PyTuple_SET_ITEM steals a reference
             PyTuple_SET_ITEM(resolved, i, r)
-        cdef Dispatch command = new_dispatch(index, self.tail.index, executable, entry, workgroups, constants,
-                                             resolved)
-        self.record(command, command.bindings, command.writes)
+        cdef Dispatch d = new_dispatch(index, self.tail.index, executable, entry, workgroups, constants, resolved,
+                                       parameters, dynamic)
+        if parameters is None:
+            self.record(d, d.bindings, d.writes)
+        else:
+            self.record(d, d.bindings + (parameters,), d.writes + (False,))
+            self.indirect_commands.append(index)
         if constant_slots:
-            self.constant_commands.append(command)
+            self.constant_commands.append(d)
 
     cdef bint workgroups_fit(self, tuple workgroups):
         """The common case: three ints within the device's limits (anything else takes _workgroups' path)."""
@@ -559,11 +626,14 @@ def _check_slot_command(Command c, tuple table, caps) -> None:
         key, start, end = access_range(r, table)
         if r.buffer is None:
             usage = STORAGE if c.kind == "dispatch" else (TARGET if write else SOURCE)
-            if not (0 <= start < end <= key.size and key.usage_bits & usage and (usage != STORAGE or (
+            parameters = c.kind == "dispatch" and i == len((<Dispatch>c).bindings)  # dispatch_indirect's counts
+            if not (0 <= start < end <= key.size and key.usage_bits & usage and (usage != STORAGE or parameters or (
                     start % caps.storage_buffer_offset_alignment == 0
                     and end - start <= caps.max_storage_buffer_range))):
                 arg = f"slot {r.slot} (binding_table[{r.slot}])"  # the message, on the failing path only
-                if c.kind == "dispatch":
+                if parameters:
+                    arg = f"parameters = {arg}"
+                elif usage == STORAGE:
                     arg = f"bindings[{i}] = {arg}"
                 try:
                     _check_range(start, end - start, key, caps, c.index, c.kind, arg, usage)
@@ -623,23 +693,23 @@ def _name(arg) -> str:
     return f"bindings[{arg}]" if type(arg) is int else arg
 
 
-def _bad_export(executable, name, device, index) -> None:
+def _bad_export(executable, name, device, index, command) -> None:
     if not isinstance(executable, Executable) or executable.device is not device:
-        raise ValidationError(f"command {index} (dispatch): executable must be a hal.Executable loaded "
+        raise ValidationError(f"command {index} ({command}): executable must be a hal.Executable loaded "
                               f"on this device, got {executable!r}")
     if executable.released:
-        raise ValidationError(f"command {index} (dispatch {name}): the executable was released; load it again")
-    raise ValidationError(f"command {index} (dispatch): no export {name!r}; the executable has "
+        raise ValidationError(f"command {index} ({command} {name}): the executable was released; load it again")
+    raise ValidationError(f"command {index} ({command}): no export {name!r}; the executable has "
                           f"{', '.join(executable.entries)}")
 
 
-def _check_constants(tuple constants, index, name, Py_ssize_t capacity) -> bool:
+def _check_constants(tuple constants, index, name, Py_ssize_t capacity, command) -> bool:
     """Check every constant (a 32-bit value or a constant slot below `capacity`); does one use a slot?"""
     slots = False
     for i, c in enumerate(constants):
         if type(c) is ConstantSlot:
             if (<ConstantSlot>c).index >= capacity:
-                raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] uses constant slot "
+                raise ValidationError(f"command {index} ({command} {name}): constants[{i}] uses constant slot "
                                       f"{(<ConstantSlot>c).index}, but the command buffer's constant_capacity is "
                                       f"{capacity}")
             slots = True
@@ -647,7 +717,7 @@ def _check_constants(tuple constants, index, name, Py_ssize_t capacity) -> bool:
         try:
             constant_word(c)
         except (TypeError, OverflowError) as e:
-            raise ValidationError(f"command {index} (dispatch {name}): constants[{i}] = {c!r}: {e}") from None
+            raise ValidationError(f"command {index} ({command} {name}): constants[{i}] = {c!r}: {e}") from None
     return slots
 
 
@@ -683,14 +753,14 @@ def _workgroups(workgroups, index, name, limit) -> tuple:
     return (int(items[0]), int(items[1]), int(items[2]))
 
 
-def _sequence(items, index, name, what) -> tuple:
+def _sequence(items, index, name, what, command) -> tuple:
     if isinstance(items, (str, bytes)):
-        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
+        raise ValidationError(f"command {index} ({command} {name}): {what} must be a sequence, "
                               f"got {type(items).__name__}")
     try:
         return tuple(items)
     except TypeError:
-        raise ValidationError(f"command {index} (dispatch {name}): {what} must be a sequence, "
+        raise ValidationError(f"command {index} ({command} {name}): {what} must be a sequence, "
                               f"got {type(items).__name__}") from None
 
 

@@ -35,10 +35,12 @@ cdef class Dispatch(Command):
     cdef readonly object executable
     cdef readonly object export
     cdef readonly Py_ssize_t ordinal  # the export's position in the executable
-    cdef readonly tuple workgroups  # (x, y, z)
+    cdef readonly tuple workgroups  # (x, y, z); for dispatch_indirect, the (1, 1, 1) its parameters replace
     cdef readonly tuple constants  # as given: ints, floats, 32-bit numpy scalars or ConstantSlots
     cdef readonly tuple bindings  # BufferRef per binding
     cdef readonly tuple writes  # per binding: does the kernel write it?
+    cdef readonly BufferRef parameters  # dispatch_indirect: 12 bytes, the workgroup counts; None for dispatch
+    cdef readonly bint dynamic  # dispatch_indirect: the counts may be written by earlier commands
 
 
 cdef class Segment:
@@ -51,7 +53,7 @@ cdef Fill new_fill(Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes
 cdef Update new_update(Py_ssize_t index, Py_ssize_t segment, BufferRef target, bytes data)
 cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, BufferRef target)
 cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
-                           tuple constants, tuple bindings)
+                           tuple constants, tuple bindings, BufferRef parameters=*, bint dynamic=*)
 cdef Segment new_segment(Py_ssize_t index)
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF

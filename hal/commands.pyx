@@ -48,10 +48,13 @@ cdef class Copy(Command):
 
 
 cdef class Dispatch(Command):
+    """A dispatch; with `parameters`, a dispatch_indirect, whose workgroup counts are read from there."""
+
     kind = "dispatch"
 
     def accesses(self):
-        return tuple(zip(self.bindings, self.writes))
+        accessed = tuple(zip(self.bindings, self.writes))
+        return accessed if self.parameters is None else accessed + ((self.parameters, READ),)
 
 
 cdef class Entry:
@@ -93,11 +96,12 @@ cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, Buffe
 
 
 cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
-                           tuple constants, tuple bindings):
+                           tuple constants, tuple bindings, BufferRef parameters=None, bint dynamic=False):
     cdef Dispatch c = Dispatch.__new__(Dispatch)
     c.index, c.segment = index, segment
     c.executable, c.export, c.ordinal = executable, entry.export, entry.ordinal
     c.workgroups, c.constants, c.bindings, c.writes = workgroups, constants, bindings, entry.writes
+    c.parameters, c.dynamic = parameters, dynamic
     return c
 
 

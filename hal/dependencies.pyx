@@ -50,8 +50,12 @@ cpdef tuple access_range(BufferRef ref, tuple table=None):
 cpdef tuple refs_and_writes(Command command):
     """The references `command` accesses and, for each, whether it writes it."""
     cdef type kind = type(command)
+    cdef Dispatch d
     if kind is Dispatch:
-        return (<Dispatch>command).bindings, (<Dispatch>command).writes
+        d = <Dispatch>command
+        if d.parameters is None:
+            return d.bindings, d.writes
+        return d.bindings + (d.parameters,), d.writes + (False,)  # the workgroup counts are read
     if kind is Copy:
         return ((<Copy>command).source, (<Copy>command).target), (False, True)
     if kind is Fill:
@@ -246,9 +250,10 @@ cdef class Planner:
         deps.push_back(join)
 
     def finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-               Py_ssize_t constants_needed) -> Program:
-        """Freeze the program: `commands` in recording order, and which commands use each slot and constant slot."""
-        self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed)
+               Py_ssize_t constants_needed, tuple indirect=()) -> Program:
+        """Freeze the program: `commands` in recording order, which commands use each slot and constant slot, and
+        the indirect dispatches."""
+        self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed, indirect)
         return self.program
 
 
@@ -523,6 +528,8 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
         dispatch = <Dispatch>command
         for i in range(len(dispatch.bindings)):  # BufferRefs, checked when recorded
             _add_access(into, <BufferRef>dispatch.bindings[i], dispatch.writes[i])
+        if dispatch.parameters is not None:
+            _add_access(into, dispatch.parameters, False)
     elif kind is Copy:
         _add_access(into, (<Copy>command).source, False)
         _add_access(into, (<Copy>command).target, True)

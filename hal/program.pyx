@@ -11,6 +11,7 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
   has several members, with the commands of a wide segment spread over `lane_limit` lanes;
 - `slot_users`: binding-table slot -> the commands that use it (what a new table touches);
 - `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
+- `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard;
 - `regions` and `transients`: room for conditional regions and the transient-memory plan.
 
 A backend's side of a command buffer is its emitter (see `Emitter`): the command buffer hands it the
@@ -35,6 +36,7 @@ cdef class Program:
         self.slots_needed = 0
         self.constant_users = {}
         self.constants_needed = 0
+        self.indirect = ()
         self.regions = ()
         self.transients = None
         self.frozen = False
@@ -62,12 +64,13 @@ cdef class Program:
         self.node_command.push_back(command)
 
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-                     Py_ssize_t constants_needed):
+                     Py_ssize_t constants_needed, tuple indirect):
         self.commands = commands
         self.slot_users = slot_users
         self.slots_needed = slots_needed
         self.constant_users = constant_users
         self.constants_needed = constants_needed
+        self.indirect = indirect
         self.frozen = True
 
     # The DAG.

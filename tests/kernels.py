@@ -31,13 +31,21 @@ def _xor_copy(ctx):
     out[:n] = ctx.binding(0, np.uint32)[:n] ^ k
 
 
+def _mark(ctx):
+    """Each workgroup (x, y, z) of the grid adds k to x[(z * Y + y) * X + x]: the grid shows in the buffer."""
+    groups = ctx.workgroups[0] * ctx.workgroups[1] * ctx.workgroups[2]
+    x = ctx.binding(0, np.uint32)
+    x[:groups] = x[:groups] + ctx.words[0]
+
+
 EXPORTS = (
     hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1)),
     hal.Export("scale", bindings=1, constants=2, workgroup_size=WORKGROUP),
     hal.Export("xor_copy", bindings=2, constants=2, workgroup_size=WORKGROUP, readonly=(0,)),
+    hal.Export("mark", bindings=1, constants=1, workgroup_size=WORKGROUP),
 )
 
-HOST = hal.ExecutableSource.python({"add": _add, "scale": _scale, "xor_copy": _xor_copy}, EXPORTS)
+HOST = hal.ExecutableSource.python({"add": _add, "scale": _scale, "xor_copy": _xor_copy, "mark": _mark}, EXPORTS)
 
 # CUDA ABI: the bindings as device pointers, in order, then each constant as one 32-bit value.
 CUDA_CODE = r"""
@@ -52,6 +60,9 @@ extern "C" __global__ void scale(unsigned* x, unsigned n, unsigned k) {
 extern "C" __global__ void xor_copy(const unsigned* x, unsigned* out, unsigned n, unsigned k) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = x[i] ^ k;
+}
+extern "C" __global__ void mark(unsigned* x, unsigned k) {
+    if (threadIdx.x == 0) x[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] += k;
 }
 """
 CUDA = hal.ExecutableSource.cuda(CUDA_CODE, EXPORTS)
@@ -77,6 +88,14 @@ layout(set = 0, binding = 1) writeonly buffer Y { uint y[]; };
 layout(push_constant) uniform P { uint n; uint k; } p;
 void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) y[i] = x[i] ^ p.k; }
 """,
+    "mark": _GLSL_HEAD + """
+layout(set = 0, binding = 0) buffer X { uint x[]; };
+layout(push_constant) uniform P { uint k; } p;
+void main() {
+    uvec3 g = gl_WorkGroupID, n = gl_NumWorkGroups;
+    if (gl_LocalInvocationIndex == 0u) x[(g.z * n.y + g.y) * n.x + g.x] += p.k;
+}
+""",
 }
 VULKAN = hal.ExecutableSource.glsl(GLSL, EXPORTS)
 
@@ -92,6 +111,8 @@ def reference(name: str, constants: tuple[int, ...], arrays: list[np.ndarray]) -
         arrays[0][:n] = arrays[0][:n] * np.uint32(constants[1])
     elif name == "xor_copy":
         arrays[1][:n] = arrays[0][:n] ^ np.uint32(constants[1])
+    elif name == "mark":  # n: the workgroups of the grid
+        arrays[0][:n] = arrays[0][:n] + np.uint32(constants[1])
     else:
         raise KeyError(name)
 

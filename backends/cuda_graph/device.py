@@ -31,6 +31,7 @@ from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
+from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore
 
@@ -136,6 +137,7 @@ class CudaDevice(Device):
         # which of those are done without a driver call.
         self._marks = host_alloc(8)
         self._marks[2][:] = 0
+        self._faults: tuple[int, int, np.ndarray] | None = None  # the dispatch_indirect fault record (hal.indirect)
         self._submitted = 0  # submissions with waits or signals: the mark each writes
         self._pending: list[tuple[int, tuple, tuple]] = []  # (mark, waits, signals) of unfinished submissions
         self.lifetime = Lifetime(mark=self._mark, finished=lambda event: driver.cuEventQuery(event)[0] != NOT_READY,
@@ -406,6 +408,17 @@ class CudaDevice(Device):
     def _synchronize(self) -> None:
         self.activate()
         self._wait_stream()
+        if self._faults is not None:
+            raise_fault(self._faults[2].view(np.uint32), self.capabilities.max_workgroup_count)
+
+    def indirect_faults(self) -> int:
+        """The device address of the fault record the dispatch_indirect setters write (pinned host memory the
+        host reads at synchronize), made on first use."""
+        with self._staging_lock:
+            if self._faults is None:
+                self._faults = host_alloc(FAULT_BYTES)
+                self._faults[2][:] = 0
+            return self._faults[1]
 
     def check_lost(self) -> None:
         if self._lost is not None:
@@ -422,7 +435,7 @@ class CudaDevice(Device):
             time.sleep(0.001)
         driver.cuStreamSynchronize(self.stream)
         self.lifetime.close()
-        for host in (self._staging, self._marks):
+        for host in (self._staging, self._marks, self._faults):
             if host is not None:
                 driver.cuMemFreeHost(host[0])
         self._staging = None

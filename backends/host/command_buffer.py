@@ -3,6 +3,8 @@
 At end() the DAG is ordered once (Program.topological_order): among the commands ready to run, always
 the one recorded last. So the host runs commands out of recording order wherever the DAG allows, and a
 missing dependency shows up as a wrong result in the tests rather than hiding behind program order.
+A dispatch_indirect reads its workgroup counts when the submission starts (static) or when it runs (dynamic);
+a zero count runs nothing, a count above the device's max_workgroup_count fails the submission.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class HostEmitter:
 
     def __init__(self) -> None:
         self.order: list[Command] = []
+        self.static: list[Dispatch] = []  # the dispatch_indirect commands whose counts are read at the start
 
     def begin(self, program: Program) -> None:
         pass
@@ -36,20 +39,32 @@ class HostEmitter:
 
     def end(self, program: Program) -> None:
         self.order = program.topological_order()
+        self.static = [c for c in (program.commands[i] for i in program.indirect) if not c.dynamic]
 
     def reset(self) -> None:
         self.order = []
+        self.static = []
 
 
-def execute(order: list[Command], table: tuple[Buffer, ...], constants: tuple) -> None:
+def execute(order: list[Command], static: list[Dispatch], limit: tuple[int, int, int], table: tuple[Buffer, ...],
+            constants: tuple) -> None:
     """Run commands in `order` (a submission keeps its own order, so reset() cannot pull it away), with the
-    submission's binding `table` and constant slot values `constants`."""
+    submission's binding `table` and constant slot values `constants`; `static`: the dispatch_indirect commands
+    whose counts are read first, `limit`: the device's max_workgroup_count."""
+    counts = {c.index: _counts(c, table) for c in static}
     for c in order:
         try:
             if type(c) is Dispatch:
-                _dispatch(c, table, constants)
+                workgroups = c.workgroups
+                if c.parameters is not None:
+                    workgroups = _grid(c, counts[c.index] if not c.dynamic else _counts(c, table), limit)
+                    if workgroups is None:
+                        continue
+                _dispatch(c, workgroups, table, constants)
             else:
                 _RUN[type(c)](c, table)
+        except DeviceError:
+            raise
         except Exception as e:
             name = f" {c.export.name}" if isinstance(c, Dispatch) else ""
             raise DeviceError(f"host: command {c.index} ({c.kind}{name}) failed: {type(e).__name__}: {e}") from e
@@ -73,13 +88,27 @@ def _copy(c: Copy, table: tuple[Buffer, ...]) -> None:
     _view(c.target, table)[:] = _view(c.source, table)
 
 
-def _dispatch(c: Dispatch, table: tuple[Buffer, ...], slot_values: tuple) -> None:
+def _counts(c: Dispatch, table: tuple[Buffer, ...]) -> tuple[int, ...]:
+    """A dispatch_indirect's workgroup counts as they are now."""
+    return tuple(int(n) for n in _view(c.parameters, table).view(np.uint32))
+
+
+def _grid(c: Dispatch, counts: tuple[int, ...], limit: tuple[int, int, int]) -> tuple[int, ...] | None:
+    """The grid a dispatch_indirect runs: its counts, or None when one is zero (it runs nothing); counts above
+    the limit fail it (and so the submission), as a GPU backend's guard fails the work."""
+    if any(n > most for n, most in zip(counts, limit)):
+        raise DeviceError(f"host: command {c.index} (dispatch_indirect {c.export.name}): workgroup counts {counts} "
+                          f"exceed the device's max_workgroup_count {limit}; it ran nothing")
+    return counts if all(counts) else None
+
+
+def _dispatch(c: Dispatch, workgroups: tuple, table: tuple[Buffer, ...], slot_values: tuple) -> None:
     views = [_view(r, table) for r in c.bindings]
     export = c.export
     given = (slot_values[v.index] if type(v) is ConstantSlot else v for v in c.constants)
     constants = tuple(np.float32(v) if type(v) is float else v for v in given)  # what a GPU sees
     c.executable.functions[c.ordinal](
-        DispatchContext(views, export.readonly, constants, c.workgroups, export.workgroup_size))
+        DispatchContext(views, export.readonly, constants, workgroups, export.workgroup_size))
 
 
 _RUN = {Fill: _fill, Update: _update, Copy: _copy}

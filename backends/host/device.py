@@ -20,7 +20,6 @@ from backends.host.semaphore import HostSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
-from hal.commands import Command
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
@@ -69,11 +68,12 @@ class HostDriver(Driver):
 
 
 class _Submission:
-    __slots__ = ("order", "table", "constants", "waits", "signals")
+    __slots__ = ("order", "static", "table", "constants", "waits", "signals")
 
-    def __init__(self, order: list[Command], table: tuple[Buffer, ...], constants: tuple,
+    def __init__(self, emitter: HostEmitter, table: tuple[Buffer, ...], constants: tuple,
                  waits: tuple[tuple[HostSemaphore, int], ...], signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
-        self.order, self.table, self.constants, self.waits, self.signals = order, table, constants, waits, signals
+        self.order, self.static = emitter.order, emitter.static  # the lists of now: reset() makes new ones
+        self.table, self.constants, self.waits, self.signals = table, constants, waits, signals
 
 
 class HostDevice(Device):
@@ -105,7 +105,7 @@ class HostDevice(Device):
                        waits: tuple[tuple[HostSemaphore, int], ...],
                        signals: tuple[tuple[HostSemaphore, int], ...], constants: tuple) -> None:
         with self.condition:
-            self._pending.append(_Submission(command_buffer.emitter.order, table, constants, waits, signals))
+            self._pending.append(_Submission(command_buffer.emitter, table, constants, waits, signals))
             self._queued += 1
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, name=WORKER_NAME, daemon=True)
@@ -166,7 +166,8 @@ class HostDevice(Device):
                 self._running = True
             try:
                 if error is None:
-                    execute(head.order, head.table, head.constants)
+                    execute(head.order, head.static, self.capabilities.max_workgroup_count, head.table,
+                            head.constants)
             except BaseException as e:  # execute() wraps Exceptions; a SystemExit from a kernel still fails the work
                 error = e if isinstance(e, DeviceError) else DeviceError(f"host: a kernel raised {e!r}")
                 error.__cause__ = error.__cause__ or e

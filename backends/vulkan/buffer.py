@@ -48,12 +48,15 @@ class VulkanBuffer(Buffer):
 
     __slots__ = ("vk_buffer", "_finalizer")
 
-    def __init__(self, device: VulkanDevice, size: int, usage: BufferUsage) -> None:
+    def __init__(self, device: VulkanDevice, size: int, usage: BufferUsage, indirect: bool = False) -> None:
+        """`indirect`: vkCmdDispatchIndirect may read it (hal's own buffers for dispatch_indirect)."""
         super().__init__(device, size, usage)
         self.vk_buffer = None
         self._finalizer = None
         if size:  # Vulkan has no empty buffers; nothing can bind an empty range anyway
             bits = _TRANSFER | (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT if usage & BufferUsage.DISPATCH_STORAGE else 0)
+            if indirect:
+                bits |= vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT
             self.vk_buffer, allocation = create_buffer(device, size, bits, DEVICE_LOCAL)
             self.handle = device.address(self.vk_buffer)
             self._finalizer = device.lifetime.track(self, destroy_buffer, device, self.vk_buffer, allocation)

@@ -16,6 +16,7 @@ Khronos headers), so recording costs what the driver charges.
   the TABLE_CACHE most recently used keep their VkCommandBuffers, so alternating between tables or values
   costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
   buffers are encoded once and resubmitted as they are.
+- dispatch_indirect: a guard dispatch and a barrier, then vkCmdDispatchIndirect (backends.vulkan.indirect).
 - The resubmission of an unchanged command buffer is VulkanDevice.queue_execute, compiled here: one
   vkQueueSubmit after a few identity checks.
 """
@@ -26,7 +27,7 @@ from libcpp.vector cimport vector
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
-from hal.commands cimport Command, Copy, Dispatch, Fill, Update, checked_word
+from hal.commands cimport Command, Copy, Dispatch, Fill, Update, checked_word, new_dispatch
 from hal.program cimport Program
 from backends.vulkan.khronos cimport (
     VkResult, VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
@@ -36,17 +37,19 @@ from backends.vulkan.khronos cimport (
     VK_PIPELINE_BIND_POINT_COMPUTE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_SUCCESS,
     VK_ERROR_OUT_OF_HOST_MEMORY, VK_ERROR_OUT_OF_DEVICE_MEMORY, VK_ERROR_DEVICE_LOST,
     VK_SHADER_STAGE_COMPUTE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-    VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_SHADER_READ_BIT, VK_ACCESS_SHADER_WRITE_BIT,
-    VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+    VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_ACCESS_SHADER_READ_BIT,
+    VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+    VK_ACCESS_INDIRECT_COMMAND_READ_BIT,
     VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT,
     VkDescriptorBufferInfo, VkWriteDescriptorSet, VkBufferCopy, VkMemoryBarrier,
     VkCommandBufferBeginInfo, VkSubmitInfo, VkTimelineSemaphoreSubmitInfo, PFN_vkVoidFunction,
     PFN_vkCmdBindPipeline, PFN_vkCmdPushDescriptorSetKHR, PFN_vkCmdBindDescriptorSets,
-    PFN_vkCmdPushConstants, PFN_vkCmdDispatch, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer,
+    PFN_vkCmdPushConstants, PFN_vkCmdDispatch, PFN_vkCmdDispatchIndirect, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer,
     PFN_vkCmdCopyBuffer, PFN_vkCmdPipelineBarrier, PFN_vkBeginCommandBuffer, PFN_vkEndCommandBuffer,
     PFN_vkQueueSubmit, vkGetDeviceProcAddr
 )
 
+from backends.vulkan.indirect import IndirectGuard
 from backends.vulkan.recording import Recording
 from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
@@ -65,6 +68,7 @@ cdef class DeviceCommands:
     cdef PFN_vkCmdBindDescriptorSets bind_descriptor_sets
     cdef PFN_vkCmdPushConstants push_constants
     cdef PFN_vkCmdDispatch dispatch
+    cdef PFN_vkCmdDispatchIndirect dispatch_indirect
     cdef PFN_vkCmdFillBuffer fill_buffer
     cdef PFN_vkCmdUpdateBuffer update_buffer
     cdef PFN_vkCmdCopyBuffer copy_buffer
@@ -73,6 +77,7 @@ cdef class DeviceCommands:
     cdef PFN_vkEndCommandBuffer end
     cdef PFN_vkQueueSubmit queue_submit
     cdef VkMemoryBarrier memory_barrier
+    cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
 
     def __init__(self, uintptr_t device, bint push_descriptors):
         cdef VkDevice handle = <VkDevice>device
@@ -80,6 +85,7 @@ cdef class DeviceCommands:
         self.bind_descriptor_sets = <PFN_vkCmdBindDescriptorSets>_entry(handle, b"vkCmdBindDescriptorSets")
         self.push_constants = <PFN_vkCmdPushConstants>_entry(handle, b"vkCmdPushConstants")
         self.dispatch = <PFN_vkCmdDispatch>_entry(handle, b"vkCmdDispatch")
+        self.dispatch_indirect = <PFN_vkCmdDispatchIndirect>_entry(handle, b"vkCmdDispatchIndirect")
         self.fill_buffer = <PFN_vkCmdFillBuffer>_entry(handle, b"vkCmdFillBuffer")
         self.update_buffer = <PFN_vkCmdUpdateBuffer>_entry(handle, b"vkCmdUpdateBuffer")
         self.copy_buffer = <PFN_vkCmdCopyBuffer>_entry(handle, b"vkCmdCopyBuffer")
@@ -95,6 +101,10 @@ cdef class DeviceCommands:
         self.memory_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
         self.memory_barrier.dstAccessMask = (VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                                              VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
+        memset(&self.indirect_barrier, 0, sizeof(VkMemoryBarrier))
+        self.indirect_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        self.indirect_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
+        self.indirect_barrier.dstAccessMask = VK_ACCESS_INDIRECT_COMMAND_READ_BIT
 
 
 cdef PFN_vkVoidFunction _entry(VkDevice device, const char* name) except NULL:
@@ -118,13 +128,14 @@ cdef void _check(VkResult result, str call) except *:
 cdef class Encoder:
     """Records commands into one VkCommandBuffer (begun), skipping state Vulkan already holds; `table`
     resolves slot references and `slot_constants` constant slots, `arena` gives descriptor sets when the
-    device has no push descriptors."""
+    device has no push descriptors, `guard` (an IndirectGuard) guards dispatch_indirect commands."""
 
     cdef DeviceCommands fn
     cdef VkCommandBuffer cb
     cdef tuple table
     cdef tuple slot_constants
     cdef object arena
+    cdef public object guard
     cdef object executable  # the last dispatch's executable and export ordinal, and their handles
     cdef Py_ssize_t ordinal
     cdef VkPipeline pipeline  # what is bound
@@ -139,12 +150,13 @@ cdef class Encoder:
     cdef bint descriptors_set, constants_set
     cdef Py_ssize_t barriers, pipelines, descriptor_sets, constant_pushes, dispatches
 
-    def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena):
+    def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena, guard=None):
         self.fn = fn
         self.cb = <VkCommandBuffer>cb
         self.table = table
         self.slot_constants = slot_constants
         self.arena = arena
+        self.guard = guard
         self.executable = None
         self.ordinal = -1
         self.pipeline = NULL
@@ -196,12 +208,29 @@ cdef class Encoder:
     cdef inline VkDeviceSize length(self, BufferRef r, Buffer b):
         return r.nbytes if r.bounded else b.size - r.offset
 
+    cdef void guard_counts(self, Dispatch c) except *:
+        """Before dispatch_indirect `c`: the guard dispatch that puts its checked counts where
+        vkCmdDispatchIndirect reads them, and the barrier between the two."""
+        cdef BufferRef p = c.parameters
+        cdef Buffer b = self.resolve(p)
+        cdef Py_ssize_t base = p.offset - p.offset % self.guard.alignment
+        cdef Buffer chunk
+        chunk, slot = self.guard.place(c.index)
+        ranges = (BufferRef(b, -1, base, p.offset + 12 - base), chunk.whole, (<Buffer>self.guard.fault).whole)
+        self.dispatch(new_dispatch(c.index, c.segment, self.guard.executable, self.guard.entry, (1, 1, 1),
+                                   self.guard.constants(c.index, p.offset - base, slot), ranges))
+        self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                                 0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
+        self.barriers += 1
+
     cdef void dispatch(self, Dispatch c) except *:
         cdef Py_ssize_t n, i
         cdef BufferRef r
         cdef Buffer b
         cdef VkWriteDescriptorSet write
         cdef VkDescriptorSet chosen
+        if c.parameters is not None:
+            self.guard_counts(c)
         exe = c.executable
         if exe is not self.executable or c.ordinal != self.ordinal:
             self.executable, self.ordinal = exe, c.ordinal
@@ -258,8 +287,12 @@ cdef class Encoder:
                 self.constants.swap(self.words)
                 self.constants_set = True
                 self.constant_pushes += 1
-        x, y, z = c.workgroups
-        self.fn.dispatch(self.cb, x, y, z)
+        if c.parameters is None:
+            x, y, z = c.workgroups
+            self.fn.dispatch(self.cb, x, y, z)
+        else:
+            chunk, slot = self.guard.place(c.index)
+            self.fn.dispatch_indirect(self.cb, <VkBuffer><uintptr_t>(<Buffer>chunk).handle, 12 * slot)
         self.dispatches += 1
 
 
@@ -287,6 +320,7 @@ cdef class VulkanEmitter:
     cdef dict by_table  # (binding table's used prefix, words of the constant slots read) -> Recording
     cdef object open  # single_pass: the Recording being encoded
     cdef Encoder encoder
+    cdef object guard  # the IndirectGuard, once a dispatch_indirect needs it
     cdef readonly Py_ssize_t encodings
     cdef readonly dict counts
     cdef public object token
@@ -315,6 +349,8 @@ cdef class VulkanEmitter:
         if self.encoder is not None:
             if program.barrier[command.index]:
                 self.encoder.barrier()
+            if type(command) is Dispatch and (<Dispatch>command).parameters is not None:
+                self.encoder.guard = self.indirect_guard()
             self.encoder.encode(command)
 
     def end(self, Program program) -> None:
@@ -331,10 +367,17 @@ cdef class VulkanEmitter:
         for rec in [self.recorded, self.open, *self.by_table.values()]:
             if rec is not None:
                 rec.finalizer()
-        self.recorded = self.open = self.encoder = self.token = None
+        if self.guard is not None:
+            self.guard.release()
+        self.recorded = self.open = self.encoder = self.token = self.guard = None
         self.by_table = {}
         self.program = None
         self.device.lifetime.collect()
+
+    cdef object indirect_guard(self):
+        if self.guard is None:
+            self.guard = IndirectGuard(self.device)
+        return self.guard
 
     cdef void begin_recording(self, uintptr_t handle) except *:
         cdef VkCommandBufferBeginInfo info
@@ -353,7 +396,8 @@ cdef class VulkanEmitter:
         cdef Py_ssize_t i
         try:
             self.begin_recording(rec.handle)
-            encoder = Encoder(self.fn, rec.handle, table, constants, rec.arena)
+            encoder = Encoder(self.fn, rec.handle, table, constants, rec.arena,
+                              self.indirect_guard() if program.indirect else None)
             for i in range(len(program.commands)):
                 if program.barrier[i]:
                     encoder.barrier()

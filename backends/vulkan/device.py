@@ -25,6 +25,7 @@ from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ff
 from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
 from backends.vulkan.command_buffer import DeviceCommands, Submitter, VulkanEmitter, queue_execute
 from backends.vulkan.executable import VulkanExecutable
+from backends.vulkan.indirect import FaultRecord
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.recording import CommandPools, Recording
@@ -152,6 +153,7 @@ class VulkanDevice(Device):
         self.pipeline_cache = cache[0]
         self._staging: tuple[Any, Any, np.ndarray] | None = None  # (VkBuffer, allocation, mapped bytes)
         self._transfer: Recording | None = None
+        self._faults: FaultRecord | None = None
 
     @staticmethod
     def address(cdata: Any) -> int:
@@ -293,6 +295,15 @@ class VulkanDevice(Device):
 
     def _synchronize(self) -> None:
         self._wait_for(self._submitter.submitted)
+        if self._faults is not None:
+            self._faults.raise_fault()
+
+    def indirect_faults(self) -> FaultRecord:
+        """The fault record of the dispatch_indirect guards (backends.vulkan.indirect), made on first use."""
+        with self._host_access:
+            if self._faults is None:
+                self._faults = FaultRecord(self)
+            return self._faults
 
     def check_lost(self) -> None:
         if self._lost is not None:

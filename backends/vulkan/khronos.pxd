@@ -40,12 +40,14 @@ cdef extern from "vulkan/vulkan.h" nogil:
         VK_ERROR_DEVICE_LOST
         VK_SHADER_STAGE_COMPUTE_BIT
         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+        VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT
         VK_PIPELINE_STAGE_TRANSFER_BIT
         VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
         VK_ACCESS_SHADER_READ_BIT
         VK_ACCESS_SHADER_WRITE_BIT
         VK_ACCESS_TRANSFER_READ_BIT
         VK_ACCESS_TRANSFER_WRITE_BIT
+        VK_ACCESS_INDIRECT_COMMAND_READ_BIT
         VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
         VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
 
@@ -102,6 +104,7 @@ cdef extern from "vulkan/vulkan.h" nogil:
     ctypedef void (*PFN_vkCmdPushConstants)(VkCommandBuffer, VkPipelineLayout, VkShaderStageFlags, uint32_t,
                                             uint32_t, const void*)
     ctypedef void (*PFN_vkCmdDispatch)(VkCommandBuffer, uint32_t, uint32_t, uint32_t)
+    ctypedef void (*PFN_vkCmdDispatchIndirect)(VkCommandBuffer, VkBuffer, VkDeviceSize)
     ctypedef void (*PFN_vkCmdFillBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, uint32_t)
     ctypedef void (*PFN_vkCmdUpdateBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, const void*)
     ctypedef void (*PFN_vkCmdCopyBuffer)(VkCommandBuffer, VkBuffer, VkBuffer, uint32_t, const VkBufferCopy*)

@@ -175,7 +175,7 @@ def test_executable_loads_once_per_source_content(dev):
     assert dev.load_executable(kernels.SOURCE) is exe
     again = hal.ExecutableSource.multi(host=kernels.HOST, cuda=kernels.CUDA, vulkan=kernels.VULKAN)
     assert dev.load_executable(again) is exe
-    assert exe.device is dev and [e.name for e in exe.exports] == ["add", "scale", "xor_copy"]
+    assert exe.device is dev and [e.name for e in exe.exports] == ["add", "scale", "xor_copy", "mark"]
 
 
 def test_empty_command_buffer_runs(dev):

@@ -499,3 +499,66 @@ def test_one_export_of_two_executables_runs_each_ones_kernel(gpu, exe, mode, slo
     gpu.queue_execute(cb, (x, y) if slots else ())
     np.testing.assert_array_equal(x.read(np.uint32), u32(range(N)) * 9)
     np.testing.assert_array_equal(y.read(np.uint32), (u32(range(N)) * 3 + 1) * 3 + 1)
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_dispatch_indirect_is_a_setter_node_before_a_device_updatable_kernel_node(gpu, exe, strategy):
+    out = gpu.upload(np.zeros(64, np.uint32))
+    params = gpu.upload(kernels.u32([2, 2, 1, 3, 1, 1]))
+    cb = gpu.create_command_buffer(mode="reusable", strategy=strategy)
+    with cb:
+        cb.fill_buffer(hal.ref(params, 12, 4), np.uint32(3))
+        cb.dispatch(exe, "mark", (1, 1, 1), constants=(100,), bindings=(gpu.upload(np.zeros(4, np.uint32)),))
+        cb.execution_barrier()
+        cb.dispatch_indirect(exe, "mark", hal.ref(params, 0, 12), constants=(1,), bindings=(out,))
+        cb.execution_barrier()
+        cb.dispatch_indirect(exe, "mark", hal.ref(params, 12, 12), constants=(10,), bindings=(out,), dynamic=True)
+    emitted = cb.emitter.emitted_graph()
+    types = nx.get_node_attributes(emitted, "type")
+    assert set(types.values()) <= {"CU_GRAPH_NODE_TYPE_KERNEL", "CU_GRAPH_NODE_TYPE_MEMSET", "CU_GRAPH_NODE_TYPE_EMPTY"}
+    assert types[("indirect", 2)] == types[("indirect", 3)] == "CU_GRAPH_NODE_TYPE_KERNEL"
+    assert list(emitted.predecessors(("indirect", 2))) == []  # static: the first of a chain from the start
+    assert set(emitted.predecessors(("indirect", 3))) == set(emitted.predecessors(3)) - {("indirect", 3)}
+    assert ("indirect", 2) in emitted.predecessors(2) and ("indirect", 3) in emitted.predecessors(3)
+    for _ in range(3):
+        gpu.queue_execute(cb)
+    expected = np.zeros(64, np.uint32)
+    expected[:4] += 3
+    expected[:3] += 30
+    np.testing.assert_array_equal(out.read(np.uint32), expected)
+    assert cb.emitter.instantiations == 1
+
+
+def test_indirect_counts_in_a_slot_patch_the_setter_and_re_recording_instantiates_anew(gpu, exe):
+    out = gpu.upload(np.zeros(64, np.uint32))
+    tables = [gpu.upload(kernels.u32([4, 1, 1])), gpu.upload(kernels.u32([1, 2, 3]))]
+    cb = gpu.create_command_buffer(mode="reusable", binding_capacity=1, constant_capacity=1)
+
+    def record():
+        with cb:
+            cb.dispatch_indirect(exe, "mark", hal.slot(0), constants=(hal.constant_slot(0),), bindings=(out,))
+
+    record()
+    for params, k in [(tables[0], 1), (tables[1], 1), (tables[1], 2), (tables[0], 4)]:
+        gpu.queue_execute(cb, binding_table=(params,), constants=(k,))
+    expected = np.zeros(64, np.uint32)
+    expected[:4] += 1 + 4
+    expected[:6] += 1 + 2
+    np.testing.assert_array_equal(out.read(np.uint32), expected)
+    assert cb.emitter.instantiations == 1
+    cb.reset()
+    record()  # the same topology, but CUDA refuses cuGraphExecUpdate to device-updatable nodes
+    gpu.queue_execute(cb, binding_table=(tables[0],), constants=(8,))
+    expected[:4] += 8
+    np.testing.assert_array_equal(out.read(np.uint32), expected)
+    assert (cb.emitter.instantiations, cb.emitter.updates) == (2, 0)
+
+
+def test_one_shot_indirect_work_runs_as_a_graph(gpu, exe):
+    out = gpu.upload(np.zeros(64, np.uint32))
+    cb = gpu.create_command_buffer()
+    with cb:
+        cb.dispatch_indirect(exe, "mark", gpu.upload(kernels.u32([5, 1, 1])), constants=(2,), bindings=(out,))
+    gpu.queue_execute(cb)
+    assert cb.emitter.instantiations == 1
+    np.testing.assert_array_equal(out.read(np.uint32)[:6], [2, 2, 2, 2, 2, 0])

@@ -15,7 +15,9 @@ A program is a dict:
   dispatch constant through a constant slot (hal.constant_slot), its value given at submit;
 - "commands": tuples, with references R = (buffer, offset, length, via, open_end):
   ("fill", R, pattern bytes), ("update", R, data seed) (see `update_data`), ("copy", R_source, R_target),
-  ("dispatch", export name, constants, (R, ...)), ("barrier",).
+  ("dispatch", export name, constants, (R, ...), indirect), ("barrier",); `indirect` None (cb.dispatch), or
+  "static" / "dynamic": cb.dispatch_indirect, its counts in a buffer of hal's own (`indirect_counts`), static ones
+  written before the submission, dynamic ones by an update_buffer the recording starts with (then a barrier).
   `open_end` (only with `via`) records hal.slot(via, offset) without a length: to the buffer's end,
   which the generator only sets when offset + length is the buffer size (updates: where the data fits).
 Programs are race-free: a command that would overlap a command of its segment (one writing) gets an
@@ -39,7 +41,7 @@ DEVICES = ["host", pytest.param("vulkan", marks=pytest.mark.vulkan), pytest.para
 STRATEGIES = ("deferred", "single_pass")
 DEPENDENCIES = ("barriers", "hazards")
 BINDING_ALIGN = 256  # dispatch binding offsets: the strictest storage_buffer_offset_alignment in practice
-EXPORTS = {e.name: e for e in kernels.EXPORTS}
+EXPORTS = {e.name: e for e in kernels.EXPORTS if e.name != "mark"}  # mark shows a grid, not arithmetic
 
 
 # Generation.
@@ -127,7 +129,8 @@ def generate_program(draw):
                 continue
             n = draw(st.integers(1, min(r[2] for r in refs) // 4))
             constants = (n,) if name == "add" else (n, draw(st.integers(0, 2**32 - 1)))
-            cmd = ("dispatch", name, constants, tuple(ref(*r) for r in refs))
+            indirect = draw(st.sampled_from([None, None, "static", "dynamic"]), label="indirect")
+            cmd = ("dispatch", name, constants, tuple(ref(*r) for r in refs), indirect)
             accesses = [(r[0], r[1], r[1] + r[2], i not in export.readonly) for i, r in enumerate(refs)]
         if any(b == b2 and s < e2 and s2 < e and (w or w2)
                for b, s, e, w in accesses for b2, s2, e2, w2 in open_accesses):
@@ -168,10 +171,21 @@ def constant_count(program):
     return sum(len(c[2]) for c in program["commands"] if c[0] == "dispatch")
 
 
-def record_program(cb, exe, program, buffers, use_slots):
+def indirect_counts(program, mode):
+    """The workgroup counts of the program's `mode` ("static" or "dynamic") indirect dispatches, 16 bytes each."""
+    counts = [(*kernels.groups(c[2][0]), 0) for c in program["commands"] if c[0] == "dispatch" and c[4] == mode]
+    return np.array(counts or [(0, 0, 0, 0)], np.uint32)
+
+
+def record_program(cb, exe, program, buffers, use_slots, counts):
     """Record `program`'s commands into the begun command buffer `cb`; returns the values of the constant slots
-    (with use_slots), in slot order."""
+    (with use_slots), in slot order. `counts`: mode -> the buffer of the indirect dispatches' counts (the dynamic
+    ones are written first, then a barrier)."""
     values = []
+    placed = {"static": 0, "dynamic": 0}
+    if any(c[0] == "dispatch" and c[4] == "dynamic" for c in program["commands"]):
+        cb.update_buffer(counts["dynamic"], indirect_counts(program, "dynamic"))
+        cb.execution_barrier()
     for c in program["commands"]:
         kind = c[0]
         if kind == "barrier":
@@ -183,13 +197,19 @@ def record_program(cb, exe, program, buffers, use_slots):
         elif kind == "copy":
             cb.copy_buffer(_hal_ref(c[1], buffers, use_slots), _hal_ref(c[2], buffers, use_slots))
         else:
-            _, name, constants, refs = c
+            _, name, constants, refs, indirect = c
             n = constants[0]
             if use_slots:
                 values.extend(constants)
                 constants = tuple(hal.constant_slot(len(values) - len(constants) + i) for i in range(len(constants)))
-            cb.dispatch(exe, name, workgroups=kernels.groups(n), constants=constants,
-                        bindings=tuple(_hal_ref(r, buffers, use_slots) for r in refs))
+            bindings = tuple(_hal_ref(r, buffers, use_slots) for r in refs)
+            if indirect is None:
+                cb.dispatch(exe, name, workgroups=kernels.groups(n), constants=constants, bindings=bindings)
+            else:
+                parameters = hal.ref(counts[indirect], 16 * placed[indirect], 12)
+                placed[indirect] += 1
+                cb.dispatch_indirect(exe, name, parameters, constants=constants, bindings=bindings,
+                                     dynamic=indirect == "dynamic")
     return tuple(values)
 
 
@@ -197,20 +217,22 @@ def run_program(device, program, strategy, dependencies, use_slots):
     """Run `program` on `device`; returns the final bytes of every buffer (uint8 arrays)."""
     exe = device.load_executable(kernels.SOURCE)
     buffers = [device.upload(data) for data in initial_bytes(program)]
+    counts = {"static": device.upload(indirect_counts(program, "static")),
+              "dynamic": device.upload(np.zeros_like(indirect_counts(program, "dynamic")))}  # written by the program
     try:
         cb = device.create_command_buffer(mode="one_shot",
                                           binding_capacity=len(program["slots"]) if use_slots else 0,
                                           strategy=strategy, dependencies=dependencies,
                                           constant_capacity=constant_count(program) if use_slots else 0)
         cb.begin()
-        values = record_program(cb, exe, program, buffers, use_slots)
+        values = record_program(cb, exe, program, buffers, use_slots, counts)
         cb.end()
         table = tuple(buffers[b] for b in program["slots"]) if use_slots else ()
         device.queue_execute(cb, binding_table=table, constants=values)
         device.synchronize()
         return [b.read() for b in buffers]
     finally:
-        for b in buffers:
+        for b in [*buffers, *counts.values()]:
             b.release()
 
 
@@ -232,7 +254,7 @@ def run_reference(program):
         elif kind == "copy":
             view(c[2])[:] = view(c[1]).copy()
         elif kind == "dispatch":
-            _, name, constants, refs = c
+            _, name, constants, refs, _indirect = c
             kernels.reference(name, constants, [view(r).view(np.uint32) for r in refs])
     return mem
 
@@ -277,14 +299,16 @@ def test_reference_interpreter():
         ("update", (1, 16, 16, None, False), 77),
         ("barrier",),
         ("dispatch", "add", (8,), ((0, 0, 256, None, False), (1, 0, 256, None, False),
-                                   (2, 0, 256, None, False))),
+                                   (2, 0, 256, None, False)), None),
         ("barrier",),
-        ("dispatch", "scale", (2, 3), ((2, 0, 256, None, False),)),
+        ("dispatch", "scale", (2, 3), ((2, 0, 256, None, False),), "static"),
         ("copy", (0, 32, 16, None, False), (1, 240, 16, None, False)),
         ("barrier",),
-        ("dispatch", "xor_copy", (4, 1), ((2, 0, 256, None, False), (0, 0, 256, None, False))),
+        ("dispatch", "xor_copy", (4, 1), ((2, 0, 256, None, False), (0, 0, 256, None, False)), "dynamic"),
     ]}
     mem = run_reference(program)
+    with hal.create_device("host") as host:
+        assert all(np.array_equal(a, b) for a, b in zip(run_program(host, program, "deferred", "barriers", False), mem))
     a, b, c = (m.view(np.uint32).copy() for m in initial_bytes(program))
     assert len(set(map(bytes, (a, b, c)))) == 3
     np.testing.assert_array_equal(update_data(program["commands"][1]), update_data(program["commands"][1]))

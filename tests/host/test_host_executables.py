@@ -43,7 +43,7 @@ def test_different_functions_are_different_executables(host):
 
 def test_multi_source_runs_its_host_part(host):
     exe = host.load_executable(hal.ExecutableSource.multi(host=kernels.HOST))
-    assert [e.name for e in exe.exports] == ["add", "scale", "xor_copy"]
+    assert [e.name for e in exe.exports] == ["add", "scale", "xor_copy", "mark"]
     assert exe.export("xor_copy").readonly == (0,)
     src, dst = host.upload(u32(range(8))), host.allocate(32)
     cb = host.create_command_buffer()

@@ -1,0 +1,122 @@
+"""dispatch_indirect on Vulkan: a guard shader before each vkCmdDispatchIndirect (see hal.indirect).
+
+The guard (one invocation) reads the three counts where the command's parameters are, writes them, or zeros
+when one exceeds max_workgroup_count, to the 12 bytes hal keeps for that command, and notes the fault; a
+barrier (shader write -> indirect command read) follows, then vkCmdDispatchIndirect reads hal's 12 bytes. So
+the cost of an indirect dispatch is one extra one-invocation dispatch and one barrier (bench/vulkan.py). The
+guard sits just before its dispatch, after the command's own barrier: static counts, which no earlier command
+may write (the recorder checks), are then the counts the submission started with, and dynamic ones are those
+the commands before wrote.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from backends.vulkan.api import check, ffi, lib, vk
+from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
+from backends.vulkan.memory import HOST_VISIBLE
+from hal.buffer import Buffer, BufferUsage
+from hal.executable import ExecutableSource, Export
+from hal.indirect import FAULT_BYTES, raise_fault
+
+if TYPE_CHECKING:
+    from backends.vulkan.device import VulkanDevice
+
+GUARD = ExecutableSource.glsl({"guard": """#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) readonly buffer Parameters { uint parameters[]; };
+layout(set = 0, binding = 1) writeonly buffer Arguments { uint arguments[]; };
+layout(set = 0, binding = 2) buffer Fault { uint fault[]; };
+layout(push_constant) uniform Guard { uint word; uint slot; uint limit_x; uint limit_y; uint limit_z; uint command; } g;
+void main() {
+    uvec3 n = uvec3(parameters[g.word], parameters[g.word + 1u], parameters[g.word + 2u]);
+    if (any(greaterThan(n, uvec3(g.limit_x, g.limit_y, g.limit_z)))) {
+        if (atomicCompSwap(fault[0], 0u, 1u) == 0u) {
+            fault[1] = g.command; fault[2] = n.x; fault[3] = n.y; fault[4] = n.z;
+        }
+        n = uvec3(0u);
+    }
+    arguments[3u * g.slot] = n.x; arguments[3u * g.slot + 1u] = n.y; arguments[3u * g.slot + 2u] = n.z;
+}
+"""}, [Export("guard", bindings=3, constants=6, readonly=(0,))])
+PER_CHUNK = 256  # dispatch_indirect commands whose counts one arguments buffer holds
+
+
+class FaultRecord(Buffer):
+    """The device's fault record (hal.indirect): host-visible, coherent memory the guards write and the host
+    reads at synchronize() without a copy."""
+
+    __slots__ = ("vk_buffer", "words", "_finalizer")
+
+    def __init__(self, device: VulkanDevice) -> None:
+        super().__init__(device, FAULT_BYTES, BufferUsage.DISPATCH_STORAGE)
+        bits = vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+        self.vk_buffer, allocation = create_buffer(device, FAULT_BYTES, bits, HOST_VISIBLE, own=True)
+        pointer = ffi.new("void**")
+        try:
+            check(lib.vkMapMemory(device.handle, allocation.memory, allocation.offset, FAULT_BYTES, 0, pointer),
+                  "vkMapMemory")
+        except BaseException:
+            destroy_buffer(device, self.vk_buffer, allocation)
+            raise
+        self.words = np.frombuffer(ffi.buffer(pointer[0], FAULT_BYTES), np.uint32)
+        self.words[:] = 0
+        self.handle = device.address(self.vk_buffer)
+        self._finalizer = device.lifetime.track(self, _unmap_and_destroy, device, self.vk_buffer, allocation)
+
+    def raise_fault(self) -> None:
+        """Raise (and clear) the fault the guards noted, if any; call with the queue idle."""
+        raise_fault(self.words, self.device.capabilities.max_workgroup_count)
+
+    def _read(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.words.view(np.uint8)[offset:offset + nbytes].copy()
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        self.words.view(np.uint8)[offset:offset + len(data)] = np.frombuffer(data, np.uint8)
+
+    def _free(self) -> None:
+        self._finalizer()
+
+
+def _unmap_and_destroy(device: VulkanDevice, handle: Any, allocation: Any) -> None:
+    lib.vkUnmapMemory(device.handle, allocation.memory)
+    destroy_buffer(device, handle, allocation)
+
+
+class IndirectGuard:
+    """One command buffer's side of dispatch_indirect: the guard executable, the device's fault record, and the
+    arguments buffers (12 bytes per dispatch_indirect, PER_CHUNK to a buffer, added as commands come)."""
+
+    def __init__(self, device: VulkanDevice) -> None:
+        self.device = device
+        self.executable = device.load_executable(GUARD)
+        self.entry = self.executable.entries["guard"]
+        self.fault = device.indirect_faults()
+        self.limits = tuple(device.capabilities.max_workgroup_count)
+        self.alignment = device.capabilities.storage_buffer_offset_alignment
+        self.chunks: list[Buffer] = []
+        self.place_of: dict[int, tuple[Buffer, int]] = {}
+
+    def place(self, command: int) -> tuple[Buffer, int]:
+        """The arguments buffer and the entry in it that dispatch_indirect `command` reads its counts from."""
+        found = self.place_of.get(command)
+        if found is None:
+            slot = len(self.place_of) % PER_CHUNK
+            if slot == 0:
+                chunk = VulkanBuffer(self.device, 12 * PER_CHUNK, BufferUsage.DISPATCH_STORAGE, indirect=True)
+                self.chunks.append(chunk)
+            found = self.place_of[command] = (self.chunks[-1], slot)
+        return found
+
+    def constants(self, command: int, offset: int, slot: int) -> tuple[int, ...]:
+        """The guard's constants for the command whose parameters are at byte `offset` of the bound range."""
+        return (offset // 4, slot, *self.limits, command)
+
+    def release(self) -> None:
+        """Free the arguments buffers once the work submitted so far is done."""
+        for chunk in self.chunks:
+            chunk.release()
+        self.chunks, self.place_of = [], {}
