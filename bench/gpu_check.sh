@@ -12,10 +12,10 @@
 #     bash bench/gpu_check.sh [all|tests|bench|quick|cuda]      with carry [".gl", ".tools", ".whl"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
 # figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both. `quick` runs the
-# test suites, then bench.cuda for 1000 kernels only, bench.vulkan and bench.indirect on both devices (their reports
-# and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda for 10 kernels (its
-# rebind and new-values rows are the same as at any size) and bench.indirect: the CUDA backend alone, in about a
-# minute.
+# test suites, then bench.cuda for 1000 kernels only, bench.vulkan, and bench.indirect and bench.regions on both
+# devices (their reports and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda
+# for 10 kernels (its rebind and new-values rows are the same as at any size), bench.indirect and bench.regions: the
+# CUDA backend alone, in about a minute.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -73,6 +73,8 @@ if [ "$PART" = cuda ]; then
     TIMEOUT=240 run bench.log "python -m bench.cuda --sizes 10" python3 -m bench.cuda --sizes 10 --json "$OUT/cuda.json"
     TIMEOUT=120 run bench.log "python -m bench.indirect --device cuda" python3 -m bench.indirect --device cuda \
         --json "$OUT/indirect-cuda.json"
+    TIMEOUT=120 run bench.log "python -m bench.regions --device cuda" python3 -m bench.regions --device cuda \
+        --json "$OUT/regions-cuda.json"
     exit $status
 fi
 if [ "$PART" != bench ]; then
@@ -88,8 +90,10 @@ if [ "$PART" = quick ]; then
         --json "$OUT/cuda.json"
     TIMEOUT=180 run bench.log "python -m bench.vulkan" python3 -m bench.vulkan --json "$OUT/vulkan.json"
     for device in cuda vulkan; do
-        TIMEOUT=120 run bench.log "python -m bench.indirect --device $device" python3 -m bench.indirect \
-            --device "$device" --json "$OUT/indirect-$device.json"
+        for bench in indirect regions; do
+            TIMEOUT=120 run bench.log "python -m bench.$bench --device $device" python3 -m "bench.$bench" \
+                --device "$device" --json "$OUT/$bench-$device.json"
+        done
     done
 elif [ "$PART" != tests ]; then
     rm -f "$OUT"/bench.log

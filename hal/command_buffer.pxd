@@ -32,6 +32,8 @@ cdef class CommandBuffer:
     cdef list slot_commands
     cdef list constant_commands  # dispatches with a constant slot
     cdef list indirect_commands  # the indices of the dispatch_indirect commands
+    cdef list region_commands  # the indices of the regions
+    cdef list levels  # per open region, the enclosing level's recording state
 
     # What a release since recording may invalidate.
     cdef object live_token
@@ -55,6 +57,7 @@ cdef class CommandBuffer:
     cdef void check_released(self, str what, tuple commands) except *
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, object arg, int usage)
     cdef BufferRef check_parameters(self, object parameters, Py_ssize_t index, str name)
+    cdef BufferRef check_condition(self, object condition, str what)
     cdef void check_static_parameters(self, BufferRef p, Py_ssize_t index, str name) except *
     cdef void add_dispatch(self, str command, object executable, object name, object workgroups, object constants,
                            object bindings, BufferRef parameters, bint dynamic) except *

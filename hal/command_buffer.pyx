@@ -22,8 +22,8 @@ import networkx as nx
 import numpy as np
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
-from hal.commands cimport (Command, Dispatch, Entry, Fill, Segment, new_copy, new_dispatch, new_fill, new_segment,
-                           new_update)
+from hal.commands cimport (Command, Dispatch, Entry, Fill, Region, Segment, new_copy, new_dispatch, new_fill,
+                           new_region, new_segment, new_update)
 from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
 from hal.program cimport Program
 
@@ -101,6 +101,8 @@ cdef class CommandBuffer:
         self.constant_commands = []
         self.constants_needed = 0
         self.indirect_commands = []
+        self.region_commands = []
+        self.levels = []  # per open region, the enclosing level's recording state (see open_region)
         self.uses_slot = False
         self.direct_buffers = None  # bound without a slot, when first needed
         self.dispatched = None  # executable -> first command, when first needed
@@ -152,6 +154,8 @@ cdef class CommandBuffer:
         one pass over the segments) and the backend emits it."""
         if self.phase != RECORDING:
             raise ValidationError(f"end: the command buffer is {self.state}, not recording")
+        if self.levels:
+            raise ValidationError(f"end: {len(self.levels)} region(s) still open; leave their `with` blocks first")
         self.device.check_open()  # the backend emits into the device's objects
         cdef list segments = []
         cdef list flat = []
@@ -165,15 +169,12 @@ cdef class CommandBuffer:
             if not self.single_pass:
                 self.planner.plan(segments)
             self.check_released("end", commands)
-            slot_users = _users_by_slot([((<BufferRef>r).slot, (<Command>c).index) for c in self.slot_commands
-                                         for r in refs_and_writes(c)[0] if (<BufferRef>r).buffer is None])
-            constant_users = _users_by_slot([((<ConstantSlot>v).index, (<Command>c).index)
-                                             for c in self.constant_commands for v in (<Dispatch>c).constants
-                                             if type(v) is ConstantSlot])
+            slot_users, constant_users = _users(self.slot_commands, self.constant_commands)
             self.slots_needed = max(slot_users, default=-1) + 1
             self.constants_needed = max(constant_users, default=-1) + 1
             self.recorded = self.planner.finish(commands, slot_users, self.slots_needed, constant_users,
-                                                self.constants_needed, tuple(self.indirect_commands))
+                                                self.constants_needed, tuple(self.indirect_commands),
+                                                tuple(self.region_commands))
             self.emitter.end(self.recorded)
         except BaseException:  # the backend failed to emit: stay recording, as before end()
             self.direct_buffers = self.dispatched = None
@@ -438,6 +439,78 @@ cdef class CommandBuffer:
             _check_range(ref.offset, ref.nbytes, b, self.caps, index, command, arg, usage)
         return ref
 
+    # Regions.
+    def while_nonzero(self, condition: Buffer | BufferRef) -> RegionScope:
+        """`with cb.while_nonzero(ref):` records a loop: its commands run while the uint32 at `ref` (4-byte
+        aligned; a slot is allowed) is non-zero, checked before each iteration. The commands before the region
+        happen before it and the commands after it wait for it (it sits between two execution barriers);
+        barriers inside work as anywhere; regions nest. A command rejected inside drops the whole region."""
+        return RegionScope(self, True, self.check_condition(condition, "while_nonzero"))
+
+    def if_nonzero(self, condition: Buffer | BufferRef) -> RegionScope:
+        """`with cb.if_nonzero(ref):` records commands that run once if the uint32 at `ref` is non-zero when the
+        region is reached (see while_nonzero)."""
+        return RegionScope(self, False, self.check_condition(condition, "if_nonzero"))
+
+    cdef BufferRef check_condition(self, object condition, str what):
+        if self.phase != RECORDING:
+            self.not_recording(what)
+        cdef Py_ssize_t index = self.count
+        cdef BufferRef r = self.check_ref(condition, index, what, "condition", ANY)  # usage: below
+        if r.offset % 4 or (r.bounded and r.nbytes < 4):
+            raise ValidationError(f"command {index} ({what}): the condition at offset {r.offset} with length "
+                                  f"{r.length} must be a 4-byte aligned uint32")
+        if r.buffer is not None and not r.buffer.usage_bits & STORAGE:
+            raise ValidationError(f"command {index} ({what}): the condition lacks BufferUsage.DISPATCH_STORAGE (the "
+                                  f"buffer was allocated with {r.buffer.usage!r})")
+        return r if r.bounded and r.nbytes == 4 else BufferRef(r.buffer, r.slot, r.offset, 4)
+
+    def open_region(self, bint loop, BufferRef condition) -> None:
+        """Begin a region's body: after a barrier, a level of its own (segments, indices from 0, race checks)."""
+        if self.phase != RECORDING:
+            self.not_recording("while_nonzero" if loop else "if_nonzero")
+        self.execution_barrier()
+        self.levels.append((self.head, self.tail, self.count, self.barriers, self.races, self.slot_commands,
+                            self.constant_commands, self.indirect_commands, self.region_commands, loop, condition))
+        self.head = self.tail = new_segment(0)
+        self.count = self.barriers = 0
+        self.races = RaceDetector()
+        self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands = [], [], [], []
+
+    def close_region(self, bint keep) -> None:
+        """End the innermost region's body; `keep`: record it as one command of the enclosing level (else it is
+        dropped, as after an error inside). A kept region must hold a command."""
+        cdef list segments = [seg.commands for seg in self.segments() if seg.commands]
+        cdef tuple commands = tuple([c for seg in segments for c in seg])
+        body_slots, body_constants, body_indirect, body_regions = (self.slot_commands, self.constant_commands,
+                                                                   self.indirect_commands, self.region_commands)
+        (self.head, self.tail, self.count, self.barriers, self.races, self.slot_commands, self.constant_commands,
+         self.indirect_commands, self.region_commands, loop, condition) = self.levels.pop()
+        what = "while_nonzero" if loop else "if_nonzero"
+        if not keep:
+            return
+        if not commands:
+            raise ValidationError(f"command {self.count} ({what}): the region holds no command; record one in it "
+                                  f"or leave the region out")
+        planner = Planner(self.dependencies, self.emitter.lanes, False)
+        planner.plan(segments)
+        slot_users, constant_users = _users(body_slots, body_constants)
+        body = planner.finish(commands, slot_users, max(slot_users, default=-1) + 1, constant_users,
+                              max(constant_users, default=-1) + 1, tuple(body_indirect), tuple(body_regions))
+        accessed = {(condition, False): None}
+        for c in commands:
+            refs, writes = refs_and_writes(c)
+            accessed.update(dict.fromkeys(zip(refs, writes)))
+        refs = tuple([r for r, _ in accessed])
+        writes = tuple([w for _, w in accessed])
+        cdef Region region = new_region(self.count, self.tail.index, loop, condition, body, refs, writes)
+        self.uses_slot = any([(<BufferRef>r).buffer is None for r in refs])
+        self.record(region, refs, writes)
+        self.region_commands.append(region.index)
+        if constant_users:
+            self.constant_commands.append(region)
+        self.execution_barrier()
+
     cdef void record(self, Command command, tuple refs, tuple writes) except *:
         """Append `command`, which accesses `refs` (`writes`: which it writes), to the current segment once it
         is known not to race; a single_pass command buffer plans it and hands it to the emitter."""
@@ -446,7 +519,7 @@ cdef class CommandBuffer:
             if len(commands) == 1:  # the second command: index the first, forgetting the last segment
                 self.races.rebuild(commands)
             self.races.add(command, refs, writes, commands)
-        if self.single_pass:
+        if self.single_pass and not self.levels:  # a region's body is planned when the region closes
             self.planner.add(command)
             self.emitter.command(self.recorded, command)
         commands.append(command)
@@ -585,9 +658,8 @@ cdef class CommandBuffer:
                                       f"record the command buffer again")
         if self.dispatched is None:
             self.dispatched = {}
-            for c in commands:
-                if type(c) is Dispatch:
-                    self.dispatched.setdefault((<Dispatch>c).executable, (<Dispatch>c).index)
+            for c in _dispatches(commands):
+                self.dispatched.setdefault((<Dispatch>c).executable, (<Dispatch>c).index)
         for exe, user in self.dispatched.items():
             if exe.released:
                 raise ValidationError(f"{what}: command {user} dispatches an executable that was released after "
@@ -617,6 +689,12 @@ cdef bint _plain_word(object c):
 
 def _check_slot_command(Command c, tuple table, caps) -> None:
     """The record-time reference checks, for the slot references of `c` resolved through `table`."""
+    if type(c) is Region:  # its condition, then the body's commands that use a slot
+        _check_slot_condition(<Region>c, table)
+        body = (<Region>c).body
+        for index in sorted({i for users in body.slot_users.values() for i in users}):
+            _check_slot_command(body.commands[index], table, caps)
+        return
     ranges = []
     refs, writes = refs_and_writes(c)
     cdef BufferRef r
@@ -647,6 +725,16 @@ def _check_slot_command(Command c, tuple table, caps) -> None:
             ranges[0][1] < ranges[1][2] and ranges[1][1] < ranges[0][2]:
         raise ValidationError(f"queue_execute: command {c.index} (copy_buffer) copies between overlapping "
                               f"ranges of one buffer through the binding table")
+
+
+def _check_slot_condition(Region c, tuple table) -> None:
+    cdef BufferRef r = c.condition
+    if r.buffer is None:
+        b = <Buffer>table[r.slot]
+        if r.offset + 4 > b.size or not b.usage_bits & STORAGE:
+            raise ValidationError(f"queue_execute: command {c.index} ({c.kind}): the condition = slot {r.slot} "
+                                  f"(binding_table[{r.slot}]) needs 4 bytes at offset {r.offset} of a buffer with "
+                                  f"DISPATCH_STORAGE usage; the buffer bound has {b.size} bytes, usage {b.usage!r}")
 
 
 def _check_range(Py_ssize_t offset, Py_ssize_t nbytes, Buffer b, caps, index, command, arg, usage) -> None:
@@ -793,3 +881,46 @@ def _table(binding_table) -> tuple:
     except TypeError:
         raise ValidationError(f"queue_execute: binding_table must be a sequence of buffers, "
                               f"got {type(binding_table).__name__}") from None
+
+
+class RegionScope:
+    """What while_nonzero and if_nonzero return: entering opens the region, leaving closes it (an exception
+    leaving the block drops the region and propagates)."""
+
+    __slots__ = ("cb", "loop", "condition")
+
+    def __init__(self, cb: CommandBuffer, loop: bool, condition: BufferRef) -> None:
+        self.cb, self.loop, self.condition = cb, loop, condition
+
+    def __enter__(self) -> CommandBuffer:
+        self.cb.open_region(self.loop, self.condition)
+        return self.cb
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.cb.close_region(exc_type is None)
+
+
+def _users(list slot_commands, list constant_commands) -> tuple:
+    """slot -> the commands using it and constant slot -> the commands reading it (see _users_by_slot); a region
+    uses the slots its body (or its condition) uses."""
+    slot_uses, constant_uses = [], []
+    for c in slot_commands:
+        for r in refs_and_writes(c)[0]:
+            if (<BufferRef>r).buffer is None:
+                slot_uses.append(((<BufferRef>r).slot, (<Command>c).index))
+    for c in constant_commands:
+        if type(c) is Region:
+            constant_uses.extend([(slot, (<Command>c).index) for slot in sorted((<Region>c).body.constant_users)])
+        else:
+            constant_uses.extend([((<ConstantSlot>v).index, (<Command>c).index) for v in (<Dispatch>c).constants
+                                  if type(v) is ConstantSlot])
+    return _users_by_slot(slot_uses), _users_by_slot(constant_uses)
+
+
+def _dispatches(commands):
+    """The dispatches among `commands`, those in region bodies too."""
+    for c in commands:
+        if type(c) is Dispatch:
+            yield c
+        elif type(c) is Region:
+            yield from _dispatches((<Region>c).body.commands)

@@ -43,6 +43,14 @@ cdef class Dispatch(Command):
     cdef readonly bint dynamic  # dispatch_indirect: the counts may be written by earlier commands
 
 
+cdef class Region(Command):
+    cdef readonly bint loop  # while_nonzero (else if_nonzero)
+    cdef readonly BufferRef condition  # the uint32 flag (4 bytes)
+    cdef readonly object body  # the Program of the commands inside (their indices count from 0)
+    cdef readonly tuple refs  # the flag and what the body accesses: the region's accesses as one command
+    cdef readonly tuple writes
+
+
 cdef class Segment:
     cdef readonly Py_ssize_t index  # the barriers recorded before its commands
     cdef readonly list commands
@@ -54,6 +62,8 @@ cdef Update new_update(Py_ssize_t index, Py_ssize_t segment, BufferRef target, b
 cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, BufferRef target)
 cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
                            tuple constants, tuple bindings, BufferRef parameters=*, bint dynamic=*)
+cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,
+                       tuple writes)
 cdef Segment new_segment(Py_ssize_t index)
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF

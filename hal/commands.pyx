@@ -57,6 +57,18 @@ cdef class Dispatch(Command):
         return accessed if self.parameters is None else accessed + ((self.parameters, READ),)
 
 
+cdef class Region(Command):
+    """A region: the commands of `body` (a Program) run while (or if) the uint32 at `condition` is non-zero,
+    checked before each iteration. To the commands around it, it is one command accessing what its body does."""
+
+    @property
+    def kind(self):
+        return "while_nonzero" if self.loop else "if_nonzero"
+
+    def accesses(self):
+        return tuple(zip(self.refs, self.writes))
+
+
 cdef class Entry:
     """What the recorder needs of one export of a loaded executable, as typed fields: `Executable.entries`
     maps each export's name to one."""
@@ -102,6 +114,14 @@ cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executab
     c.executable, c.export, c.ordinal = executable, entry.export, entry.ordinal
     c.workgroups, c.constants, c.bindings, c.writes = workgroups, constants, bindings, entry.writes
     c.parameters, c.dynamic = parameters, dynamic
+    return c
+
+
+cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,
+                       tuple writes):
+    cdef Region c = Region.__new__(Region)
+    c.index, c.segment = index, segment
+    c.loop, c.condition, c.body, c.refs, c.writes = loop, condition, body, refs, writes
     return c
 
 

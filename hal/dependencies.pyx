@@ -27,7 +27,7 @@ overlapping accesses of which one writes are a race.
 from cython.operator cimport dereference as deref
 from libcpp.algorithm cimport lower_bound, reverse, sort, unique, upper_bound
 from libcpp.utility cimport move
-from hal.commands cimport Copy, Dispatch, Fill, Update
+from hal.commands cimport Copy, Dispatch, Fill, Region, Update
 
 from hal.errors import ValidationError
 
@@ -60,6 +60,8 @@ cpdef tuple refs_and_writes(Command command):
         return ((<Copy>command).source, (<Copy>command).target), (False, True)
     if kind is Fill:
         return ((<Fill>command).target,), (True,)
+    if kind is Region:
+        return (<Region>command).refs, (<Region>command).writes
     return ((<Update>command).target,), (True,)
 
 
@@ -250,10 +252,10 @@ cdef class Planner:
         deps.push_back(join)
 
     def finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-               Py_ssize_t constants_needed, tuple indirect=()) -> Program:
-        """Freeze the program: `commands` in recording order, which commands use each slot and constant slot, and
-        the indirect dispatches."""
-        self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed, indirect)
+               Py_ssize_t constants_needed, tuple indirect=(), tuple regions=()) -> Program:
+        """Freeze the program: `commands` in recording order, which commands use each slot and constant slot, the
+        indirect dispatches and the regions."""
+        self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed, indirect, regions)
         return self.program
 
 
@@ -535,6 +537,9 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
         _add_access(into, (<Copy>command).target, True)
     elif kind is Fill:
         _add_access(into, (<Fill>command).target, True)
+    elif kind is Region:
+        for i in range(len((<Region>command).refs)):
+            _add_access(into, <BufferRef>(<Region>command).refs[i], (<Region>command).writes[i])
     else:
         _add_access(into, (<Update>command).target, True)
     return 0

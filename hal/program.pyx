@@ -12,7 +12,8 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
 - `slot_users`: binding-table slot -> the commands that use it (what a new table touches);
 - `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
 - `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard;
-- `regions` and `transients`: room for conditional regions and the transient-memory plan.
+- `regions`: the while_nonzero / if_nonzero regions, each one command (hal.commands.Region) whose body is a
+  Program of its own; `transients`: room for the transient-memory plan.
 
 A backend's side of a command buffer is its emitter (see `Emitter`): the command buffer hands it the
 Program, never its own fields, and the backend never re-derives dependencies.
@@ -64,13 +65,14 @@ cdef class Program:
         self.node_command.push_back(command)
 
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-                     Py_ssize_t constants_needed, tuple indirect):
+                     Py_ssize_t constants_needed, tuple indirect, tuple regions):
         self.commands = commands
         self.slot_users = slot_users
         self.slots_needed = slots_needed
         self.constant_users = constant_users
         self.constants_needed = constants_needed
         self.indirect = indirect
+        self.regions = regions
         self.frozen = True
 
     # The DAG.
@@ -96,10 +98,13 @@ cdef class Program:
         return tuple(self.group_of)
 
     def dependency_graph(self) -> nx.DiGraph:
-        """Nodes: command indices with `kind` and `segment`; edge u -> v: v waits for u."""
+        """Nodes: command indices with `kind` and `segment` (a region's also `body`: its body's graph, whose nodes
+        count from 0); edge u -> v: v waits for u."""
         graph = nx.DiGraph()
         for c in self.commands:
             graph.add_node(c.index, kind=c.kind, segment=c.segment)
+            if c.kind in ("while_nonzero", "if_nonzero"):  # a region: one node, its body's graph as an attribute
+                graph.nodes[c.index]["body"] = c.body.dependency_graph()
         for c in self.commands:
             for p in self.predecessors(c.index):
                 graph.add_edge(p, c.index)

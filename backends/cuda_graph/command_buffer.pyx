@@ -20,6 +20,10 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   which costs less than building and instantiating a graph that runs once (see bench/cuda.py); unless they
   hold a dispatch_indirect, which needs a graph.
 - dispatch_indirect: a device-updatable kernel node, and a setter node before it (backends.cuda_graph.indirect).
+- Regions: a conditional WHILE or IF node whose body graph is built from the region's Program, its condition set
+  by a kernel node (backends.cuda_graph.regions). A command buffer with regions that uses slots or constant slots
+  is built anew (instantiated again) when the table or the values change, instead of patched: updating nodes
+  inside conditional bodies in place is not done yet.
 - The resubmission of an unchanged command buffer is CudaDevice.queue_execute, compiled here: one
   cuGraphLaunch after a few identity checks.
 """
@@ -31,13 +35,12 @@ from libcpp.vector cimport vector
 
 from cuda.bindings cimport cydriver
 from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
-                                     CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUkernelNodeAttrValue,
-                                     CUresult, CUstream)
+                                     CUdeviceptr, CUfunction, CUgraph, CUgraphConditionalHandle, CUgraphExec,
+                                     CUgraphNode, CUgraphNodeParams, CUkernelNodeAttrValue, CUresult, CUstream)
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
-from hal.commands cimport Command, Copy, Dispatch, Fill, Update, checked_word
-from hal.dependencies cimport refs_and_writes
+from hal.commands cimport Command, Copy, Dispatch, Fill, Region, Update, checked_word
 from hal.program cimport Program
 
 import contextlib
@@ -48,6 +51,7 @@ from cuda.bindings import driver
 from backends.cuda_graph.api import call, fail
 from backends.cuda_graph.buffer import host_alloc
 from backends.cuda_graph.indirect import SETTER
+from backends.cuda_graph.regions import SET_CONDITION
 from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError
 
@@ -278,8 +282,9 @@ cdef class CudaEmitter:
     cdef vector[vector[Py_ssize_t]] slot_transfers
     cdef vector[vector[Py_ssize_t]] slot_setters  # per slot, the dispatch_indirect commands whose counts it holds
     cdef dict setters  # dispatch_indirect command -> its setter's Node, and its node (in `graph`)
-    cdef CUgraphNode last_static  # the latest static setter (NULL: none yet): the next one waits for it
-    cdef bint exec_indirect  # the exec has device-updatable nodes: never cuGraphExecUpdate it
+    cdef CUgraphNode last_static  # the latest static setter of the graph being built (NULL: none yet)
+    cdef dict conditions  # region command -> the node setting its condition (top level)
+    cdef bint exec_no_update  # the exec has device-updatable or conditional nodes: never cuGraphExecUpdate it
     cdef bint upload  # the host patched a device-updatable node: upload the exec before its next launch
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
     cdef vector[Py_ssize_t] touched  # the commands the current patch changed
@@ -299,7 +304,7 @@ cdef class CudaEmitter:
         self.at_submit = False
         self.graph = NULL
         self.exec = NULL
-        self.exec_indirect = self.upload = False
+        self.exec_no_update = self.upload = False
         self.instantiations = self.updates = self.patched = 0
         self.forget()
 
@@ -325,6 +330,7 @@ cdef class CudaEmitter:
         self.slot_transfers.clear()
         self.slot_setters.clear()
         self.setters = {}
+        self.conditions = {}
         self.last_static = NULL
         self.looked_at.clear()
 
@@ -352,7 +358,7 @@ cdef class CudaEmitter:
         if self.graph != NULL:  # single_pass: the nodes are there
             self.instantiate()
             self.built = True
-        elif self.one_shot and not self.single_pass and not program.indirect:
+        elif self.one_shot and not self.single_pass and not program.indirect and not program.regions:
             self.stream_launch = True  # launched in order at submit: no graph for a single run
         elif not self.at_submit:
             self.build((), ())
@@ -387,42 +393,102 @@ cdef class CudaEmitter:
                         Command current=None) except *:
         """Add the layout's nodes [start, stop) to the graph, resolved through `table` and `constants`. `current`:
         single_pass, the command just recorded (not in the Program's commands before end())."""
-        cdef Program program = self.program
+        self.nodes.resize(stop)
+        self.add_layout(self.graph, self.program, self.nodes, table, constants, start, stop, current, True)
+        self.emitted = stop
+
+    cdef void add_layout(self, CUgraph graph, Program program, vector[CUgraphNode]& nodes, tuple table,
+                         tuple constants, Py_ssize_t start, Py_ssize_t stop, Command current, bint top) except *:
+        """Add `program`'s layout nodes [start, stop) to `graph` (`nodes`: their handles); `top`: the command
+        buffer's own Program, not a region's body (only its nodes are kept for patches)."""
         cdef Py_ssize_t k, d, command
         cdef vector[CUgraphNode] deps
         cdef CUgraphNode node
         cdef Node params, scratch = Node.__new__(Node)
         cdef Kernel kernel
+        cdef bint keep = top and self.at_submit
         kernel.executable = NULL
-        self.nodes.resize(stop)
         for k in range(start, stop):
             deps.clear()
             for d in range(program.dep_start[k], program.dep_start[k + 1]):
-                deps.push_back(self.nodes[program.node_deps[d]])
+                deps.push_back(nodes[program.node_deps[d]])
             command = program.node_command[k]
             if command < 0:
-                _check(cydriver.cuGraphAddEmptyNode(&node, self.graph, deps.data(), deps.size()), "cuGraphAddEmptyNode")
+                _check(cydriver.cuGraphAddEmptyNode(&node, graph, deps.data(), deps.size()), "cuGraphAddEmptyNode")
+                nodes[k] = node
+                continue
+            c = current if current is not None and current.index == command else program.commands[command]
+            if type(c) is Region:
+                nodes[k] = self.add_region(graph, <Region>c, deps, table, constants, top)
+                continue
+            # The driver copies the parameters: one Node serves every command, unless patches need them kept.
+            params = _node(c, table, constants, self.staging, &kernel, None if keep else scratch)
+            if params.kind == 1:
+                _check_at(cydriver.cuGraphAddKernelNode(&node, graph, deps.data(), deps.size(), &params.kernel),
+                          "cuGraphAddKernelNode", command)
+                if (<Dispatch>c).parameters is not None:
+                    self.add_setter(graph, <Dispatch>c, node, deps, table, top)
+            elif params.kind == 2:
+                _check_at(cydriver.cuGraphAddMemsetNode(&node, graph, deps.data(), deps.size(), &params.memset,
+                                                        self.context), "cuGraphAddMemsetNode", command)
             else:
-                c = current if current is not None and current.index == command else program.commands[command]
-                # The driver copies the parameters: one Node serves every command, unless patches need them kept.
-                params = _node(c, table, constants, self.staging, &kernel, None if self.at_submit else scratch)
-                if params.kind == 1:
-                    _check_at(cydriver.cuGraphAddKernelNode(&node, self.graph, deps.data(), deps.size(),
-                                                            &params.kernel), "cuGraphAddKernelNode", command)
-                    if (<Dispatch>c).parameters is not None:
-                        self.add_setter(<Dispatch>c, node, deps, table)
-                elif params.kind == 2:
-                    _check_at(cydriver.cuGraphAddMemsetNode(&node, self.graph, deps.data(), deps.size(),
-                                                            &params.memset, self.context), "cuGraphAddMemsetNode", command)
-                else:
-                    _check_at(cydriver.cuGraphAddMemcpyNode(&node, self.graph, deps.data(), deps.size(),
-                                                            &params.memcpy, self.context), "cuGraphAddMemcpyNode", command)
-                if self.at_submit:
-                    self.given[command] = params
-            self.nodes[k] = node
-        self.emitted = stop
+                _check_at(cydriver.cuGraphAddMemcpyNode(&node, graph, deps.data(), deps.size(), &params.memcpy,
+                                                        self.context), "cuGraphAddMemcpyNode", command)
+            if keep:
+                self.given[command] = params
+            nodes[k] = node
 
-    cdef void add_setter(self, Dispatch c, CUgraphNode target, vector[CUgraphNode]& deps, tuple table) except *:
+    cdef CUgraphNode add_region(self, CUgraph graph, Region r, vector[CUgraphNode]& deps, tuple table,
+                                tuple constants, bint top) except *:
+        """Add region `r` to `graph` after `deps`: its condition's kernel node, then the conditional node, whose
+        body graph gets the body's layout (and, for WHILE, the condition's kernel node again, last); returns the
+        conditional node, which the commands after the region wait for."""
+        cdef CUgraphConditionalHandle handle
+        cdef CUgraphNode setter, conditional, node
+        cdef CUgraphNodeParams params
+        cdef CUgraph body
+        cdef Program program = r.body
+        cdef vector[CUgraphNode] body_nodes
+        cdef vector[CUgraphNode] sinks
+        cdef vector[char] waited_for
+        cdef CUgraphNode outer_static
+        cdef Py_ssize_t k, d, n = program.node_command.size()
+        _check_at(cydriver.cuGraphConditionalHandleCreate(&handle, graph, self.context, 0, 0),
+                  "cuGraphConditionalHandleCreate", r.index)
+        function = <CUfunction><uintptr_t>self.device.load_executable(SET_CONDITION).functions[0]
+        flag = _address(r.condition, _resolve(r.condition, table))
+        cdef Node condition = _setter_node(function, [handle, flag])
+        _check_at(cydriver.cuGraphAddKernelNode(&setter, graph, deps.data(), deps.size(), &condition.kernel),
+                  "cuGraphAddKernelNode (the region's condition)", r.index)
+        memset(&params, 0, sizeof(params))
+        params.type = cydriver.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        params.conditional.handle = handle
+        params.conditional.type = cydriver.CU_GRAPH_COND_TYPE_WHILE if r.loop else cydriver.CU_GRAPH_COND_TYPE_IF
+        params.conditional.size = 1
+        params.conditional.ctx = self.context
+        _check_at(cydriver.cuGraphAddNode(&conditional, graph, &setter, NULL, 1, &params), "cuGraphAddNode (conditional)",
+                  r.index)
+        body = params.conditional.phGraph_out[0]
+        body_nodes.resize(n)
+        outer_static = self.last_static  # static setters chain within one graph
+        self.last_static = NULL
+        self.add_layout(body, program, body_nodes, table, constants, 0, n, None, False)
+        self.last_static = outer_static
+        if r.loop:  # the flag the body leaves decides the next iteration
+            waited_for.assign(n, 0)
+            for d in range(program.node_deps.size()):
+                waited_for[program.node_deps[d]] = 1
+            for k in range(n):
+                if not waited_for[k]:
+                    sinks.push_back(body_nodes[k])
+            _check_at(cydriver.cuGraphAddKernelNode(&node, body, sinks.data(), sinks.size(), &condition.kernel),
+                      "cuGraphAddKernelNode (the region's condition)", r.index)
+        if top:
+            self.conditions[r.index] = <uintptr_t>setter
+        return conditional
+
+    cdef void add_setter(self, CUgraph graph, Dispatch c, CUgraphNode target, vector[CUgraphNode]& deps, tuple table,
+                         bint top) except *:
         """Make dispatch_indirect `c`'s kernel node `target` device-updatable and add its setter node before it.
         A dynamic setter waits for `deps`, what the dispatch waits for. Static setters form one chain from the
         launch's start, off the dispatches' path: as roots of their own, each would add to the launch's host cost
@@ -442,16 +508,16 @@ cdef class CudaEmitter:
             <uintptr_t>value.deviceUpdatableKernelNode.devNode, _address(p, _resolve(p, table)),
             self.device.indirect_faults(), limit[0], limit[1], limit[2], c.index])
         if c.dynamic:
-            _check_at(cydriver.cuGraphAddKernelNode(&node, self.graph, deps.data(), deps.size(), &params.kernel),
+            _check_at(cydriver.cuGraphAddKernelNode(&node, graph, deps.data(), deps.size(), &params.kernel),
                       "cuGraphAddKernelNode (the indirect counts' setter)", c.index)
         else:
-            _check_at(cydriver.cuGraphAddKernelNode(&node, self.graph, &self.last_static, self.last_static != NULL,
+            _check_at(cydriver.cuGraphAddKernelNode(&node, graph, &self.last_static, self.last_static != NULL,
                                                     &params.kernel), "cuGraphAddKernelNode (the indirect counts' setter)",
                       c.index)
             self.last_static = node
-        _check_at(cydriver.cuGraphAddDependencies(self.graph, &node, &target, NULL, 1), "cuGraphAddDependencies",
-                  c.index)
-        self.setters[c.index] = (params, <uintptr_t>node)
+        _check_at(cydriver.cuGraphAddDependencies(graph, &node, &target, NULL, 1), "cuGraphAddDependencies", c.index)
+        if top:
+            self.setters[c.index] = (params, <uintptr_t>node)
 
     cdef void build(self, tuple table, tuple constants) except *:
         """The whole graph from the Program, resolved through `table` and `constants`; instantiated (or the old
@@ -465,7 +531,8 @@ cdef class CudaEmitter:
                 self.table_seen = table[:self.program.slots_needed]
                 self.words_seen = _words(constants, self.program.constants_needed)
                 self.looked_at.assign(len(self.program.commands), 0)
-                self.index_slot_words()
+                if not self.program.regions:  # with regions, a change builds anew (see follow)
+                    self.index_slot_words()
             self.instantiate()
         except BaseException:
             try:
@@ -481,10 +548,11 @@ cdef class CudaEmitter:
         cdef CUgraphExec exec_
         cdef cydriver.CUgraphExecUpdateResultInfo info
         cdef bint updated = False
-        cdef bint indirect = bool(self.program.indirect)
+        # CUDA refuses cuGraphExecUpdate to graphs with device-updatable nodes (dispatch_indirect, also in region
+        # bodies), and hal does not ask it to update conditional nodes' bodies: those are instantiated anew.
+        cdef bint no_update = bool(self.program.indirect) or bool(self.program.regions)
         if self.exec != NULL:
-            # CUDA refuses cuGraphExecUpdate to graphs with device-updatable nodes (dispatch_indirect).
-            updated = not (indirect or self.exec_indirect) and \
+            updated = not (no_update or self.exec_no_update) and \
                 cydriver.cuGraphExecUpdate(self.exec, self.graph, &info) == cydriver.CUDA_SUCCESS
             if updated:
                 self.updates += 1
@@ -501,12 +569,12 @@ cdef class CudaEmitter:
             # cuGraphExecUpdate took a later graph's parameters: kept while the exec is.
             self.exec_graph_finalizer = self.graph_finalizer
             self.exec_nodes = self.nodes
-            self.exec_indirect = indirect
+            self.exec_no_update = no_update
             self.instantiations += 1
         # No cuGraphUpload: the first launch uploads the exec, which brings the first result no later than an
         # upload here would, and end() returns sooner (bench/README.md, "The upload"); unless it has device-updatable
         # nodes, which CUDA wants uploaded before a launch.
-        self.upload = indirect
+        self.upload = no_update
 
     # Submission.
     def submit(self, tuple table, tuple constants) -> None:
@@ -530,6 +598,13 @@ cdef class CudaEmitter:
         """Bring the exec to `table` (the used prefix) and the constant slot values `constants` (`words`: those
         read, as words): patch what changed; if the driver refuses a patch, build anew."""
         if table == self.table_seen and words == self.words_seen:
+            self.patched = 0
+            return
+        if self.program.regions:  # nodes inside conditional bodies are not patched: build anew
+            with contextlib.suppress(HalError):
+                self.drop_graph()
+            self.forget_nodes()
+            self.build(table, constants)
             self.patched = 0
             return
         try:
@@ -578,39 +653,45 @@ cdef class CudaEmitter:
 
     cdef void index_slot_words(self) except *:
         """After a build: for each slot and constant slot, the kernel words that follow it and the other commands
-        that use it (see patch)."""
+        that use it (see patch); found through the Program's slot and constant users, not by a walk over every
+        command."""
         cdef Program program = self.program
-        cdef Py_ssize_t i, n
+        cdef Py_ssize_t i, slot, n
         cdef SlotWord w
         cdef Node node
         cdef BufferRef r
+        cdef Dispatch d
         self.slot_words.resize(program.slots_needed)
         self.slot_transfers.resize(program.slots_needed)
         self.slot_setters.resize(program.slots_needed)
         self.constant_words.resize(program.constants_needed)
-        for c in program.commands:
-            w.command = (<Command>c).index
-            if type(c) is not Dispatch:
-                for ref in refs_and_writes(c)[0]:
-                    r = <BufferRef>ref
-                    if r.buffer is None:
-                        self.slot_transfers[r.slot].push_back(w.command)
-                continue
-            r = (<Dispatch>c).parameters
-            if r is not None and r.buffer is None:
-                self.slot_setters[r.slot].push_back(w.command)
-            node = <Node>self.given[w.command]
-            n = len((<Dispatch>c).bindings)
-            for i in range(n):
-                r = <BufferRef>(<Dispatch>c).bindings[i]
-                if r.buffer is None:
-                    w.word, w.offset = &node.values[i], r.offset
-                    self.slot_words[r.slot].push_back(w)
-            for i in range(len((<Dispatch>c).constants)):
-                value = (<Dispatch>c).constants[i]
-                if type(value) is ConstantSlot:
-                    w.word, w.offset = &node.values[n + i], 0
-                    self.constant_words[(<ConstantSlot>value).index].push_back(w)
+        for slot, users in program.slot_users.items():
+            for index in users:
+                c = program.commands[index]
+                w.command = index
+                if type(c) is not Dispatch:
+                    self.slot_transfers[slot].push_back(index)
+                    continue
+                d = <Dispatch>c
+                if d.parameters is not None and d.parameters.buffer is None and d.parameters.slot == slot:
+                    self.slot_setters[slot].push_back(index)
+                node = <Node>self.given[index]
+                for i in range(len(d.bindings)):
+                    r = <BufferRef>d.bindings[i]
+                    if r.buffer is None and r.slot == slot:
+                        w.word, w.offset = &node.values[i], r.offset
+                        self.slot_words[slot].push_back(w)
+        for slot, users in program.constant_users.items():
+            for index in users:
+                d = <Dispatch>program.commands[index]
+                node = <Node>self.given[index]
+                n = len(d.bindings)
+                w.command = index
+                for i in range(len(d.constants)):
+                    value = d.constants[i]
+                    if type(value) is ConstantSlot and (<ConstantSlot>value).index == slot:
+                        w.word, w.offset = &node.values[n + i], 0
+                        self.constant_words[slot].push_back(w)
 
     cdef void patch(self, tuple table, tuple words, tuple constants) except *:
         """Set new parameters on the nodes whose resolved parameters changed: of the commands using a slot whose
@@ -692,8 +773,9 @@ cdef class CudaEmitter:
     # Inspection.
     def emitted_graph(self) -> nx.DiGraph:
         """The CUDA graph as built, read back from the driver (cuGraphGetNodes, cuGraphGetEdges): nodes are
-        command indices, ("join", node) for join nodes and ("indirect", command) for a dispatch_indirect's setter,
-        each with its `type` (cuGraphNodeGetType, e.g.
+        command indices (a region's is its conditional node), ("join", node) for join nodes, ("indirect", command)
+        for a dispatch_indirect's setter and ("condition", command) for the node setting a region's condition, each
+        with its `type` (cuGraphNodeGetType, e.g.
         CU_GRAPH_NODE_TYPE_KERNEL); edge u -> v: v waits for u."""
         if self.graph == NULL:
             raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
@@ -702,8 +784,9 @@ cdef class CudaEmitter:
         name_of = {<uintptr_t>self.nodes[k]: (program.node_command[k] if program.node_command[k] >= 0 else
                                               ("join", k)) for k in range(self.nodes.size())}
         name_of.update({node: ("indirect", index) for index, (_, node) in self.setters.items()})
+        name_of.update({node: ("condition", index) for index, node in self.conditions.items()})
         graph = driver.CUgraph(<uintptr_t>self.graph)
-        found, _ = call(driver.cuGraphGetNodes, graph, self.nodes.size() + len(self.setters))
+        found, _ = call(driver.cuGraphGetNodes, graph, self.nodes.size() + len(self.setters) + len(self.conditions))
         count = call(driver.cuGraphGetEdges, graph, 0)[-1]
         result = call(driver.cuGraphGetEdges, graph, count)
         emitted = nx.DiGraph()

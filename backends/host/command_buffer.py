@@ -4,7 +4,8 @@ At end() the DAG is ordered once (Program.topological_order): among the commands
 the one recorded last. So the host runs commands out of recording order wherever the DAG allows, and a
 missing dependency shows up as a wrong result in the tests rather than hiding behind program order.
 A dispatch_indirect reads its workgroup counts when the submission starts (static) or when it runs (dynamic);
-a zero count runs nothing, a count above the device's max_workgroup_count fails the submission.
+a zero count runs nothing, a count above the device's max_workgroup_count fails the submission. A region runs its
+body's commands (in the body's own order) while, or if, its condition is non-zero, read before each iteration.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from backends.host.executable import DispatchContext
 from hal.buffer import Buffer, BufferRef, ConstantSlot
-from hal.commands import Command, Copy, Dispatch, Fill, Update
+from hal.commands import Command, Copy, Dispatch, Fill, Region, Update
 from hal.errors import DeviceError
 from hal.program import Program
 
@@ -30,6 +31,7 @@ class HostEmitter:
     def __init__(self) -> None:
         self.order: list[Command] = []
         self.static: list[Dispatch] = []  # the dispatch_indirect commands whose counts are read at the start
+        self.bodies: dict[Region, list[Command]] = {}  # per region (nested ones too), its body's order
 
     def begin(self, program: Program) -> None:
         pass
@@ -39,25 +41,44 @@ class HostEmitter:
 
     def end(self, program: Program) -> None:
         self.order = program.topological_order()
-        self.static = [c for c in (program.commands[i] for i in program.indirect) if not c.dynamic]
+        self.static, self.bodies = [], {}
+        self.plan(program)
+
+    def plan(self, program: Program) -> None:
+        """Note the static dispatch_indirect commands and the regions' orders of `program` and its regions."""
+        self.static += [c for c in (program.commands[i] for i in program.indirect) if not c.dynamic]
+        for i in program.regions:
+            region = program.commands[i]
+            self.bodies[region] = region.body.topological_order()
+            self.plan(region.body)
 
     def reset(self) -> None:
-        self.order = []
-        self.static = []
+        self.order, self.static, self.bodies = [], [], {}
 
 
-def execute(order: list[Command], static: list[Dispatch], limit: tuple[int, int, int], table: tuple[Buffer, ...],
-            constants: tuple) -> None:
+def execute(order: list[Command], static: list[Dispatch], bodies: dict, limit: tuple[int, int, int],
+            table: tuple[Buffer, ...], constants: tuple) -> None:
     """Run commands in `order` (a submission keeps its own order, so reset() cannot pull it away), with the
     submission's binding `table` and constant slot values `constants`; `static`: the dispatch_indirect commands
-    whose counts are read first, `limit`: the device's max_workgroup_count."""
-    counts = {c.index: _counts(c, table) for c in static}
+    whose counts are read first, `bodies`: each region's order, `limit`: the device's max_workgroup_count."""
+    counts = {c: _counts(c, table) for c in static}
+    _run(order, counts, bodies, limit, table, constants)
+
+
+def _run(order: list[Command], counts: dict, bodies: dict, limit: tuple[int, int, int], table: tuple[Buffer, ...],
+         constants: tuple) -> None:
     for c in order:
+        if type(c) is Region:
+            while _view(c.condition, table).view(np.uint32)[0]:
+                _run(bodies[c], counts, bodies, limit, table, constants)
+                if not c.loop:
+                    break
+            continue
         try:
             if type(c) is Dispatch:
                 workgroups = c.workgroups
                 if c.parameters is not None:
-                    workgroups = _grid(c, counts[c.index] if not c.dynamic else _counts(c, table), limit)
+                    workgroups = _grid(c, counts[c] if not c.dynamic else _counts(c, table), limit)
                     if workgroups is None:
                         continue
                 _dispatch(c, workgroups, table, constants)

@@ -68,11 +68,12 @@ class HostDriver(Driver):
 
 
 class _Submission:
-    __slots__ = ("order", "static", "table", "constants", "waits", "signals")
+    __slots__ = ("order", "static", "bodies", "table", "constants", "waits", "signals")
 
     def __init__(self, emitter: HostEmitter, table: tuple[Buffer, ...], constants: tuple,
                  waits: tuple[tuple[HostSemaphore, int], ...], signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
-        self.order, self.static = emitter.order, emitter.static  # the lists of now: reset() makes new ones
+        # The emitter's plan of now: reset() makes new ones.
+        self.order, self.static, self.bodies = emitter.order, emitter.static, emitter.bodies
         self.table, self.constants, self.waits, self.signals = table, constants, waits, signals
 
 
@@ -166,7 +167,7 @@ class HostDevice(Device):
                 self._running = True
             try:
                 if error is None:
-                    execute(head.order, head.static, self.capabilities.max_workgroup_count, head.table,
+                    execute(head.order, head.static, head.bodies, self.capabilities.max_workgroup_count, head.table,
                             head.constants)
             except BaseException as e:  # execute() wraps Exceptions; a SystemExit from a kernel still fails the work
                 error = e if isinstance(e, DeviceError) else DeviceError(f"host: a kernel raised {e!r}")

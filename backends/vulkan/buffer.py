@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from backends.vulkan.api import check, ffi, lib, vk
-from backends.vulkan.memory import DEVICE_LOCAL
+from backends.vulkan.memory import DEVICE_LOCAL, HOST_VISIBLE
 from hal.buffer import Buffer, BufferUsage
 
 if TYPE_CHECKING:
@@ -73,3 +73,41 @@ class VulkanBuffer(Buffer):
     def _free(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
+
+
+class HostVisibleBuffer(Buffer):
+    """A small storage buffer in host-visible, coherent memory, mapped for its life: what hal's own shaders and
+    copies write for the host to read without a copy (dispatch_indirect's fault record, regions' flags).
+    `words`: its bytes as uint32."""
+
+    __slots__ = ("vk_buffer", "words", "_finalizer")
+
+    def __init__(self, device: VulkanDevice, size: int) -> None:
+        super().__init__(device, size, BufferUsage.DEFAULT)
+        bits = _TRANSFER | vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+        self.vk_buffer, allocation = create_buffer(device, max(size, 4), bits, HOST_VISIBLE, own=True)
+        pointer = ffi.new("void**")
+        try:
+            check(lib.vkMapMemory(device.handle, allocation.memory, allocation.offset, max(size, 4), 0, pointer),
+                  "vkMapMemory")
+        except BaseException:
+            destroy_buffer(device, self.vk_buffer, allocation)
+            raise
+        self.words = np.frombuffer(ffi.buffer(pointer[0], max(size, 4)), np.uint32)
+        self.words[:] = 0
+        self.handle = device.address(self.vk_buffer)
+        self._finalizer = device.lifetime.track(self, _unmap_and_destroy, device, self.vk_buffer, allocation)
+
+    def _read(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.words.view(np.uint8)[offset:offset + nbytes].copy()
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        self.words.view(np.uint8)[offset:offset + len(data)] = np.frombuffer(data, np.uint8)
+
+    def _free(self) -> None:
+        self._finalizer()
+
+
+def _unmap_and_destroy(device: VulkanDevice, handle: Any, allocation: Any) -> None:
+    lib.vkUnmapMemory(device.handle, allocation.memory)
+    destroy_buffer(device, handle, allocation)

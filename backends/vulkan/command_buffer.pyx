@@ -17,6 +17,9 @@ Khronos headers), so recording costs what the driver charges.
   costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
   buffers are encoded once and resubmitted as they are.
 - dispatch_indirect: a guard dispatch and a barrier, then vkCmdDispatchIndirect (backends.vulkan.indirect).
+- Regions: a command buffer with regions becomes Steps: VkCommandBuffers for the runs of commands between
+  regions, and per region a VkCommandBuffer copying its flag where the host reads it; the device's QueueDriver
+  submits them in turn, reading the flag between (backends.vulkan.regions).
 - The resubmission of an unchanged command buffer is VulkanDevice.queue_execute, compiled here: one
   vkQueueSubmit after a few identity checks.
 """
@@ -27,7 +30,7 @@ from libcpp.vector cimport vector
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
-from hal.commands cimport Command, Copy, Dispatch, Fill, Update, checked_word, new_dispatch
+from hal.commands cimport Command, Copy, Dispatch, Fill, Region, Update, checked_word, new_dispatch
 from hal.program cimport Program
 from backends.vulkan.khronos cimport (
     VkResult, VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
@@ -37,9 +40,9 @@ from backends.vulkan.khronos cimport (
     VK_PIPELINE_BIND_POINT_COMPUTE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_SUCCESS,
     VK_ERROR_OUT_OF_HOST_MEMORY, VK_ERROR_OUT_OF_DEVICE_MEMORY, VK_ERROR_DEVICE_LOST,
     VK_SHADER_STAGE_COMPUTE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-    VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_ACCESS_SHADER_READ_BIT,
-    VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-    VK_ACCESS_INDIRECT_COMMAND_READ_BIT,
+    VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+    VK_ACCESS_SHADER_READ_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+    VK_ACCESS_INDIRECT_COMMAND_READ_BIT, VK_ACCESS_HOST_READ_BIT,
     VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT,
     VkDescriptorBufferInfo, VkWriteDescriptorSet, VkBufferCopy, VkMemoryBarrier,
     VkCommandBufferBeginInfo, VkSubmitInfo, VkTimelineSemaphoreSubmitInfo, PFN_vkVoidFunction,
@@ -49,7 +52,9 @@ from backends.vulkan.khronos cimport (
     PFN_vkQueueSubmit, vkGetDeviceProcAddr
 )
 
+from backends.vulkan.buffer import HostVisibleBuffer
 from backends.vulkan.indirect import IndirectGuard
+from backends.vulkan.regions import Steps
 from backends.vulkan.recording import Recording
 from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
@@ -78,6 +83,7 @@ cdef class DeviceCommands:
     cdef PFN_vkQueueSubmit queue_submit
     cdef VkMemoryBarrier memory_barrier
     cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
+    cdef VkMemoryBarrier host_barrier  # a region's flag, copied, then read by the host
 
     def __init__(self, uintptr_t device, bint push_descriptors):
         cdef VkDevice handle = <VkDevice>device
@@ -105,6 +111,10 @@ cdef class DeviceCommands:
         self.indirect_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
         self.indirect_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
         self.indirect_barrier.dstAccessMask = VK_ACCESS_INDIRECT_COMMAND_READ_BIT
+        memset(&self.host_barrier, 0, sizeof(VkMemoryBarrier))
+        self.host_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        self.host_barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT
+        self.host_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
 
 
 cdef PFN_vkVoidFunction _entry(VkDevice device, const char* name) except NULL:
@@ -321,6 +331,9 @@ cdef class VulkanEmitter:
     cdef object open  # single_pass: the Recording being encoded
     cdef Encoder encoder
     cdef object guard  # the IndirectGuard, once a dispatch_indirect needs it
+    cdef readonly bint driven  # the Program has regions: submitted as Steps by the device's QueueDriver
+    cdef dict flag_slots  # region -> its word in `flags`
+    cdef readonly object flags  # HostVisibleBuffer where the regions' flags are copied for the host
     cdef readonly Py_ssize_t encodings
     cdef readonly dict counts
     cdef public object token
@@ -340,12 +353,16 @@ cdef class VulkanEmitter:
 
     def begin(self, Program program) -> None:
         self.program = program
+        self.driven = False
         if self.single_pass and not self.slots_possible:
             self.open = Recording(self.device)
             self.begin_recording(self.open.handle)
             self.encoder = Encoder(self.fn, self.open.handle, (), (), self.open.arena)
 
     def command(self, Program program, Command command) -> None:
+        if type(command) is Region and self.encoder is not None:  # regions are Steps, encoded at end()
+            self.open.finalizer()
+            self.open = self.encoder = None
         if self.encoder is not None:
             if program.barrier[command.index]:
                 self.encoder.barrier()
@@ -355,6 +372,17 @@ cdef class VulkanEmitter:
 
     def end(self, Program program) -> None:
         self.program = program
+        if program.regions:
+            self.driven = True
+            if self.open is not None:
+                self.open.finalizer()
+                self.open = self.encoder = None
+            self.flag_slots = {}
+            self.number_regions(program)
+            self.flags = HostVisibleBuffer(self.device, 4 * len(self.flag_slots))
+            if not program.slot_users and not program.constant_users:
+                self.recorded = self.steps((), ())
+            return
         if self.open is not None:
             _check(self.fn.end(<VkCommandBuffer><uintptr_t>self.open.handle), "vkEndCommandBuffer")
             self.encodings += 1
@@ -369,7 +397,10 @@ cdef class VulkanEmitter:
                 rec.finalizer()
         if self.guard is not None:
             self.guard.release()
-        self.recorded = self.open = self.encoder = self.token = self.guard = None
+        if self.flags is not None:
+            self.flags.release()
+        self.recorded = self.open = self.encoder = self.token = self.guard = self.flags = None
+        self.driven = False
         self.by_table = {}
         self.program = None
         self.device.lifetime.collect()
@@ -390,16 +421,20 @@ cdef class VulkanEmitter:
 
     cdef object encode(self, tuple table, tuple constants):
         """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`."""
+        return self.encode_range(self.program, 0, len(self.program.commands), table, constants)
+
+    cdef object encode_range(self, Program program, Py_ssize_t start, Py_ssize_t stop, tuple table,
+                             tuple constants):
+        """A new Recording of `program`'s commands [start, stop) (no region among them)."""
         rec = Recording(self.device)
         cdef Encoder encoder
-        cdef Program program = self.program
         cdef Py_ssize_t i
         try:
             self.begin_recording(rec.handle)
             encoder = Encoder(self.fn, rec.handle, table, constants, rec.arena,
                               self.indirect_guard() if program.indirect else None)
-            for i in range(len(program.commands)):
-                if program.barrier[i]:
+            for i in range(start, stop):
+                if program.barrier[i] and i > start:  # the first follows a submission: ordered by the queue
                     encoder.barrier()
                 encoder.encode(program.commands[i])
             _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
@@ -410,16 +445,66 @@ cdef class VulkanEmitter:
         self.counts = encoder.counts()
         return rec
 
+    cdef void number_regions(self, Program program):
+        """Give each region (nested ones too) its word in `flags`."""
+        for i in program.regions:
+            region = program.commands[i]
+            self.flag_slots[region] = len(self.flag_slots)
+            self.number_regions((<Region>region).body)
+
+    cdef object steps(self, tuple table, tuple constants):
+        """The Steps of the whole Program for `table` and `constants` (see backends.vulkan.regions)."""
+        steps = Steps(self.flags.words)
+        try:
+            self.add_steps(steps, self.program, table, constants)
+        except BaseException:
+            steps.finalizer()
+            raise
+        return steps
+
+    cdef void add_steps(self, object steps, Program program, tuple table, tuple constants) except *:
+        cdef Py_ssize_t start = 0, i
+        cdef Region r
+        cdef Buffer flag
+        for i in program.regions:
+            if i > start:
+                steps.run(self.encode_range(program, start, i, table, constants))
+            r = <Region>program.commands[i]
+            flag = r.condition.buffer if r.condition.buffer is not None else <Buffer>table[r.condition.slot]
+            word = self.flag_slots[r]
+            body = steps.region(r.loop, self.encode_readback(flag, r.condition.offset, 4 * word), word)
+            self.add_steps(body, r.body, table, constants)
+            start = i + 1
+        if start < len(program.commands):
+            steps.run(self.encode_range(program, start, len(program.commands), table, constants))
+
+    cdef object encode_readback(self, Buffer flag, Py_ssize_t offset, Py_ssize_t target):
+        """A Recording copying the 4 bytes at `offset` of `flag` to byte `target` of `flags`, for the host."""
+        rec = Recording(self.device)
+        cdef VkBufferCopy region
+        region.srcOffset, region.dstOffset, region.size = offset, target, 4
+        try:
+            self.begin_recording(rec.handle)
+            self.fn.copy_buffer(<VkCommandBuffer><uintptr_t>rec.handle, <VkBuffer><uintptr_t>flag.handle,
+                                <VkBuffer><uintptr_t>(<Buffer>self.flags).handle, 1, &region)
+            self.fn.pipeline_barrier(<VkCommandBuffer><uintptr_t>rec.handle, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                     VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &self.fn.host_barrier, 0, NULL, 0, NULL)
+            _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
+        except BaseException:
+            rec.finalizer()
+            raise
+        return rec
+
     @property
     def resubmits_in_one_submit(self) -> bool:
         """Encoded once, reusable: an unchanged resubmission is one vkQueueSubmit of the same VkCommandBuffer."""
-        return self.recorded is not None and not self.one_time
+        return self.recorded is not None and not self.one_time and not self.driven
 
-    def command_buffer(self, tuple table, tuple constants) -> int:
+    def command_buffer(self, tuple table, tuple constants) -> object:
         """The VkCommandBuffer (as an integer) to submit with `table` and constant slot values `constants`
-        (already checked), encoded now if needed."""
+        (already checked), encoded now if needed; for a driven command buffer, its Steps."""
         if self.recorded is not None:
-            return self.recorded.handle
+            return self.recorded if self.driven else self.recorded.handle
         words = tuple([checked_word(constants[i]) for i in self.program.constant_users])
         key = (table[:self.program.slots_needed], words)
         rec = self.by_table.pop(key, None)  # put back last: the least recently used goes first
@@ -427,9 +512,9 @@ cdef class VulkanEmitter:
             if len(self.by_table) >= TABLE_CACHE:
                 oldest = next(iter(self.by_table))
                 self.by_table.pop(oldest).finalizer()
-            rec = self.encode(table, constants)
+            rec = self.steps(table, constants) if self.driven else self.encode(table, constants)
         self.by_table[key] = rec
-        return rec.handle
+        return rec if self.driven else rec.handle
 
 
 cdef class Submitter:

@@ -22,19 +22,20 @@ import numpy as np
 
 from backends.vulkan import capabilities as caps_module
 from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ffi, lib, vk
-from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
+from backends.vulkan.buffer import HostVisibleBuffer, VulkanBuffer, create_buffer, destroy_buffer
 from backends.vulkan.command_buffer import DeviceCommands, Submitter, VulkanEmitter, queue_execute
 from backends.vulkan.executable import VulkanExecutable
-from backends.vulkan.indirect import FaultRecord
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.recording import CommandPools, Recording
+from backends.vulkan.regions import QueueDriver, run_steps
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
-from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
+from hal.errors import DeviceError, DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
+from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore
 
@@ -93,8 +94,13 @@ class VulkanDevice(Device):
         self._queue_lock = threading.Lock()  # keeps the pending list in submission order
         self._host_access = threading.Lock()  # the staging buffer and its transfer command buffer
         self._objects: collections.Counter[str] = collections.Counter()
-        self.lifetime = Lifetime(mark=lambda: self._submitter.submitted,
-                                 finished=lambda value: value <= self._completed(), on_release=self._replace_token)
+        # While the QueueDriver has jobs (regions), the submissions they will make are unknown: a release is then
+        # marked with the driver itself, finished once it fell idle and the GPU reached its last submission.
+        self._driver = QueueDriver(self)
+        self._route_lock = threading.Lock()  # a submission goes to the queue or to the QueueDriver, in order
+        self._empty: Recording | None = None
+        self.lifetime = Lifetime(mark=lambda: self._driver if self._driver.busy() else self._submitter.submitted,
+                                 finished=self._finished, on_release=self._replace_token)
         # A command buffer holding this token resubmits as one vkQueueSubmit (queue_execute): replaced whenever
         # that stops being safe for all of them (something to free, the device lost or closing), and given
         # again to one by a submission that finds it safe.
@@ -153,7 +159,7 @@ class VulkanDevice(Device):
         self.pipeline_cache = cache[0]
         self._staging: tuple[Any, Any, np.ndarray] | None = None  # (VkBuffer, allocation, mapped bytes)
         self._transfer: Recording | None = None
-        self._faults: FaultRecord | None = None
+        self._faults: HostVisibleBuffer | None = None
 
     @staticmethod
     def address(cdata: Any) -> int:
@@ -198,6 +204,29 @@ class VulkanDevice(Device):
     # general path below for everything but an unchanged command buffer holding the device's resubmit token.
     queue_execute = queue_execute
 
+    def _finished(self, mark: Any) -> bool:
+        if mark is self._driver:
+            return not mark.busy() and mark.idle_value <= self._completed()
+        return mark <= self._completed()
+
+    @property
+    def submitted(self) -> int:
+        """The timeline value of the latest submission."""
+        return self._submitter.submitted
+
+    def empty_recording(self) -> Recording:
+        """An empty VkCommandBuffer, for a submission that only waits and signals."""
+        with self._host_access:
+            if self._empty is None:
+                self._empty = Recording(self)
+                begin = ffi.new("VkCommandBufferBeginInfo*", {
+                    "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                    "flags": vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT})
+                handle = ffi.cast("VkCommandBuffer", self._empty.handle)
+                check(self.fn.vkBeginCommandBuffer(handle, begin), "vkBeginCommandBuffer")
+                check(self.fn.vkEndCommandBuffer(handle), "vkEndCommandBuffer")
+            return self._empty
+
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[VulkanSemaphore, int], ...],
                        signals: tuple[tuple[VulkanSemaphore, int], ...], constants: tuple) -> None:
@@ -207,7 +236,16 @@ class VulkanDevice(Device):
             for sem, value in waits + signals:
                 self.check_timeline_step(sem, value)
         emitter = command_buffer.emitter
-        self._submit(emitter.command_buffer(table, constants), waits, signals)
+        work = emitter.command_buffer(table, constants)
+        with self._route_lock:
+            if emitter.driven or self._driver.busy():  # regions: the QueueDriver submits, in order
+                self._replace_token()
+                if emitter.driven:
+                    self._driver.put(lambda: run_steps(self, work, waits, signals))
+                else:
+                    self._driver.put(lambda: self._submit(work, waits, signals))
+                return
+            self._submit(work, waits, signals)
         with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
             self.lifetime.collect()
         if not (waits or signals or self.lifetime.pending or self._closed) and emitter.resubmits_in_one_submit:
@@ -294,15 +332,19 @@ class VulkanDevice(Device):
         raise queue_deadlock(value, self._value(sem.handle))
 
     def _synchronize(self) -> None:
+        self._driver.wait_idle()
         self._wait_for(self._submitter.submitted)
+        error = self._driver.take_error()
+        if error is not None:
+            raise error if isinstance(error, HalError) else DeviceError(f"a region's submission failed: {error!r}")
         if self._faults is not None:
-            self._faults.raise_fault()
+            raise_fault(self._faults.words, self.capabilities.max_workgroup_count)
 
-    def indirect_faults(self) -> FaultRecord:
-        """The fault record of the dispatch_indirect guards (backends.vulkan.indirect), made on first use."""
+    def indirect_faults(self) -> HostVisibleBuffer:
+        """The fault record of the dispatch_indirect guards (hal.indirect), made on first use."""
         with self._host_access:
             if self._faults is None:
-                self._faults = FaultRecord(self)
+                self._faults = HostVisibleBuffer(self, FAULT_BYTES)
             return self._faults
 
     def check_lost(self) -> None:
@@ -313,6 +355,7 @@ class VulkanDevice(Device):
     def staging_copy(self, buffer: VulkanBuffer, offset: int, host: np.ndarray, to_device: bool) -> None:
         """Copy between `host` (bytes) and `buffer` at `offset`, through the staging buffer, piece by piece;
         each piece is submitted in order after all earlier work and waited for."""
+        self._driver.wait_idle()
         with self._host_access:
             staging = self._staging_buffer(len(host))
             if self._transfer is None:
@@ -359,6 +402,7 @@ class VulkanDevice(Device):
         destroy_buffer(self, handle, allocation)
 
     def _close(self) -> None:
+        self._driver.wait_idle()  # regions' steps still to submit
         with self._submit_lock:  # a general submission under way ends first
             self._replace_token()  # no resubmission starts after
         self._release_stuck_submissions()

@@ -11,16 +11,11 @@ the commands before wrote.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from backends.vulkan.api import check, ffi, lib, vk
-from backends.vulkan.buffer import VulkanBuffer, create_buffer, destroy_buffer
-from backends.vulkan.memory import HOST_VISIBLE
+from backends.vulkan.buffer import VulkanBuffer
 from hal.buffer import Buffer, BufferUsage
 from hal.executable import ExecutableSource, Export
-from hal.indirect import FAULT_BYTES, raise_fault
 
 if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
@@ -45,49 +40,9 @@ void main() {
 PER_CHUNK = 256  # dispatch_indirect commands whose counts one arguments buffer holds
 
 
-class FaultRecord(Buffer):
-    """The device's fault record (hal.indirect): host-visible, coherent memory the guards write and the host
-    reads at synchronize() without a copy."""
-
-    __slots__ = ("vk_buffer", "words", "_finalizer")
-
-    def __init__(self, device: VulkanDevice) -> None:
-        super().__init__(device, FAULT_BYTES, BufferUsage.DISPATCH_STORAGE)
-        bits = vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
-        self.vk_buffer, allocation = create_buffer(device, FAULT_BYTES, bits, HOST_VISIBLE, own=True)
-        pointer = ffi.new("void**")
-        try:
-            check(lib.vkMapMemory(device.handle, allocation.memory, allocation.offset, FAULT_BYTES, 0, pointer),
-                  "vkMapMemory")
-        except BaseException:
-            destroy_buffer(device, self.vk_buffer, allocation)
-            raise
-        self.words = np.frombuffer(ffi.buffer(pointer[0], FAULT_BYTES), np.uint32)
-        self.words[:] = 0
-        self.handle = device.address(self.vk_buffer)
-        self._finalizer = device.lifetime.track(self, _unmap_and_destroy, device, self.vk_buffer, allocation)
-
-    def raise_fault(self) -> None:
-        """Raise (and clear) the fault the guards noted, if any; call with the queue idle."""
-        raise_fault(self.words, self.device.capabilities.max_workgroup_count)
-
-    def _read(self, offset: int, nbytes: int) -> np.ndarray:
-        return self.words.view(np.uint8)[offset:offset + nbytes].copy()
-
-    def _write(self, offset: int, data: memoryview) -> None:
-        self.words.view(np.uint8)[offset:offset + len(data)] = np.frombuffer(data, np.uint8)
-
-    def _free(self) -> None:
-        self._finalizer()
-
-
-def _unmap_and_destroy(device: VulkanDevice, handle: Any, allocation: Any) -> None:
-    lib.vkUnmapMemory(device.handle, allocation.memory)
-    destroy_buffer(device, handle, allocation)
-
-
 class IndirectGuard:
-    """One command buffer's side of dispatch_indirect: the guard executable, the device's fault record, and the
+    """One command buffer's side of dispatch_indirect: the guard executable, the device's fault record (hal.indirect,
+    a HostVisibleBuffer), and the
     arguments buffers (12 bytes per dispatch_indirect, PER_CHUNK to a buffer, added as commands come)."""
 
     def __init__(self, device: VulkanDevice) -> None:

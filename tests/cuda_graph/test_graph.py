@@ -562,3 +562,25 @@ def test_one_shot_indirect_work_runs_as_a_graph(gpu, exe):
     gpu.queue_execute(cb)
     assert cb.emitter.instantiations == 1
     np.testing.assert_array_equal(out.read(np.uint32)[:6], [2, 2, 2, 2, 2, 0])
+
+
+def test_regions_are_conditional_nodes_with_their_condition_set_on_the_gpu(gpu, exe):
+    out, flag, minus_one = (gpu.upload(kernels.u32(v)) for v in ([0] * 16, [5], [0xFFFFFFFF]))
+    enabled = gpu.upload(kernels.u32([1]))
+    cb = gpu.create_command_buffer(mode="reusable")
+    with cb:
+        cb.dispatch(exe, "mark", (1, 1, 1), (100,), (out,))
+        with cb.while_nonzero(flag):
+            with cb.if_nonzero(enabled):
+                cb.dispatch(exe, "mark", (2, 1, 1), (1,), (out,))
+            cb.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
+    emitted = cb.emitter.emitted_graph()
+    types = nx.get_node_attributes(emitted, "type")
+    assert types[1] == "CU_GRAPH_NODE_TYPE_CONDITIONAL" and types[("condition", 1)] == "CU_GRAPH_NODE_TYPE_KERNEL"
+    assert "CU_GRAPH_NODE_TYPE_HOST" not in types.values()
+    assert set(emitted.predecessors(("condition", 1))) == {0} and set(emitted.predecessors(1)) == {("condition", 1)}
+    for k in (5, 0, 2):
+        flag.write(kernels.u32([k]))
+        gpu.queue_execute(cb)  # one launch per submission, whatever k
+    np.testing.assert_array_equal(out.read(np.uint32)[:3], [300 + 7, 7, 0])
+    assert cb.emitter.instantiations == 1

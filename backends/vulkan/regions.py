@@ -1,0 +1,144 @@
+"""Regions on Vulkan: the host checks each region's flag between submissions.
+
+A Vulkan command buffer cannot branch on memory, so a command buffer with regions is kept as Steps: the runs of
+commands between regions, each a VkCommandBuffer, and per region a VkCommandBuffer that copies its flag to
+host-visible memory. The device's QueueDriver, a thread, submits the steps in order; before each iteration it
+submits the copy, waits for it and reads the flag. So each check costs one submission and one wait of the GPU for
+the host (tens of µs on a GPU; bench.regions measures it), and a k-iteration loop is about 2k submissions.
+
+queue_execute never blocks: a submission of a command buffer with regions becomes a job of the QueueDriver, and
+while any job is queued every later submission of the device goes through it too, so the queue keeps submission
+order (a submission that waits for a value only a later step signals would otherwise block the queue ahead of that
+step). Host access (reads, writes, synchronize) waits for the QueueDriver first.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from backends.vulkan.device import VulkanDevice
+
+IDLE_EXIT_S = 1.0
+
+
+class Steps:
+    """What a command buffer with regions submits: ("run", Recording) and ("region", loop, readback Recording, flag
+    word, Steps of the body), in order. `words`: where the readbacks put the flags."""
+
+    __slots__ = ("items", "words", "__weakref__")
+
+    def __init__(self, words: np.ndarray) -> None:
+        self.items: list[tuple] = []
+        self.words = words
+
+    def run(self, recording: Any) -> None:
+        self.items.append(("run", recording))
+
+    def region(self, loop: bool, readback: Any, word: int) -> Steps:
+        body = Steps(self.words)
+        self.items.append(("region", loop, readback, word, body))
+        return body
+
+    def finalizer(self) -> None:
+        """Retire every VkCommandBuffer of the steps (once the work submitted so far is done)."""
+        for item in self.items:
+            if item[0] == "run":
+                item[1].finalizer()
+            else:
+                item[2].finalizer()
+                item[4].finalizer()
+
+
+def run_steps(device: VulkanDevice, steps: Steps, waits: tuple, signals: tuple) -> None:
+    """Submit `steps` on the QueueDriver's thread: the first submission carries `waits`, a last, empty one
+    `signals` (also when a step failed, so that nothing waits forever; the failure is raised at synchronize())."""
+    pending_waits = waits
+
+    def submit(handle: int) -> int:
+        nonlocal pending_waits
+        value = device._submit(handle, pending_waits)
+        pending_waits = ()
+        return value
+
+    def walk(items: list[tuple]) -> None:
+        for item in items:
+            if item[0] == "run":
+                submit(item[1].handle)
+                continue
+            _, loop, readback, word, body = item
+            while True:
+                device._wait_for(submit(readback.handle))
+                if not steps.words[word]:
+                    break
+                walk(body.items)
+                if not loop:
+                    break
+
+    try:
+        walk(steps.items)
+    finally:
+        device._submit(device.empty_recording().handle, pending_waits, signals)
+
+
+class QueueDriver:
+    """A thread that makes a device's submissions, in order, while a command buffer with regions is among them
+    (see the module docstring). `busy()`: jobs are queued or running."""
+
+    def __init__(self, device: VulkanDevice) -> None:
+        self.device = device
+        self.condition = threading.Condition()
+        self.jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self.running = False
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.idle_value = 0  # the device's last submitted timeline value when the driver last fell idle
+
+    def busy(self) -> bool:
+        return bool(self.jobs) or self.running
+
+    def put(self, job: Callable[[], None]) -> None:
+        with self.condition:
+            self.jobs.append(job)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._serve, name="hal-vulkan-regions", daemon=True)
+                self.thread.start()
+            self.condition.notify_all()
+
+    def wait_idle(self) -> None:
+        if threading.current_thread() is self.thread:
+            return
+        with self.condition:
+            while self.busy():
+                self.condition.wait()
+
+    def take_error(self) -> BaseException | None:
+        with self.condition:
+            error, self.error = self.error, None
+        return error
+
+    def _serve(self) -> None:
+        while True:
+            with self.condition:
+                while not self.jobs:
+                    if not self.condition.wait(IDLE_EXIT_S) and not self.jobs:
+                        self.thread = None
+                        return
+                job = self.jobs.popleft()
+                self.running = True
+            try:
+                job()
+            except BaseException as e:  # noted for synchronize(); the job's signals were given already
+                with self.condition:
+                    self.error = self.error or e
+            finally:
+                with self.condition:
+                    self.running = False
+                    if not self.jobs:
+                        self.idle_value = self.device.submitted
+                    self.condition.notify_all()

@@ -1,0 +1,115 @@
+"""A while_nonzero loop against host submissions of its body, side by side on one device (issue 18: host time O(1)
+in k on CUDA, and >= 5x faster than k submissions at k = 100).
+
+The body: a one-workgroup dispatch and a dispatch decrementing the flag (a barrier between). The loop is one
+queue_execute of a command buffer holding `while_nonzero(flag)` around the body, the flag set to k beforehand;
+the competitor submits a command buffer of the body k times. Reported per k: host µs of the submitting calls, and
+wall µs from the first call to the end of the work (best of REPEATS each).
+
+    python -m bench.regions [--device cuda] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import hal
+from tests.kernels import SOURCE
+
+ITERATIONS = (1, 10, 100)
+REPEATS = 20
+TARGET = 5.0
+
+
+def record_body(cb: hal.CommandBuffer, exe: hal.Executable, out: hal.Buffer, flag: hal.Buffer,
+                minus_one: hal.Buffer) -> None:
+    cb.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
+    cb.execution_barrier()
+    cb.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
+
+
+def timed(dev: hal.Device, flag: hal.Buffer, k: int, submit) -> tuple[float, float]:
+    """(host µs of submit(), wall µs to the end of its work): the best of REPEATS, the flag set to k first."""
+    host = wall = float("inf")
+    for _ in range(REPEATS):
+        flag.write(np.array([k], np.uint32))
+        dev.synchronize()
+        t0 = time.perf_counter()
+        submit()
+        t1 = time.perf_counter()
+        dev.synchronize()
+        t2 = time.perf_counter()
+        host, wall = min(host, t1 - t0), min(wall, t2 - t0)
+        assert flag.read(np.uint32)[0] == 0
+    return host * 1e6, wall * 1e6
+
+
+def run(device: str | None) -> dict:
+    with hal.create_device(device) as dev:
+        exe = dev.load_executable(SOURCE)
+        out, flag = dev.upload(np.zeros(16, np.uint32)), dev.upload(np.zeros(1, np.uint32))
+        minus_one = dev.upload(np.array([0xFFFFFFFF], np.uint32))
+        loop = dev.create_command_buffer(mode="reusable")
+        with loop:
+            with loop.while_nonzero(flag):
+                record_body(loop, exe, out, flag, minus_one)
+        body = dev.create_command_buffer(mode="reusable")
+        with body:
+            record_body(body, exe, out, flag, minus_one)
+        dev.queue_execute(loop)
+        dev.queue_execute(body)
+        rows = []
+        for k in ITERATIONS:
+            loop_host, loop_wall = timed(dev, flag, k, lambda: dev.queue_execute(loop))
+
+            def submissions(k: int = k) -> None:
+                for _ in range(k):
+                    dev.queue_execute(body)
+
+            each_host, each_wall = timed(dev, flag, k, submissions)
+            rows.append(dict(iterations=k, loop_host=loop_host, loop_wall=loop_wall, submissions_host=each_host,
+                             submissions_wall=each_wall))
+        meta = dict(device=dev.name, driver=dev.driver, date=time.strftime("%Y-%m-%d"))
+    return dict(meta=meta, rows=rows)
+
+
+def report(result: dict) -> str:
+    meta = result["meta"]
+    lines = [f"## while_nonzero on {meta['device']} ({meta['driver']}), {meta['date']}", "",
+             "A k-iteration loop (one queue_execute) against k submissions of its body: host µs of the submitting "
+             f"calls and wall µs to the end of the work, best of {REPEATS}.", "",
+             "| k | loop host | submissions host | host ratio | loop wall | submissions wall | wall ratio |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['iterations']} | {r['loop_host']:.1f} | {r['submissions_host']:.1f} | "
+                     f"{r['submissions_host'] / r['loop_host']:.1f}x | {r['loop_wall']:.1f} | "
+                     f"{r['submissions_wall']:.1f} | {r['submissions_wall'] / r['loop_wall']:.2f}x |")
+    last = result["rows"][-1]
+    ratio = last["submissions_host"] / last["loop_host"]
+    growth = last["loop_host"] / result["rows"][0]["loop_host"]
+    lines += ["", f"Targets: at k = {last['iterations']} the loop's host time is {ratio:.1f}x less than the "
+                  f"submissions' (>= {TARGET}: {'met' if ratio >= TARGET else 'MISSED'}); from k = "
+                  f"{result['rows'][0]['iterations']} to {last['iterations']} the loop's host time grows "
+                  f"{growth:.2f}x (O(1) in k)."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default=None, help="a device name for hal.create_device (default: the best)")
+    parser.add_argument("--json", help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run(args.device)
+    print(report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
