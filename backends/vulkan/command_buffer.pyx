@@ -414,8 +414,8 @@ cdef class VulkanEmitter:
         cdef VkCommandBufferBeginInfo info
         memset(&info, 0, sizeof(info))
         info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
-        # A reusable one may be queued again while it is pending.
-        info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if self.one_time else \
+        # A reusable one may be queued again while it is pending; so may the steps of a loop, also of a one_shot.
+        info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if self.one_time and not self.driven else \
             VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
         _check(self.fn.begin(<VkCommandBuffer>handle, &info), "vkBeginCommandBuffer")
 

@@ -17,7 +17,9 @@ A program is a dict:
   ("fill", R, pattern bytes), ("update", R, data seed) (see `update_data`), ("copy", R_source, R_target),
   ("dispatch", export name, constants, (R, ...), indirect), ("barrier",); `indirect` None (cb.dispatch), or
   "static" / "dynamic": cb.dispatch_indirect, its counts in a buffer of hal's own (`indirect_counts`), static ones
-  written before the submission, dynamic ones by an update_buffer the recording starts with (then a barrier).
+  written before the submission, dynamic ones by an update_buffer the recording starts with (then a barrier);
+  ("region", loop, iterations, (command, ...)): cb.while_nonzero (loop) or cb.if_nonzero around the commands, its
+  flag (in a buffer of hal's own) set to `iterations`; a loop's body ends with a decrement of the flag.
   `open_end` (only with `via`) records hal.slot(via, offset) without a length: to the buffer's end,
   which the generator only sets when offset + length is the buffer size (updates: where the data fits).
 Programs are race-free: a command that would overlap a command of its segment (one writing) gets an
@@ -81,64 +83,78 @@ def generate_program(draw):
             length = min(length, size - offset)
         return offset, length
 
-    commands = []
-    open_accesses: list[tuple[int, int, int, bool]] = []  # (buffer, start, end, writes) of this segment
+    def generate(target: list[tuple], length: int, regions: bool) -> None:
+        """Append `length` commands to `target` (a region among them if `regions`), race-free."""
+        open_accesses: list[tuple[int, int, int, bool]] = []  # (buffer, start, end, writes) of this segment
 
-    def barrier():
-        commands.append(("barrier",))
-        open_accesses.clear()
+        def barrier():
+            target.append(("barrier",))
+            open_accesses.clear()
 
-    for _ in range(draw(st.integers(1, 30), label="length")):
-        kind = draw(st.sampled_from(["fill", "update", "copy", "dispatch", "dispatch", "barrier"]))
-        if kind == "barrier":
-            barrier()
-            continue
-        if kind == "fill":
-            b = draw(st.integers(0, nbuf - 1))
-            start, length = range16(b)
-            width = draw(st.sampled_from([1, 2, 4]))
-            pattern = draw(st.binary(min_size=width, max_size=width))
-            cmd = ("fill", ref(b, start, length), pattern)
-            accesses = [(b, start, start + length, True)]
-        elif kind == "update":
-            b = draw(st.integers(0, nbuf - 1))
-            start, length = range16(b, max_len=512)
-            cmd = ("update", ref(b, start, length), draw(st.integers(0, 2**32 - 1)))
-            accesses = [(b, start, start + length, True)]
-        elif kind == "copy":
-            src, dst = draw(st.integers(0, nbuf - 1)), draw(st.integers(0, nbuf - 1))
-            s, length = range16(src, max_len=sizes[dst])
-            t = 16 * draw(st.integers(0, (sizes[dst] - length) // 16))
-            if src == dst and s < t + length and t < s + length:
-                continue  # an overlapping copy within one buffer is invalid
-            cmd = ("copy", ref(src, s, length, False), ref(dst, t, length, False))
-            accesses = [(src, s, s + length, False), (dst, t, t + length, True)]
-        else:
-            name = draw(st.sampled_from(sorted(EXPORTS)))
-            export = EXPORTS[name]
-            refs = []
-            for _i in range(export.bindings):
-                b = draw(st.integers(0, nbuf - 1))
-                refs.append((b, *binding(b)))
-            writes = [i for i in range(export.bindings) if i not in export.readonly]
-            # Inside one dispatch a written binding may alias another only exactly (element i reads and
-            # writes the same address), never shifted: that would be a race inside the kernel on a GPU.
-            if any(i != j and refs[i][0] == refs[j][0] and refs[i][1] != refs[j][1]
-                   and refs[i][1] < refs[j][1] + refs[j][2] and refs[j][1] < refs[i][1] + refs[i][2]
-                   for i in writes for j in range(export.bindings)):
+        for _ in range(length):
+            kind = draw(st.sampled_from(["fill", "update", "copy", "dispatch", "dispatch", "barrier"]
+                                        + (["region"] if regions else [])))
+            if kind == "barrier":
+                barrier()
                 continue
-            n = draw(st.integers(1, min(r[2] for r in refs) // 4))
-            constants = (n,) if name == "add" else (n, draw(st.integers(0, 2**32 - 1)))
-            indirect = draw(st.sampled_from([None, None, "static", "dynamic"]), label="indirect")
-            cmd = ("dispatch", name, constants, tuple(ref(*r) for r in refs), indirect)
-            accesses = [(r[0], r[1], r[1] + r[2], i not in export.readonly) for i, r in enumerate(refs)]
-        if any(b == b2 and s < e2 and s2 < e and (w or w2)
-               for b, s, e, w in accesses for b2, s2, e2, w2 in open_accesses):
-            barrier()
-        commands.append(cmd)
-        open_accesses.extend(accesses)
-        if draw(st.integers(0, 6)) == 0:
-            barrier()
+            if kind == "region":
+                loop = draw(st.booleans(), label="loop")
+                iterations = draw(st.integers(0, 3 if loop else 1), label="iterations")
+                inside: list[tuple] = []
+                generate(inside, draw(st.integers(1, 4), label="body length"), False)
+                if any(c[0] != "barrier" for c in inside):
+                    target.append(("region", loop, iterations, tuple(inside)))
+                    open_accesses.clear()  # a region sits between two barriers
+                continue
+            if kind == "fill":
+                b = draw(st.integers(0, nbuf - 1))
+                start, length = range16(b)
+                width = draw(st.sampled_from([1, 2, 4]))
+                pattern = draw(st.binary(min_size=width, max_size=width))
+                cmd = ("fill", ref(b, start, length), pattern)
+                accesses = [(b, start, start + length, True)]
+            elif kind == "update":
+                b = draw(st.integers(0, nbuf - 1))
+                start, length = range16(b, max_len=512)
+                cmd = ("update", ref(b, start, length), draw(st.integers(0, 2**32 - 1)))
+                accesses = [(b, start, start + length, True)]
+            elif kind == "copy":
+                src, dst = draw(st.integers(0, nbuf - 1)), draw(st.integers(0, nbuf - 1))
+                s, length = range16(src, max_len=sizes[dst])
+                t = 16 * draw(st.integers(0, (sizes[dst] - length) // 16))
+                if src == dst and s < t + length and t < s + length:
+                    continue  # an overlapping copy within one buffer is invalid
+                cmd = ("copy", ref(src, s, length, False), ref(dst, t, length, False))
+                accesses = [(src, s, s + length, False), (dst, t, t + length, True)]
+            else:
+                name = draw(st.sampled_from(sorted(EXPORTS)))
+                export = EXPORTS[name]
+                refs = []
+                for _i in range(export.bindings):
+                    b = draw(st.integers(0, nbuf - 1))
+                    refs.append((b, *binding(b)))
+                writes = [i for i in range(export.bindings) if i not in export.readonly]
+                # Inside one dispatch a written binding may alias another only exactly (element i reads and
+                # writes the same address), never shifted: that would be a race inside the kernel on a GPU.
+                if any(i != j and refs[i][0] == refs[j][0] and refs[i][1] != refs[j][1]
+                       and refs[i][1] < refs[j][1] + refs[j][2] and refs[j][1] < refs[i][1] + refs[i][2]
+                       for i in writes for j in range(export.bindings)):
+                    continue
+                n = draw(st.integers(1, min(r[2] for r in refs) // 4))
+                constants = (n,) if name == "add" else (n, draw(st.integers(0, 2**32 - 1)))
+                indirect = draw(st.sampled_from([None, None, "static", "dynamic"]), label="indirect")
+                cmd = ("dispatch", name, constants, tuple(ref(*r) for r in refs), indirect)
+                accesses = [(r[0], r[1], r[1] + r[2], i not in export.readonly) for i, r in enumerate(refs)]
+            if any(b == b2 and s < e2 and s2 < e and (w or w2)
+                   for b, s, e, w in accesses for b2, s2, e2, w2 in open_accesses):
+                barrier()
+            target.append(cmd)
+            open_accesses.extend(accesses)
+            if draw(st.integers(0, 6)) == 0:
+                barrier()
+
+    commands: list[tuple] = []
+    generate(commands, draw(st.integers(1, 30), label="length"), True)
     return {"sizes": sizes, "seed": seed, "slots": slots, "commands": commands}
 
 
@@ -166,73 +182,118 @@ def _hal_ref(r, buffers, use_slots):
     return hal.ref(buffers[b], offset, length)
 
 
+def all_commands(commands):
+    """The commands in recording order, those inside regions too (each region before its body)."""
+    for c in commands:
+        yield c
+        if c[0] == "region":
+            yield from all_commands(c[3])
+
+
 def constant_count(program):
     """The dispatch constants of `program`: with use_slots, one constant slot each."""
-    return sum(len(c[2]) for c in program["commands"] if c[0] == "dispatch")
+    return sum(len(c[2]) for c in all_commands(program["commands"]) if c[0] == "dispatch")
 
 
 def indirect_counts(program, mode):
     """The workgroup counts of the program's `mode` ("static" or "dynamic") indirect dispatches, 16 bytes each."""
-    counts = [(*kernels.groups(c[2][0]), 0) for c in program["commands"] if c[0] == "dispatch" and c[4] == mode]
+    counts = [(*kernels.groups(c[2][0]), 0) for c in all_commands(program["commands"])
+              if c[0] == "dispatch" and c[4] == mode]
     return np.array(counts or [(0, 0, 0, 0)], np.uint32)
 
 
-def record_program(cb, exe, program, buffers, use_slots, counts):
-    """Record `program`'s commands into the begun command buffer `cb`; returns the values of the constant slots
-    (with use_slots), in slot order. `counts`: mode -> the buffer of the indirect dispatches' counts (the dynamic
-    ones are written first, then a barrier)."""
-    values = []
-    placed = {"static": 0, "dynamic": 0}
-    if any(c[0] == "dispatch" and c[4] == "dynamic" for c in program["commands"]):
-        cb.update_buffer(counts["dynamic"], indirect_counts(program, "dynamic"))
-        cb.execution_barrier()
-    for c in program["commands"]:
-        kind = c[0]
-        if kind == "barrier":
-            cb.execution_barrier()
-        elif kind == "fill":
-            cb.fill_buffer(_hal_ref(c[1], buffers, use_slots), c[2])
-        elif kind == "update":
-            cb.update_buffer(_hal_ref(c[1], buffers, use_slots), update_data(c))
-        elif kind == "copy":
-            cb.copy_buffer(_hal_ref(c[1], buffers, use_slots), _hal_ref(c[2], buffers, use_slots))
-        else:
-            _, name, constants, refs, indirect = c
-            n = constants[0]
-            if use_slots:
-                values.extend(constants)
-                constants = tuple(hal.constant_slot(len(values) - len(constants) + i) for i in range(len(constants)))
-            bindings = tuple(_hal_ref(r, buffers, use_slots) for r in refs)
-            if indirect is None:
-                cb.dispatch(exe, name, workgroups=kernels.groups(n), constants=constants, bindings=bindings)
+def region_flags(program):
+    """Each region's flag (its iterations), one per 256 bytes (an offset every storage alignment allows)."""
+    iterations = [c[2] for c in all_commands(program["commands"]) if c[0] == "region"]
+    flags = np.zeros(64 * max(1, len(iterations)), np.uint32)
+    flags[::64][:len(iterations)] = iterations
+    return flags
+
+
+class Recorder:
+    """Records a program's commands into a begun command buffer (regions and their bodies too), numbering the
+    constant slots, indirect counts and region flags as it goes, in recording order."""
+
+    def __init__(self, cb, exe, buffers, use_slots, extra):
+        self.cb, self.exe, self.buffers, self.use_slots, self.extra = cb, exe, buffers, use_slots, extra
+        self.values = []
+        self.placed = {"static": 0, "dynamic": 0}
+        self.regions = 0
+
+    def record(self, commands):
+        cb, buffers, use_slots = self.cb, self.buffers, self.use_slots
+        for c in commands:
+            kind = c[0]
+            if kind == "barrier":
+                cb.execution_barrier()
+            elif kind == "fill":
+                cb.fill_buffer(_hal_ref(c[1], buffers, use_slots), c[2])
+            elif kind == "update":
+                cb.update_buffer(_hal_ref(c[1], buffers, use_slots), update_data(c))
+            elif kind == "copy":
+                cb.copy_buffer(_hal_ref(c[1], buffers, use_slots), _hal_ref(c[2], buffers, use_slots))
+            elif kind == "region":
+                _, loop, _iterations, body = c
+                flag = hal.ref(self.extra["flags"], 256 * self.regions, 4)
+                self.regions += 1
+                with cb.while_nonzero(flag) if loop else cb.if_nonzero(flag):
+                    self.record(body)
+                    if loop:  # the flag counts the iterations down
+                        cb.execution_barrier()
+                        cb.dispatch(self.exe, "add", (1, 1, 1), (1,), (flag, self.extra["minus_one"], flag))
             else:
-                parameters = hal.ref(counts[indirect], 16 * placed[indirect], 12)
-                placed[indirect] += 1
-                cb.dispatch_indirect(exe, name, parameters, constants=constants, bindings=bindings,
-                                     dynamic=indirect == "dynamic")
-    return tuple(values)
+                self.dispatch(*c[1:])
+
+    def dispatch(self, name, constants, refs, indirect):
+        n = constants[0]
+        if self.use_slots:
+            self.values.extend(constants)
+            constants = tuple(hal.constant_slot(len(self.values) - len(constants) + i) for i in range(len(constants)))
+        bindings = tuple(_hal_ref(r, self.buffers, self.use_slots) for r in refs)
+        if indirect is None:
+            self.cb.dispatch(self.exe, name, workgroups=kernels.groups(n), constants=constants, bindings=bindings)
+            return
+        parameters = hal.ref(self.extra[indirect], 16 * self.placed[indirect], 12)
+        self.placed[indirect] += 1
+        self.cb.dispatch_indirect(self.exe, name, parameters, constants=constants, bindings=bindings,
+                                  dynamic=indirect == "dynamic")
+
+
+def record_program(cb, exe, program, buffers, use_slots, extra):
+    """Record `program`'s commands into the begun command buffer `cb`; returns the values of the constant slots
+    (with use_slots), in slot order. `extra`: hal's own buffers: "static" and "dynamic" hold the indirect
+    dispatches' counts (the dynamic ones are written first, then a barrier), "flags" the regions' flags, and
+    "minus_one" what a loop adds to its flag."""
+    if any(c[0] == "dispatch" and c[4] == "dynamic" for c in all_commands(program["commands"])):
+        cb.update_buffer(extra["dynamic"], indirect_counts(program, "dynamic"))
+        cb.execution_barrier()
+    recorder = Recorder(cb, exe, buffers, use_slots, extra)
+    recorder.record(program["commands"])
+    return tuple(recorder.values)
 
 
 def run_program(device, program, strategy, dependencies, use_slots):
     """Run `program` on `device`; returns the final bytes of every buffer (uint8 arrays)."""
     exe = device.load_executable(kernels.SOURCE)
     buffers = [device.upload(data) for data in initial_bytes(program)]
-    counts = {"static": device.upload(indirect_counts(program, "static")),
-              "dynamic": device.upload(np.zeros_like(indirect_counts(program, "dynamic")))}  # written by the program
+    extra = {"static": device.upload(indirect_counts(program, "static")),
+             "dynamic": device.upload(np.zeros_like(indirect_counts(program, "dynamic"))),  # written by the program
+             "flags": device.upload(region_flags(program)),
+             "minus_one": device.upload(np.array([2**32 - 1], np.uint32))}
     try:
         cb = device.create_command_buffer(mode="one_shot",
                                           binding_capacity=len(program["slots"]) if use_slots else 0,
                                           strategy=strategy, dependencies=dependencies,
                                           constant_capacity=constant_count(program) if use_slots else 0)
         cb.begin()
-        values = record_program(cb, exe, program, buffers, use_slots, counts)
+        values = record_program(cb, exe, program, buffers, use_slots, extra)
         cb.end()
         table = tuple(buffers[b] for b in program["slots"]) if use_slots else ()
         device.queue_execute(cb, binding_table=table, constants=values)
         device.synchronize()
         return [b.read() for b in buffers]
     finally:
-        for b in [*buffers, *counts.values()]:
+        for b in [*buffers, *extra.values()]:
             b.release()
 
 
@@ -244,7 +305,16 @@ def run_reference(program):
         b, offset, length, _via, _open_end = r
         return mem[b][offset:offset + length]
 
-    for c in program["commands"]:
+    def apply(commands):
+        for c in commands:
+            if c[0] == "region":
+                _, loop, iterations, body = c
+                for _ in range(iterations if loop else min(iterations, 1)):
+                    apply(body)
+            else:
+                apply_one(c)
+
+    def apply_one(c):
         kind = c[0]
         if kind == "fill":
             target, pattern = view(c[1]), c[2]
@@ -256,6 +326,8 @@ def run_reference(program):
         elif kind == "dispatch":
             _, name, constants, refs, _indirect = c
             kernels.reference(name, constants, [view(r).view(np.uint32) for r in refs])
+
+    apply(program["commands"])
     return mem
 
 
@@ -305,6 +377,8 @@ def test_reference_interpreter():
         ("copy", (0, 32, 16, None, False), (1, 240, 16, None, False)),
         ("barrier",),
         ("dispatch", "xor_copy", (4, 1), ((2, 0, 256, None, False), (0, 0, 256, None, False)), "dynamic"),
+        ("region", True, 3, (("dispatch", "scale", (1, 5), ((1, 0, 256, None, False),), None),)),
+        ("region", False, 0, (("fill", (1, 0, 16, None, False), b"\xff"),)),
     ]}
     mem = run_reference(program)
     with hal.create_device("host") as host:
@@ -318,6 +392,7 @@ def test_reference_interpreter():
     c[:2] *= 3
     b[60:64] = a[8:12]
     a[:4] = c[:4] ^ 1
+    b[:1] *= np.uint32(125)  # the loop, three times; the if with a zero flag runs nothing
     np.testing.assert_array_equal(mem[0].view(np.uint32), a)
     np.testing.assert_array_equal(mem[1].view(np.uint32), b)
     np.testing.assert_array_equal(mem[2].view(np.uint32), c)
