@@ -144,7 +144,7 @@ cdef struct SlotWord:
 
 cdef Node _node(Command c, tuple table, tuple constants, dict staging, Kernel* kernel, Node into):
     """The node parameters of `c`, slots resolved through `table` and constant slots through `constants`
-    (`staging`: update index -> data address), written into `into` (a new Node if None); `kernel` caches
+    (`staging`: update command -> data address), written into `into` (a new Node if None); `kernel` caches
     the function of the last dispatch."""
     cdef Node node = Node.__new__(Node) if into is None else into
     cdef type kind = type(c)
@@ -199,7 +199,7 @@ cdef Node _node(Command c, tuple table, tuple constants, dict staging, Kernel* k
         if kind is Update:
             r = (<Update>c).target
             b = _resolve(r, table)
-            node.memcpy.srcDevice = <CUdeviceptr><uintptr_t>staging[c.index]
+            node.memcpy.srcDevice = <CUdeviceptr><uintptr_t>staging[c]
             node.memcpy.WidthInBytes = len((<Update>c).data)
         else:
             r = (<Copy>c).source
@@ -272,7 +272,7 @@ cdef class CudaEmitter:
     cdef Py_ssize_t emitted  # single_pass: layout nodes added so far
     cdef bint built, stream_launch
     cdef object arena
-    cdef dict staging  # update command index -> device address of its data
+    cdef dict staging  # update command (region bodies' too) -> device address of its data
     cdef tuple table_seen  # the table the nodes were last given (its used prefix)
     cdef tuple words_seen  # the constant slots' words they were last given (the used prefix)
     cdef list given  # with slots or constant slots: per command, its Node as last given (what a patch updates)
@@ -346,14 +346,14 @@ cdef class CudaEmitter:
             self.device.activate()
             if type(command) is Update:
                 self.stage(<Update>command)
+            elif type(command) is Region:
+                self.stage_all((<Region>command).body)
             self.add_nodes((), (), self.emitted, program.node_command.size(), command)
 
     def end(self, Program program) -> None:
         self.program = program
         self.device.activate()
-        for c in program.commands:
-            if type(c) is Update and (<Update>c).index not in self.staging:
-                self.stage(<Update>c)
+        self.stage_all(program)
         self.at_submit = bool(program.slot_users) or bool(program.constant_users)
         if self.graph != NULL:  # single_pass: the nodes are there
             self.instantiate()
@@ -375,7 +375,15 @@ cdef class CudaEmitter:
         """Copy an update's data to pinned memory, where its memcpy node reads it."""
         if self.arena is None:
             self.arena = PinnedArena(self.device)
-        self.staging[update.index] = self.arena.put(update.data)
+        self.staging[update] = self.arena.put(update.data)
+
+    cdef void stage_all(self, Program program) except *:
+        """Stage the updates of `program` and of its regions' bodies not staged yet."""
+        for c in program.commands:
+            if type(c) is Update and c not in self.staging:
+                self.stage(<Update>c)
+            elif type(c) is Region:
+                self.stage_all((<Region>c).body)
 
     cdef void new_graph(self) except *:
         cdef CUgraph graph

@@ -361,8 +361,7 @@ cdef class VulkanEmitter:
 
     def command(self, Program program, Command command) -> None:
         if type(command) is Region and self.encoder is not None:  # regions are Steps, encoded at end()
-            self.open.finalizer()
-            self.open = self.encoder = None
+            self.drop_open()
         if self.encoder is not None:
             if program.barrier[command.index]:
                 self.encoder.barrier()
@@ -375,8 +374,7 @@ cdef class VulkanEmitter:
         if program.regions:
             self.driven = True
             if self.open is not None:
-                self.open.finalizer()
-                self.open = self.encoder = None
+                self.drop_open()
             self.flag_slots = {}
             self.number_regions(program)
             self.flags = HostVisibleBuffer(self.device, 4 * len(self.flag_slots))
@@ -404,6 +402,13 @@ cdef class VulkanEmitter:
         self.by_table = {}
         self.program = None
         self.device.lifetime.collect()
+
+    cdef void drop_open(self) except *:
+        """Give up single_pass's VkCommandBuffer (a region came: the Program becomes Steps), ended first: one
+        still recording must not go back to the pool."""
+        _check(self.fn.end(<VkCommandBuffer><uintptr_t>self.open.handle), "vkEndCommandBuffer")
+        self.open.finalizer()
+        self.open = self.encoder = None
 
     cdef object indirect_guard(self):
         if self.guard is None:
