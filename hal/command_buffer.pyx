@@ -102,7 +102,7 @@ cdef class CommandBuffer:
         self.constants_needed = 0
         self.indirect_commands = []
         self.region_commands = []
-        self.levels = []  # per open region, the enclosing level's recording state (see open_region)
+        self.levels = []  # per open region, the enclosing level's recording state (see _open_region)
         self.uses_slot = False
         self.direct_buffers = None  # bound without a slot, when first needed
         self.dispatched = None  # executable -> first command, when first needed
@@ -312,6 +312,10 @@ cdef class CommandBuffer:
         if not p.bounded or p.nbytes != 12:
             p = BufferRef(p.buffer, p.slot, p.offset, 12)
         if not dynamic:
+            if self.levels:
+                self.uses_slot = False
+                raise ValidationError(f"command {index} (dispatch_indirect {name}): inside while_nonzero or if_nonzero "
+                                      f"the counts must be dynamic=True (read when the dispatch runs, each time)")
             self.check_static_parameters(p, index, name)
         self.add_dispatch("dispatch_indirect", executable, name, (1, 1, 1), constants, bindings, p, dynamic)
 
@@ -444,7 +448,9 @@ cdef class CommandBuffer:
         """`with cb.while_nonzero(ref):` records a loop: its commands run while the uint32 at `ref` (4-byte
         aligned; a slot is allowed) is non-zero, checked before each iteration. The commands before the region
         happen before it and the commands after it wait for it (it sits between two execution barriers);
-        barriers inside work as anywhere; regions nest. A command rejected inside drops the whole region."""
+        barriers inside work as anywhere; regions nest. An exception leaving the `with` block (a command
+        rejected inside, say) drops the whole region. Inside, commands are numbered from 0 (in messages too), and
+        dispatch_indirect counts must be dynamic."""
         return RegionScope(self, True, self.check_condition(condition, "while_nonzero"))
 
     def if_nonzero(self, condition: Buffer | BufferRef) -> RegionScope:
@@ -452,11 +458,17 @@ cdef class CommandBuffer:
         region is reached (see while_nonzero)."""
         return RegionScope(self, False, self.check_condition(condition, "if_nonzero"))
 
+    @property
+    def regions_open(self) -> int:
+        """How many regions are open where the next command is recorded."""
+        return len(self.levels)
+
     cdef BufferRef check_condition(self, object condition, str what):
         if self.phase != RECORDING:
             self.not_recording(what)
         cdef Py_ssize_t index = self.count
         cdef BufferRef r = self.check_ref(condition, index, what, "condition", ANY)  # usage: below
+        self.uses_slot = False  # the region's slots are found from its refs when it closes
         if r.offset % 4 or (r.bounded and r.nbytes < 4):
             raise ValidationError(f"command {index} ({what}): the condition at offset {r.offset} with length "
                                   f"{r.length} must be a 4-byte aligned uint32")
@@ -465,8 +477,9 @@ cdef class CommandBuffer:
                                   f"buffer was allocated with {r.buffer.usage!r})")
         return r if r.bounded and r.nbytes == 4 else BufferRef(r.buffer, r.slot, r.offset, 4)
 
-    def open_region(self, bint loop, BufferRef condition) -> None:
-        """Begin a region's body: after a barrier, a level of its own (segments, indices from 0, race checks)."""
+    def _open_region(self, bint loop, BufferRef condition) -> int:
+        """Begin a region's body (`condition` checked by check_condition): after a barrier, a level of its own
+        (segments, indices from 0, race checks); returns the number of open regions, this one included."""
         if self.phase != RECORDING:
             self.not_recording("while_nonzero" if loop else "if_nonzero")
         self.execution_barrier()
@@ -476,10 +489,13 @@ cdef class CommandBuffer:
         self.count = self.barriers = 0
         self.races = RaceDetector()
         self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands = [], [], [], []
+        return len(self.levels)
 
-    def close_region(self, bint keep) -> None:
+    def _close_region(self, bint keep) -> None:
         """End the innermost region's body; `keep`: record it as one command of the enclosing level (else it is
         dropped, as after an error inside). A kept region must hold a command."""
+        if not self.levels:
+            raise ValidationError("no region is open here (the command buffer was reset or ended inside it)")
         cdef list segments = [seg.commands for seg in self.segments() if seg.commands]
         cdef tuple commands = tuple([c for seg in segments for c in seg])
         body_slots, body_constants, body_indirect, body_regions = (self.slot_commands, self.constant_commands,
@@ -885,19 +901,21 @@ def _table(binding_table) -> tuple:
 
 class RegionScope:
     """What while_nonzero and if_nonzero return: entering opens the region, leaving closes it (an exception
-    leaving the block drops the region and propagates)."""
+    leaving the block drops the region and propagates). If the command buffer was reset inside, leaving does
+    nothing."""
 
-    __slots__ = ("cb", "loop", "condition")
+    __slots__ = ("cb", "loop", "condition", "depth")
 
     def __init__(self, cb: CommandBuffer, loop: bool, condition: BufferRef) -> None:
-        self.cb, self.loop, self.condition = cb, loop, condition
+        self.cb, self.loop, self.condition, self.depth = cb, loop, condition, 0
 
     def __enter__(self) -> CommandBuffer:
-        self.cb.open_region(self.loop, self.condition)
+        self.depth = self.cb._open_region(self.loop, self.condition)
         return self.cb
 
     def __exit__(self, exc_type, *exc) -> None:
-        self.cb.close_region(exc_type is None)
+        if self.cb.regions_open == self.depth:
+            self.cb._close_region(exc_type is None)
 
 
 def _users(list slot_commands, list constant_commands) -> tuple:

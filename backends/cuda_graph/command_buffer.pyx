@@ -53,10 +53,11 @@ from backends.cuda_graph.buffer import host_alloc
 from backends.cuda_graph.indirect import SETTER
 from backends.cuda_graph.regions import SET_CONDITION
 from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
-from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError
+from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError, UnsupportedError
 
 ARENA_BYTES = 1 << 20
 MAX_PARAMETERS = 1024  # 32-bit words: the classic 4 KiB kernel parameter limit
+DEVICE_SIDE_DRIVER = 12040  # device-updatable kernel nodes (dispatch_indirect) and conditional nodes (regions)
 
 
 class PinnedArena:
@@ -351,6 +352,9 @@ cdef class CudaEmitter:
             self.add_nodes((), (), self.emitted, program.node_command.size(), command)
 
     def end(self, Program program) -> None:
+        if (program.indirect or program.regions) and self.device.driver_version < DEVICE_SIDE_DRIVER:
+            raise UnsupportedError(f"dispatch_indirect and regions need device-updatable kernel nodes and conditional "
+                                   f"nodes, CUDA driver 12.4 or newer; this driver is {self.device.driver_version}")
         self.program = program
         self.device.activate()
         self.stage_all(program)
@@ -691,7 +695,7 @@ cdef class CudaEmitter:
                         self.slot_words[slot].push_back(w)
         for slot, users in program.constant_users.items():
             for index in users:
-                d = <Dispatch>program.commands[index]
+                d = <Dispatch?>program.commands[index]
                 node = <Node>self.given[index]
                 n = len(d.bindings)
                 w.command = index

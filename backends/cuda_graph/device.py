@@ -121,6 +121,7 @@ class CudaDevice(Device):
         caps = real.with_overrides(overrides)
         caps.check_within(real, name)
         super().__init__("cuda", name, caps)
+        self.driver_version = int(call(driver.cuDriverGetVersion))  # e.g. 12040 for 12.4
         self.context = call(driver.cuDevicePrimaryCtxRetain, self.cu_device)
         self.context_handle = int(self.context)
         self.activate()
@@ -438,7 +439,7 @@ class CudaDevice(Device):
         for host in (self._staging, self._marks, self._faults):
             if host is not None:
                 driver.cuMemFreeHost(host[0])
-        self._staging = None
+        self._staging = self._faults = None
         driver.cuStreamSynchronize(self.stream)
         driver.cuStreamDestroy(self.stream)
         driver.cuDevicePrimaryCtxRelease(self.cu_device)

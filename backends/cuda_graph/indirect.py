@@ -4,8 +4,9 @@ The dispatch's kernel node is made device-updatable (CU_LAUNCH_ATTRIBUTE_DEVICE_
 12.4+); a one-thread setter node reads the three counts where the parameters are and, in the same graph launch,
 sets the node's grid (cudaGraphKernelNodeSetGridDim) or disables it for a zero count or counts above
 max_workgroup_count (noting the fault). No host round trip: static and dynamic counts are both read on the GPU.
-A static dispatch's setter waits for nothing (no command of the command buffer may write its counts), so it
-runs as the launch starts; a dynamic one's waits for what the dispatch waits for. Measured on an H100 before it
+Static dispatches' setters (no command of the command buffer may write their counts) form one chain from the
+launch's start, off the dispatches' path; a dynamic one's waits for what the dispatch waits for. (Inside a
+region's body, where the counts must be dynamic, that is each iteration's.) Driver 12.4 or newer. Measured on an H100 before it
 was built: bench/results/probe-cuda-indirect-nvidia-h100-2026-11-25.md.
 
 What CUDA asks of graphs with device-updatable nodes, and hal does: instantiated once (cuGraphExecUpdate is

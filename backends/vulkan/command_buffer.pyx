@@ -84,6 +84,7 @@ cdef class DeviceCommands:
     cdef VkMemoryBarrier memory_barrier
     cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
     cdef VkMemoryBarrier host_barrier  # a region's flag, copied, then read by the host
+    cdef VkMemoryBarrier fault_barrier  # the guards' fault record, written by shaders, then read by the host
 
     def __init__(self, uintptr_t device, bint push_descriptors):
         cdef VkDevice handle = <VkDevice>device
@@ -115,6 +116,10 @@ cdef class DeviceCommands:
         self.host_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
         self.host_barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT
         self.host_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
+        memset(&self.fault_barrier, 0, sizeof(VkMemoryBarrier))
+        self.fault_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        self.fault_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
+        self.fault_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
 
 
 cdef PFN_vkVoidFunction _entry(VkDevice device, const char* name) except NULL:
@@ -158,6 +163,7 @@ cdef class Encoder:
     cdef vector[VkDescriptorBufferInfo] infos  # a dispatch's descriptors and constants, before the comparison
     cdef vector[uint32_t] words
     cdef bint descriptors_set, constants_set
+    cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef Py_ssize_t barriers, pipelines, descriptor_sets, constant_pushes, dispatches
 
     def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena, guard=None):
@@ -171,7 +177,7 @@ cdef class Encoder:
         self.ordinal = -1
         self.pipeline = NULL
         self.kind = None
-        self.descriptors_set = self.constants_set = False
+        self.descriptors_set = self.constants_set = self.guarded = False
         self.barriers = self.pipelines = self.descriptor_sets = self.constant_pushes = self.dispatches = 0
 
     def counts(self) -> dict:
@@ -218,6 +224,13 @@ cdef class Encoder:
     cdef inline VkDeviceSize length(self, BufferRef r, Buffer b):
         return r.nbytes if r.bounded else b.size - r.offset
 
+    cdef void finish(self) except *:
+        """End of the recording: if a guard ran, make its fault record visible to the host."""
+        if self.guarded:
+            self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                                     &self.fn.fault_barrier, 0, NULL, 0, NULL)
+            self.barriers += 1
+
     cdef void guard_counts(self, Dispatch c) except *:
         """Before dispatch_indirect `c`: the guard dispatch that puts its checked counts where
         vkCmdDispatchIndirect reads them, and the barrier between the two."""
@@ -225,13 +238,14 @@ cdef class Encoder:
         cdef Buffer b = self.resolve(p)
         cdef Py_ssize_t base = p.offset - p.offset % self.guard.alignment
         cdef Buffer chunk
-        chunk, slot = self.guard.place(c.index)
+        chunk, slot = self.guard.place(c)
         ranges = (BufferRef(b, -1, base, p.offset + 12 - base), chunk.whole, (<Buffer>self.guard.fault).whole)
         self.dispatch(new_dispatch(c.index, c.segment, self.guard.executable, self.guard.entry, (1, 1, 1),
                                    self.guard.constants(c.index, p.offset - base, slot), ranges))
         self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
                                  0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
         self.barriers += 1
+        self.guarded = True
 
     cdef void dispatch(self, Dispatch c) except *:
         cdef Py_ssize_t n, i
@@ -301,7 +315,7 @@ cdef class Encoder:
             x, y, z = c.workgroups
             self.fn.dispatch(self.cb, x, y, z)
         else:
-            chunk, slot = self.guard.place(c.index)
+            chunk, slot = self.guard.place(c)
             self.fn.dispatch_indirect(self.cb, <VkBuffer><uintptr_t>(<Buffer>chunk).handle, 12 * slot)
         self.dispatches += 1
 
@@ -382,6 +396,7 @@ cdef class VulkanEmitter:
                 self.recorded = self.steps((), ())
             return
         if self.open is not None:
+            self.encoder.finish()
             _check(self.fn.end(<VkCommandBuffer><uintptr_t>self.open.handle), "vkEndCommandBuffer")
             self.encodings += 1
             self.counts = self.encoder.counts()
@@ -442,6 +457,7 @@ cdef class VulkanEmitter:
                 if program.barrier[i] and i > start:  # the first follows a submission: ordered by the queue
                     encoder.barrier()
                 encoder.encode(program.commands[i])
+            encoder.finish()
             _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
         except BaseException:
             rec.finalizer()

@@ -206,7 +206,7 @@ class VulkanDevice(Device):
 
     def _finished(self, mark: Any) -> bool:
         if mark is self._driver:
-            return not mark.busy() and mark.idle_value <= self._completed()
+            return mark.finished_with(self._completed())
         return mark <= self._completed()
 
     @property
@@ -241,9 +241,9 @@ class VulkanDevice(Device):
             if emitter.driven or self._driver.busy():  # regions: the QueueDriver submits, in order
                 self._replace_token()
                 if emitter.driven:
-                    self._driver.put(lambda: run_steps(self, work, waits, signals))
+                    self._driver.put(lambda: run_steps(self, work, waits, signals), waits, signals)
                 else:
-                    self._driver.put(lambda: self._submit(work, waits, signals))
+                    self._driver.put(lambda: self._submit(work, waits, signals), waits, signals)
                 return
             self._submit(work, waits, signals)
         with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
@@ -299,6 +299,7 @@ class VulkanDevice(Device):
         """The smallest value a submitted, unfinished queue_execute will still signal on `sem`."""
         done = self._completed()
         values = [v for value, _, signals in list(self._pending) if value > done for s, v in signals if s is sem]
+        values += [v for _, _, signals in self._driver.entries() for s, v in signals if s is sem]
         return min(values) if values else None
 
     def _wait_for(self, value: int) -> None:
@@ -332,7 +333,7 @@ class VulkanDevice(Device):
         raise queue_deadlock(value, self._value(sem.handle))
 
     def _synchronize(self) -> None:
-        self._driver.wait_idle()
+        self._driver.wait_idle(self._refuse_driver_deadlock)
         self._wait_for(self._submitter.submitted)
         error = self._driver.take_error()
         if error is not None:
@@ -347,6 +348,16 @@ class VulkanDevice(Device):
                 self._faults = HostVisibleBuffer(self, FAULT_BYTES)
             return self._faults
 
+    def _refuse_driver_deadlock(self) -> None:
+        """While waiting for the QueueDriver: if one of its jobs waits for a value only the host can signal and
+        no thread but this one and the driver's exists to do it, waiting would never end; say so instead."""
+        me, driver = threading.current_thread(), self._driver.thread
+        if any(t is not me and t is not driver for t in threading.enumerate()):
+            return
+        for sem, value in waits_for_the_host(list(self._pending) + self._driver.entries(),
+                                             lambda s: self._value(s.handle)):
+            raise queue_deadlock(value, self._value(sem.handle))
+
     def check_lost(self) -> None:
         if self._lost is not None:
             raise DeviceLostError(f"the Vulkan device {self.name!r} is lost ({self._lost}); create a new one")
@@ -355,7 +366,7 @@ class VulkanDevice(Device):
     def staging_copy(self, buffer: VulkanBuffer, offset: int, host: np.ndarray, to_device: bool) -> None:
         """Copy between `host` (bytes) and `buffer` at `offset`, through the staging buffer, piece by piece;
         each piece is submitted in order after all earlier work and waited for."""
-        self._driver.wait_idle()
+        self._driver.wait_idle(self._refuse_driver_deadlock)
         with self._host_access:
             staging = self._staging_buffer(len(host))
             if self._transfer is None:
@@ -402,7 +413,8 @@ class VulkanDevice(Device):
         destroy_buffer(self, handle, allocation)
 
     def _close(self) -> None:
-        self._driver.wait_idle()  # regions' steps still to submit
+        self._release_stuck_submissions()  # the QueueDriver's jobs too: then it drains
+        self._driver.wait_idle()
         with self._submit_lock:  # a general submission under way ends first
             self._replace_token()  # no resubmission starts after
         self._release_stuck_submissions()
@@ -411,6 +423,7 @@ class VulkanDevice(Device):
         lib.vkDeviceWaitIdle(self.handle)
         if self._staging is not None:
             self._unmap_staging()
+        self._faults = None  # unmapped by lifetime.close()
         self.lifetime.close()
         self.command_pools.close()
         self.memory.close()
@@ -431,7 +444,7 @@ class VulkanDevice(Device):
             except Exception:
                 return MAX_TIMELINE_VALUE
 
-        for sem, value in waits_for_the_host(list(self._pending), current):
+        for sem, value in waits_for_the_host(list(self._pending) + self._driver.entries(), current):
             info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
                                                       "semaphore": sem.handle, "value": value})
             with contextlib.suppress(Exception):

@@ -3,10 +3,11 @@
 The guard (one invocation) reads the three counts where the command's parameters are, writes them, or zeros
 when one exceeds max_workgroup_count, to the 12 bytes hal keeps for that command, and notes the fault; a
 barrier (shader write -> indirect command read) follows, then vkCmdDispatchIndirect reads hal's 12 bytes. So
-the cost of an indirect dispatch is one extra one-invocation dispatch and one barrier (bench/vulkan.py). The
+the cost of an indirect dispatch is one extra one-invocation dispatch and one barrier (bench/indirect.py). The
 guard sits just before its dispatch, after the command's own barrier: static counts, which no earlier command
-may write (the recorder checks), are then the counts the submission started with, and dynamic ones are those
-the commands before wrote.
+may write (the recorder checks; inside regions counts must be dynamic), are then the counts the submission started
+with, and dynamic ones are those the commands before wrote. A recording with guards ends with a barrier that
+makes the fault record visible to the host.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from backends.vulkan.buffer import VulkanBuffer
 from hal.buffer import Buffer, BufferUsage
+from hal.commands import Dispatch
 from hal.executable import ExecutableSource, Export
 
 if TYPE_CHECKING:
@@ -53,9 +55,9 @@ class IndirectGuard:
         self.limits = tuple(device.capabilities.max_workgroup_count)
         self.alignment = device.capabilities.storage_buffer_offset_alignment
         self.chunks: list[Buffer] = []
-        self.place_of: dict[int, tuple[Buffer, int]] = {}
+        self.place_of: dict[Dispatch, tuple[Buffer, int]] = {}  # by record: a region's body numbers from 0 again
 
-    def place(self, command: int) -> tuple[Buffer, int]:
+    def place(self, command: Dispatch) -> tuple[Buffer, int]:
         """The arguments buffer and the entry in it that dispatch_indirect `command` reads its counts from."""
         found = self.place_of.get(command)
         if found is None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
 
 IDLE_EXIT_S = 1.0
+WAIT_SLICE_S = 0.05
 
 
 class Steps:
@@ -88,34 +89,48 @@ def run_steps(device: VulkanDevice, steps: Steps, waits: tuple, signals: tuple) 
 
 class QueueDriver:
     """A thread that makes a device's submissions, in order, while a command buffer with regions is among them
-    (see the module docstring). `busy()`: jobs are queued or running."""
+    (see the module docstring). `busy()`: jobs are queued or running; `entries()`: their (None, waits, signals),
+    in order, for the device's checks of host signals and of waits only the host can end."""
 
     def __init__(self, device: VulkanDevice) -> None:
         self.device = device
         self.condition = threading.Condition()
-        self.jobs: collections.deque[Callable[[], None]] = collections.deque()
-        self.running = False
+        self.jobs: collections.deque[tuple[Callable[[], None], tuple, tuple]] = collections.deque()
+        self.current: tuple[Callable[[], None], tuple, tuple] | None = None  # the job running
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.idle_value = 0  # the device's last submitted timeline value when the driver last fell idle
 
     def busy(self) -> bool:
-        return bool(self.jobs) or self.running
+        return bool(self.jobs) or self.current is not None
 
-    def put(self, job: Callable[[], None]) -> None:
+    def finished_with(self, completed: int) -> bool:
+        """Idle, and the GPU has reached what the jobs submitted (`completed`: the timeline value it has)."""
         with self.condition:
-            self.jobs.append(job)
+            return not self.busy() and self.idle_value <= completed
+
+    def entries(self) -> list[tuple[None, tuple, tuple]]:
+        with self.condition:
+            jobs = ([self.current] if self.current is not None else []) + list(self.jobs)
+        return [(None, waits, signals) for _, waits, signals in jobs]
+
+    def put(self, job: Callable[[], None], waits: tuple, signals: tuple) -> None:
+        with self.condition:
+            self.jobs.append((job, waits, signals))
             if self.thread is None:
                 self.thread = threading.Thread(target=self._serve, name="hal-vulkan-regions", daemon=True)
                 self.thread.start()
             self.condition.notify_all()
 
-    def wait_idle(self) -> None:
+    def wait_idle(self, check: Callable[[], None] = lambda: None) -> None:
+        """Block until no job is queued or running; `check()` runs every WAIT_SLICE_S meanwhile (the device's
+        test for a wait that only this thread could end: it raises instead of waiting forever)."""
         if threading.current_thread() is self.thread:
             return
         with self.condition:
             while self.busy():
-                self.condition.wait()
+                if not self.condition.wait(WAIT_SLICE_S):
+                    check()
 
     def take_error(self) -> BaseException | None:
         with self.condition:
@@ -129,16 +144,15 @@ class QueueDriver:
                     if not self.condition.wait(IDLE_EXIT_S) and not self.jobs:
                         self.thread = None
                         return
-                job = self.jobs.popleft()
-                self.running = True
+                self.current = self.jobs.popleft()
             try:
-                job()
+                self.current[0]()
             except BaseException as e:  # noted for synchronize(); the job's signals were given already
                 with self.condition:
                     self.error = self.error or e
             finally:
                 with self.condition:
-                    self.running = False
-                    if not self.jobs:
+                    if not self.jobs:  # before `current` clears: a reader that sees idle sees this value
                         self.idle_value = self.device.submitted
+                    self.current = None
                     self.condition.notify_all()

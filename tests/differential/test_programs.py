@@ -142,7 +142,9 @@ def generate_program(draw):
                     continue
                 n = draw(st.integers(1, min(r[2] for r in refs) // 4))
                 constants = (n,) if name == "add" else (n, draw(st.integers(0, 2**32 - 1)))
-                indirect = draw(st.sampled_from([None, None, "static", "dynamic"]), label="indirect")
+                # Inside a region (where no region is drawn) counts must be dynamic.
+                modes = [None, None, "static", "dynamic"] if regions else [None, "dynamic"]
+                indirect = draw(st.sampled_from(modes), label="indirect")
                 cmd = ("dispatch", name, constants, tuple(ref(*r) for r in refs), indirect)
                 accesses = [(r[0], r[1], r[1] + r[2], i not in export.readonly) for i, r in enumerate(refs)]
             if any(b == b2 and s < e2 and s2 < e and (w or w2)

@@ -99,3 +99,32 @@ def test_a_region_is_one_command_of_its_level(host, exe, out):
     region = program.commands[1]
     assert region.condition.buffer is flag and [c.kind for c in region.body.commands] == ["dispatch"]
     assert list(cb.dependency_graph().edges) == [(0, 1)]  # hazards: the region reads the flag the fill writes
+
+
+def test_static_counts_inside_a_region_refused(host, exe, out):
+    params = host.upload(u32([1, 1, 1]))
+    cb = recording(host)
+    with cb.if_nonzero(host.upload(u32([1]))):
+        with pytest.raises(hal.ValidationError, match=r"command 0 \(dispatch_indirect mark\): inside while_nonzero or "
+                                                      r"if_nonzero the counts must be dynamic=True"):
+            cb.dispatch_indirect(exe, "mark", params, constants=(1,), bindings=(out,))
+        cb.dispatch_indirect(exe, "mark", params, constants=(1,), bindings=(out,), dynamic=True)
+    finish_and_check(host, cb)
+    assert out.read(np.uint32)[0] == 1
+
+
+def test_a_reset_inside_a_region_leaves_nothing_open(host, exe, out):
+    cb = host.create_command_buffer()
+    cb.begin()
+    with cb.while_nonzero(host.upload(u32([0]))):
+        cb.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
+        cb.reset()  # leaving the block then closes nothing
+    assert cb.state == "initial" and cb.regions_open == 0
+    with pytest.raises(hal.ValidationError, match=r"no region is open here"):
+        cb._close_region(True)
+    cb.begin()
+    cb.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
+    cb.end()
+    host.queue_execute(cb)
+    host.synchronize()
+    assert out.read(np.uint32)[0] == 1

@@ -170,3 +170,23 @@ def test_timeline_steps_beyond_the_device_limit_refused(fresh, monkeypatch):
         submit_fill(dev, 1, wait=[], signal=[(sem, 500)])
     submit_fill(dev, 1, wait=[], signal=[(sem, 100)])
     sem.wait(100, timeout=10)
+
+
+def test_close_ends_a_loop_waiting_for_a_semaphore_nobody_signals():
+    """The QueueDriver's job waits on the GPU for the host; close() gives the signal itself (as for plain
+    submissions), so the driver drains and close returns."""
+    from tests import kernels
+    dev = hal.create_device("vulkan")
+    exe = dev.load_executable(kernels.SOURCE)
+    out, flag = dev.upload(np.zeros(16, np.uint32)), dev.upload(kernels.u32([1]))
+    cb = dev.create_command_buffer()
+    with cb:
+        with cb.if_nonzero(flag):
+            cb.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
+    gate, done = dev.create_semaphore(0), dev.create_semaphore(0)
+    dev.queue_execute(cb, wait=[(gate, 5)], signal=[(done, 1)])
+    with pytest.raises(hal.ValidationError, match="a submitted queue_execute will still signal 1"):
+        done.signal(2)  # the queued job will signal 1: a host signal must stay below it
+    started = time.monotonic()
+    dev.close()
+    assert time.monotonic() - started < 10
