@@ -635,12 +635,10 @@ cdef class CommandBuffer:
             segments.add((<Command>c).segment)
         if self.validate:
             for index in segments:
-                seg = segment_of[index]
-                if len(seg.commands) > 1:  # a lone command cannot race
-                    races = RaceDetector()
-                    for c in seg.commands:
-                        refs, writes = refs_and_writes(c)
-                        races.add(c, refs, writes, seg.commands, table)
+                _check_races(segment_of[index].commands, table)
+            for index in seen:
+                if type(commands[index]) is Region:  # alone in its segment; its body's segments may race
+                    _check_body_races(<Region>commands[index], table)
 
     cdef tuple index_slots(self):
         """The segments holding slot commands, and the buffers bound without a slot: so a new table re-checks
@@ -741,6 +739,27 @@ def _check_slot_command(Command c, tuple table, caps) -> None:
             ranges[0][1] < ranges[1][2] and ranges[1][1] < ranges[0][2]:
         raise ValidationError(f"queue_execute: command {c.index} (copy_buffer) copies between overlapping "
                               f"ranges of one buffer through the binding table")
+
+
+def _check_races(list segment, tuple table) -> None:
+    """Raise the race among the commands of one segment, their slots resolved through `table`, if any."""
+    if len(segment) < 2:  # a lone command cannot race
+        return
+    races = RaceDetector()
+    for c in segment:
+        refs, writes = refs_and_writes(c)
+        races.add(c, refs, writes, segment, table)
+
+
+def _check_body_races(Region region, tuple table) -> None:
+    """_check_races for each segment of a region's body, and of the regions inside it."""
+    by_segment = {}
+    for c in region.body.commands:
+        by_segment.setdefault((<Command>c).segment, []).append(c)
+        if type(c) is Region:
+            _check_body_races(<Region>c, table)
+    for segment in by_segment.values():
+        _check_races(segment, table)
 
 
 def _check_slot_condition(Region c, tuple table) -> None:

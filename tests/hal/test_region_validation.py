@@ -128,3 +128,17 @@ def test_a_reset_inside_a_region_leaves_nothing_open(host, exe, out):
     host.queue_execute(cb)
     host.synchronize()
     assert out.read(np.uint32)[0] == 1
+
+
+def test_slots_bound_to_one_buffer_race_inside_a_region_at_submit(host, exe):
+    cb = host.create_command_buffer(mode="reusable", binding_capacity=2)
+    with cb:
+        with cb.if_nonzero(host.upload(u32([1]))):
+            cb.fill_buffer(hal.slot(0, 0, 16), np.uint32(1))
+            cb.fill_buffer(hal.slot(1, 0, 16), np.uint32(2))
+    a, b = host.allocate(16), host.allocate(16)
+    with pytest.raises(hal.ValidationError, match=r"race: command 1 \(fill\) writes .* command 0 \(fill\)"):
+        host.queue_execute(cb, binding_table=(a, a))
+    host.queue_execute(cb, binding_table=(a, b))
+    host.synchronize()
+    assert a.read(np.uint32)[0] == 1 and b.read(np.uint32)[0] == 2
