@@ -25,3 +25,14 @@ def sizes_main(argv: list[str] | None, doc: str | None, default_sizes: str, run:
     args = parser.parse_args(argv)
     result = run([int(s) for s in args.sizes.split(",")])
     return emit(result, report(result), args.json)
+
+
+def device_main(argv: list[str] | None, doc: str | None, run: Callable[[str | None], dict],
+                report: Callable[[dict], str]) -> int:
+    """The command line of a benchmark run on one device: `--device NAME` (default: the best) and `--json PATH`."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default=None, help="a device name for hal.create_device (default: the best)")
+    parser.add_argument("--json", default=None, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run(args.device)
+    return emit(result, report(result), args.json)

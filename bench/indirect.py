@@ -11,13 +11,12 @@ which carries the guards: a setter node on CUDA, a guard dispatch and a barrier 
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
 import numpy as np
 
 import hal
+from bench import device_main
 from tests.kernels import SOURCE
 
 LENGTHS = (10, 100)
@@ -99,16 +98,7 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default=None, help="a device name for hal.create_device (default: the best)")
-    parser.add_argument("--json", help="also write the result as JSON here")
-    args = parser.parse_args(argv)
-    result = run(args.device)
-    print(report(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+    return device_main(argv, __doc__, run, report)
 
 
 if __name__ == "__main__":
