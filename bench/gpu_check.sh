@@ -15,11 +15,14 @@
 # test suites, then bench.cuda for 1000 kernels only, bench.vulkan, and bench.indirect and bench.regions on both
 # devices (their reports and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda
 # for 10 kernels (its rebind and new-values rows are the same as at any size), bench.indirect and bench.regions: the
-# CUDA backend alone, in about a minute.
+# CUDA backend alone, in about a minute. `collectives` runs the collectives' CUDA tests and bench.collectives (NCCL
+# through nccl4py's wheel in .whl), for a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
-case "$PART" in all|tests|bench|quick|cuda) ;; *) echo "usage: $0 [all|tests|bench|quick|cuda]" >&2; exit 2 ;; esac
+case "$PART" in all|tests|bench|quick|cuda|collectives) ;;
+    *) echo "usage: $0 [all|tests|bench|quick|cuda|collectives]" >&2; exit 2 ;;
+esac
 OUT=${OUT:-bench/results/gpu-check}
 mkdir -p "$OUT"
 status=0
@@ -67,6 +70,16 @@ run() {  # run LOG TITLE COMMAND...: append the output to $OUT/LOG under TITLE, 
     timeout "${TIMEOUT:-240}" "$@" 2>&1 | tee -a "$OUT/$log" || { status=1; echo "## failed or timed out" >> "$OUT/$log"; }
 }
 
+if [ "$PART" = collectives ]; then  # on a machine with several GPUs: the collectives' tests, then bench.collectives
+    rm -f "$OUT"/tests-*.log "$OUT"/bench.log
+    nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
+    run tests-cuda.log "CUDA collectives" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider \
+        tests/conformance/test_collectives.py tests/cuda_graph/test_collectives.py
+    if [ -e bench/collectives.py ]; then
+        TIMEOUT=300 run bench.log "python -m bench.collectives" python3 -m bench.collectives --json "$OUT/collectives.json"
+    fi
+    exit $status
+fi
 if [ "$PART" = cuda ]; then
     rm -f "$OUT"/tests-*.log "$OUT"/bench.log
     run tests-cuda.log "CUDA" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider

@@ -33,6 +33,7 @@ cdef class CommandBuffer:
     cdef list constant_commands  # dispatches with a constant slot
     cdef list indirect_commands  # the indices of the dispatch_indirect commands
     cdef list region_commands  # the indices of the regions
+    cdef list collective_commands  # the indices of the collectives
     cdef list levels  # per open region, the enclosing level's recording state
 
     # What a release since recording may invalidate.
@@ -61,4 +62,6 @@ cdef class CommandBuffer:
     cdef void check_static_parameters(self, BufferRef p, Py_ssize_t index, str name) except *
     cdef void add_dispatch(self, str command, object executable, object name, object workgroups, object constants,
                            object bindings, BufferRef parameters, bint dynamic) except *
+    cdef void add_collective(self, str operation, object communicator, object source, object target, object dtype,
+                             object reduction, object peer, object source_peer) except *
     cdef void record(self, Command command, tuple refs, tuple writes) except *

@@ -22,13 +22,14 @@ import networkx as nx
 import numpy as np
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
-from hal.commands cimport (Command, Dispatch, Entry, Fill, Region, Segment, new_copy, new_dispatch, new_fill,
-                           new_region, new_segment, new_update)
+from hal.commands cimport (Collective, Command, Dispatch, Entry, Fill, Region, Segment, new_collective, new_copy,
+                           new_dispatch, new_fill, new_region, new_segment, new_update)
 from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
 from hal.program cimport Program
 
 from hal.buffer import MAX_SLOTS, BufferUsage, bytes_view, slot_count
 from hal.commands import constant_word
+from hal.communicator import Communicator, check_collective
 from hal.errors import ValidationError
 from hal.executable import Executable
 
@@ -102,6 +103,7 @@ cdef class CommandBuffer:
         self.constants_needed = 0
         self.indirect_commands = []
         self.region_commands = []
+        self.collective_commands = []
         self.levels = []  # per open region, the enclosing level's recording state (see _open_region)
         self.uses_slot = False
         self.direct_buffers = None  # bound without a slot, when first needed
@@ -174,7 +176,7 @@ cdef class CommandBuffer:
             self.constants_needed = max(constant_users, default=-1) + 1
             self.recorded = self.planner.finish(commands, slot_users, self.slots_needed, constant_users,
                                                 self.constants_needed, tuple(self.indirect_commands),
-                                                tuple(self.region_commands))
+                                                tuple(self.region_commands), tuple(self.collective_commands))
             self.emitter.end(self.recorded)
         except BaseException:  # the backend failed to emit: stay recording, as before end()
             self.direct_buffers = self.dispatched = None
@@ -443,6 +445,75 @@ cdef class CommandBuffer:
             _check_range(ref.offset, ref.nbytes, b, self.caps, index, command, arg, usage)
         return ref
 
+    # Collectives (hal.communicator).
+    def all_reduce(self, communicator: Communicator, source: Buffer | BufferRef, target: Buffer | BufferRef,
+                   dtype: Any, op: str = "sum") -> None:
+        """Every rank's `target` gets the reduction (`op`: sum, prod, max, min, avg) of all ranks' `source`
+        (elements of `dtype`; the ranges are the same size; in place when they are the same range)."""
+        self.add_collective("all_reduce", communicator, source, target, dtype, op, None, None)
+
+    def all_gather(self, communicator: Communicator, source: Buffer | BufferRef, target: Buffer | BufferRef,
+                   dtype: Any) -> None:
+        """Every rank's `target` gets all ranks' `source`, in rank order (`target` holds size x `source`)."""
+        self.add_collective("all_gather", communicator, source, target, dtype, None, None, None)
+
+    def reduce_scatter(self, communicator: Communicator, source: Buffer | BufferRef, target: Buffer | BufferRef,
+                       dtype: Any, op: str = "sum") -> None:
+        """Rank r's `target` gets part r of the reduction of all ranks' `source` (size x `target`)."""
+        self.add_collective("reduce_scatter", communicator, source, target, dtype, op, None, None)
+
+    def broadcast(self, communicator: Communicator, source: Buffer | BufferRef | None, target: Buffer | BufferRef,
+                  root: int) -> None:
+        """Every rank's `target` gets rank `root`'s `source` (bytes; other ranks may pass source=None)."""
+        self.add_collective("broadcast", communicator, source, target, "uint8", None, root, None)
+
+    def send(self, communicator: Communicator, source: Buffer | BufferRef, peer: int) -> None:
+        """Send `source` to rank `peer`, whose matching recv receives it. A send waits for its recv: ranks that
+        both send and receive use send_recv."""
+        self.add_collective("send", communicator, source, None, "uint8", None, peer, None)
+
+    def recv(self, communicator: Communicator, target: Buffer | BufferRef, peer: int) -> None:
+        """Receive into `target` what rank `peer` sends (the same number of bytes)."""
+        self.add_collective("recv", communicator, None, target, "uint8", None, peer, None)
+
+    def send_recv(self, communicator: Communicator, source: Buffer | BufferRef, peer: int,
+                  target: Buffer | BufferRef, source_peer: int) -> None:
+        """Send `source` to rank `peer` and receive as many bytes from rank `source_peer` into `target`, as one
+        operation (a ring shift or a pairwise exchange, which separate send and recv would deadlock)."""
+        self.add_collective("send_recv", communicator, source, target, "uint8", None, peer, source_peer)
+
+    cdef void add_collective(self, str operation, object communicator, object source, object target, object dtype,
+                             object reduction, object peer, object source_peer) except *:
+        if self.phase != RECORDING:
+            self.not_recording(operation)
+        cdef Py_ssize_t index = self.count
+        cdef BufferRef s = None, t = None
+        try:
+            if self.levels:
+                raise ValidationError(f"command {index} ({operation}): collectives cannot be recorded inside "
+                                      f"while_nonzero or if_nonzero yet; record them outside the region")
+            if source is not None:
+                s = self.check_ref(source, index, operation, "source", ANY)
+            if target is not None:
+                t = self.check_ref(target, index, operation, "target", ANY)
+            details = check_collective(operation, communicator, self.device, s, t, dtype, reduction, peer,
+                                       source_peer, index)
+            for other in self.tail.commands:
+                if type(other) is Collective and (<Collective>other).communicator is communicator:
+                    raise ValidationError(
+                        f"command {index} ({operation}): command {(<Command>other).index} ({other.kind}) uses the same "
+                        f"communicator in this segment; its collectives run one at a time in recording order on "
+                        f"every rank: put an execution_barrier between them (send_recv exchanges in one command)")
+        except BaseException:
+            self.uses_slot = False
+            raise
+        cdef BufferRef order = communicator.order_ref(self.device)
+        cdef Collective collective = new_collective(index, self.tail.index, communicator, operation, s, t, order,
+                                                    details)
+        refs, writes = refs_and_writes(collective)
+        self.record(collective, refs, writes)
+        self.collective_commands.append(index)
+
     # Regions.
     def while_nonzero(self, condition: Buffer | BufferRef) -> RegionScope:
         """`with cb.while_nonzero(ref):` records a loop: its commands run while the uint32 at `ref` (4-byte
@@ -665,6 +736,10 @@ cdef class CommandBuffer:
         token = self.device.release_token
         if token is self.live_token:
             return
+        for i in self.collective_commands:  # a closed communicator released its order tokens
+            if (<Collective>commands[i]).communicator.closed:
+                raise ValidationError(f"{what}: command {i} ({commands[i].kind}) uses a communicator that was closed "
+                                      f"after recording; record the command buffer again with an open one")
         for b in self.direct(commands):
             if (<Buffer>b).released:
                 user = next(c.index for c in commands for r in refs_and_writes(c)[0] if (<BufferRef>r).buffer is b)

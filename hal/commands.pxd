@@ -51,6 +51,20 @@ cdef class Region(Command):
     cdef readonly tuple writes
 
 
+cdef class Collective(Command):
+    cdef readonly object communicator
+    cdef readonly str operation  # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", ...
+    cdef readonly BufferRef source  # None: it sends nothing (recv; broadcast off the root)
+    cdef readonly BufferRef target  # None: it receives nothing (send)
+    cdef readonly BufferRef order  # the communicator's order token on this device (hal.communicator)
+    cdef readonly object dtype  # a numpy dtype
+    cdef readonly Py_ssize_t count  # elements: per rank (all_gather's source, reduce_scatter's target)
+    cdef readonly object reduction  # "sum", "prod", "max", "min", "avg"; None for the others
+    cdef readonly int rank  # the rank of the device it was recorded on
+    cdef readonly int peer  # broadcast: the root; send, recv: the other rank; send_recv: where it sends
+    cdef readonly int source_peer  # send_recv: where it receives from (-1 otherwise)
+
+
 cdef class Segment:
     cdef readonly Py_ssize_t index  # the barriers recorded before its commands
     cdef readonly list commands
@@ -64,6 +78,8 @@ cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executab
                            tuple constants, tuple bindings, BufferRef parameters=*, bint dynamic=*)
 cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,
                        tuple writes)
+cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object communicator, str operation,
+                               BufferRef source, BufferRef target, BufferRef order, tuple details)
 cdef Segment new_segment(Py_ssize_t index)
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF

@@ -69,6 +69,20 @@ cdef class Region(Command):
         return tuple(zip(self.refs, self.writes))
 
 
+cdef class Collective(Command):
+    """A collective operation of `communicator` (hal.communicator): reads `source`, writes `target`, and writes
+    the communicator's order token, which keeps one communicator's collectives in recording order."""
+
+    @property
+    def kind(self):
+        return self.operation
+
+    def accesses(self):
+        accessed = () if self.source is None else ((self.source, READ),)
+        accessed += () if self.target is None else ((self.target, WRITE),)
+        return accessed + ((self.order, WRITE),)
+
+
 cdef class Entry:
     """What the recorder needs of one export of a loaded executable, as typed fields: `Executable.entries`
     maps each export's name to one."""
@@ -122,6 +136,16 @@ cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRe
     cdef Region c = Region.__new__(Region)
     c.index, c.segment = index, segment
     c.loop, c.condition, c.body, c.refs, c.writes = loop, condition, body, refs, writes
+    return c
+
+
+cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object communicator, str operation,
+                               BufferRef source, BufferRef target, BufferRef order, tuple details):
+    """`details`: hal.communicator.check_collective's (dtype, count, reduction, rank, peer, source_peer)."""
+    cdef Collective c = Collective.__new__(Collective)
+    c.index, c.segment = index, segment
+    c.communicator, c.operation, c.source, c.target, c.order = communicator, operation, source, target, order
+    c.dtype, c.count, c.reduction, c.rank, c.peer, c.source_peer = details
     return c
 
 

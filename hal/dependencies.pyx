@@ -27,7 +27,7 @@ overlapping accesses of which one writes are a race.
 from cython.operator cimport dereference as deref
 from libcpp.algorithm cimport lower_bound, reverse, sort, unique, upper_bound
 from libcpp.utility cimport move
-from hal.commands cimport Copy, Dispatch, Fill, Region, Update
+from hal.commands cimport Collective, Copy, Dispatch, Fill, Region, Update
 
 from hal.errors import ValidationError
 
@@ -62,7 +62,18 @@ cpdef tuple refs_and_writes(Command command):
         return ((<Fill>command).target,), (True,)
     if kind is Region:
         return (<Region>command).refs, (<Region>command).writes
+    if kind is Collective:
+        return _collective_accesses(<Collective>command)
     return ((<Update>command).target,), (True,)
+
+
+cdef tuple _collective_accesses(Collective c):
+    """A collective reads its source, writes its target and its communicator's order token."""
+    if c.source is None:
+        return (c.target, c.order), (True, True)
+    if c.target is None:
+        return (c.source, c.order), (False, True)
+    return (c.source, c.target, c.order), (False, True, True)
 
 
 cpdef Py_ssize_t lane_width(Py_ssize_t size, Py_ssize_t lanes):
@@ -252,10 +263,11 @@ cdef class Planner:
         deps.push_back(join)
 
     def finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-               Py_ssize_t constants_needed, tuple indirect=(), tuple regions=()) -> Program:
+               Py_ssize_t constants_needed, tuple indirect=(), tuple regions=(), tuple collectives=()) -> Program:
         """Freeze the program: `commands` in recording order, which commands use each slot and constant slot, the
-        indirect dispatches and the regions."""
-        self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed, indirect, regions)
+        indirect dispatches, the regions and the collectives."""
+        self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed, indirect, regions,
+                            collectives)
         return self.program
 
 
@@ -540,6 +552,10 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
     elif kind is Region:
         for i in range(len((<Region>command).refs)):
             _add_access(into, <BufferRef>(<Region>command).refs[i], (<Region>command).writes[i])
+    elif kind is Collective:
+        refs, writes = _collective_accesses(<Collective>command)
+        for i in range(len(refs)):
+            _add_access(into, <BufferRef>refs[i], writes[i])
     else:
         _add_access(into, (<Update>command).target, True)
     return 0

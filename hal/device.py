@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from hal.buffer import Buffer, BufferRef, BufferUsage, bytes_view, ref
 from hal.capabilities import Capabilities
 from hal.command_buffer import MAX_UPDATE_BYTES, CommandBuffer
+from hal.communicator import Communicator, unsupported
 from hal.errors import HalError, UnsupportedError, ValidationError, integer
 from hal.executable import Executable, ExecutableSource
 from hal.program import Emitter
@@ -321,6 +322,12 @@ class Device:
         """Queue a checked submission (every backend implements it): `table` is the binding table and `constants`
         the constant slots' values, both checked (NO_CONSTANTS when the command buffer reads none)."""
         raise NotImplementedError
+
+    def _create_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
+                             rendezvous: str | None) -> Communicator:
+        """A communicator (hal.communicator.create_communicator checked the arguments); backends without
+        collectives keep this refusal."""
+        raise unsupported(self.driver)
 
     def _synchronize(self) -> None:
         raise NotImplementedError

@@ -11,6 +11,7 @@ cdef class Program:
     cdef readonly dict constant_users
     cdef readonly tuple indirect  # the dispatch_indirect commands' indices
     cdef readonly tuple regions  # the regions' indices (hal.commands.Region, each with its body's Program)
+    cdef readonly tuple collectives  # the collectives' indices (hal.commands.Collective)
     cdef readonly object transients
     cdef readonly bint frozen
 
@@ -38,4 +39,4 @@ cdef class Program:
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds)
     cdef void add_node(self, Py_ssize_t command, vector[Py_ssize_t]& deps)
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-                     Py_ssize_t constants_needed, tuple indirect, tuple regions)
+                     Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives)

@@ -13,7 +13,7 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
 - `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
 - `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard;
 - `regions`: the while_nonzero / if_nonzero regions, each one command (hal.commands.Region) whose body is a
-  Program of its own; `transients`: room for the transient-memory plan.
+  Program of its own; `collectives`: the collective commands (hal.commands.Collective); `transients`: room for the transient-memory plan.
 
 A backend's side of a command buffer is its emitter (see `Emitter`): the command buffer hands it the
 Program, never its own fields, and the backend never re-derives dependencies.
@@ -39,6 +39,7 @@ cdef class Program:
         self.constants_needed = 0
         self.indirect = ()
         self.regions = ()
+        self.collectives = ()
         self.transients = None
         self.frozen = False
         self.group_start.push_back(0)
@@ -65,7 +66,7 @@ cdef class Program:
         self.node_command.push_back(command)
 
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-                     Py_ssize_t constants_needed, tuple indirect, tuple regions):
+                     Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives):
         self.commands = commands
         self.slot_users = slot_users
         self.slots_needed = slots_needed
@@ -73,6 +74,7 @@ cdef class Program:
         self.constants_needed = constants_needed
         self.indirect = indirect
         self.regions = regions
+        self.collectives = collectives
         self.frozen = True
 
     # The DAG.

@@ -46,6 +46,7 @@ def pytest_configure(config):
     """The markers are registered here, so the suite runs the same from a copy outside the source tree."""
     config.addinivalue_line("markers", "cuda: needs an NVIDIA GPU and the CUDA driver (skipped elsewhere)")
     config.addinivalue_line("markers", "vulkan: needs a Vulkan device (lavapipe counts)")
+    config.addinivalue_line("markers", "multi_gpu: needs several NVIDIA GPUs (skipped with fewer than two)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -24,6 +24,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   by a kernel node (backends.cuda_graph.regions). A command buffer with regions that uses slots or constant slots
   is built anew (instantiated again) when the table or the values change, instead of patched: updating nodes
   inside conditional bodies in place is not done yet.
+- Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
+  command buffer with collectives that uses slots or constant slots is built anew when they change, like regions.
 - The resubmission of an unchanged command buffer is CudaDevice.queue_execute, compiled here: one
   cuGraphLaunch after a few identity checks.
 """
@@ -40,7 +42,7 @@ from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_ME
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
-from hal.commands cimport Command, Copy, Dispatch, Fill, Region, Update, checked_word
+from hal.commands cimport Collective, Command, Copy, Dispatch, Fill, Region, Update, checked_word
 from hal.program cimport Program
 
 import contextlib
@@ -120,6 +122,11 @@ cdef inline Buffer _resolve(BufferRef r, tuple table):
 
 cdef inline CUdeviceptr _address(BufferRef r, Buffer b):
     return <CUdeviceptr>(b.handle + r.offset)
+
+
+cdef inline CUdeviceptr _collective_address(BufferRef r, tuple table):
+    """A collective's source or target address (0 where it has none)."""
+    return 0 if r is None else _address(r, _resolve(r, table))
 
 
 cdef inline size_t _length(BufferRef r, Buffer b):
@@ -335,6 +342,23 @@ cdef class CudaEmitter:
         self.last_static = NULL
         self.looked_at.clear()
 
+    def release_graphs(self) -> None:
+        """Free the graph and the exec now, for a communicator whose work they captured is closing: NCCL's
+        ncclCommDestroy waits for the graphs holding its work. The command buffer cannot be submitted again (hal
+        refuses a closed communicator); its work submitted so far has finished (the communicator synchronized)."""
+        if self.device.closed:  # the device freed them
+            return
+        with contextlib.suppress(HalError):
+            self.drop_graph()
+        if self.exec_finalizer is not None:
+            self.exec_finalizer()
+            self.exec_graph_finalizer()
+            self.exec = NULL
+            self.exec_finalizer = self.exec_graph_finalizer = None
+            self.exec_nodes.clear()
+        self.forget_nodes()
+        self.device.collect()
+
     # The emitter interface.
     def begin(self, Program program) -> None:
         self.program = program
@@ -433,6 +457,9 @@ cdef class CudaEmitter:
             if type(c) is Region:
                 nodes[k] = self.add_region(graph, <Region>c, deps, table, constants, top)
                 continue
+            if type(c) is Collective:
+                nodes[k] = self.add_collective(graph, <Collective>c, deps, table)
+                continue
             # The driver copies the parameters: one Node serves every command, unless patches need them kept.
             params = _node(c, table, constants, self.staging, &kernel, None if keep else scratch)
             if params.kind == 1:
@@ -499,6 +526,34 @@ cdef class CudaEmitter:
             self.conditions[r.index] = <uintptr_t>setter
         return conditional
 
+    cdef CUgraphNode add_collective(self, CUgraph graph, Collective c, vector[CUgraphNode]& deps,
+                                    tuple table) except *:
+        """Add collective `c` to `graph` after `deps`: NCCL's work for it, captured from a stream of its own into a
+        child graph (backends.cuda_graph.communicator)."""
+        cdef CUstream stream
+        cdef CUgraph child = NULL
+        cdef CUgraphNode node
+        cdef CUresult ended
+        source, target = _collective_address(c.source, table), _collective_address(c.target, table)
+        self.device.activate()
+        _check_at(cydriver.cuStreamCreate(&stream, cydriver.CU_STREAM_NON_BLOCKING), "cuStreamCreate", c.index)
+        try:
+            _check_at(cydriver.cuStreamBeginCapture(stream, cydriver.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                      "cuStreamBeginCapture", c.index)
+            c.communicator.captured_by(self)
+            try:
+                c.communicator.enqueue(c, source, target, <uintptr_t>stream)
+            finally:  # also after a failure: the stream leaves capture mode
+                ended = cydriver.cuStreamEndCapture(stream, &child)
+            _check_at(ended, "cuStreamEndCapture (the collective's capture)", c.index)
+            _check_at(cydriver.cuGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(), child),
+                      "cuGraphAddChildGraphNode", c.index)
+        finally:
+            if child != NULL:  # the node holds a copy
+                cydriver.cuGraphDestroy(child)
+            cydriver.cuStreamDestroy(stream)
+        return node
+
     cdef void add_setter(self, CUgraph graph, Dispatch c, CUgraphNode target, vector[CUgraphNode]& deps, tuple table,
                          bint top) except *:
         """Make dispatch_indirect `c`'s kernel node `target` device-updatable and add its setter node before it.
@@ -543,7 +598,7 @@ cdef class CudaEmitter:
                 self.table_seen = table[:self.program.slots_needed]
                 self.words_seen = _words(constants, self.program.constants_needed)
                 self.looked_at.assign(len(self.program.commands), 0)
-                if not self.program.regions:  # with regions, a change builds anew (see follow)
+                if not (self.program.regions or self.program.collectives):  # a change builds anew (see follow)
                     self.index_slot_words()
             self.instantiate()
         except BaseException:
@@ -562,7 +617,8 @@ cdef class CudaEmitter:
         cdef bint updated = False
         # CUDA refuses cuGraphExecUpdate to graphs with device-updatable nodes (dispatch_indirect, also in region
         # bodies), and hal does not ask it to update conditional nodes' bodies: those are instantiated anew.
-        cdef bint no_update = bool(self.program.indirect) or bool(self.program.regions)
+        cdef bint no_update = bool(self.program.indirect) or bool(self.program.regions) or \
+            bool(self.program.collectives)
         if self.exec != NULL:
             updated = not (no_update or self.exec_no_update) and \
                 cydriver.cuGraphExecUpdate(self.exec, self.graph, &info) == cydriver.CUDA_SUCCESS
@@ -612,7 +668,8 @@ cdef class CudaEmitter:
         if table == self.table_seen and words == self.words_seen:
             self.patched = 0
             return
-        if self.program.regions:  # nodes inside conditional bodies are not patched: build anew
+        # Nodes inside conditional bodies and collectives' child graphs are not patched: build anew.
+        if self.program.regions or self.program.collectives:
             with contextlib.suppress(HalError):
                 self.drop_graph()
             self.forget_nodes()
@@ -643,6 +700,11 @@ cdef class CudaEmitter:
         cdef Kernel kernel
         kernel.executable = NULL
         for c in self.program.commands:
+            if type(c) is Collective:
+                (<Collective>c).communicator.enqueue(c, _collective_address((<Collective>c).source, table),
+                                                     _collective_address((<Collective>c).target, table),
+                                                     <uintptr_t>self.stream)
+                continue
             node = _node(c, table, constants, self.staging, &kernel, scratch)
             if node.kind == 1:
                 _check_at(cydriver.cuLaunchKernel(node.kernel.func, node.kernel.gridDimX, node.kernel.gridDimY,

@@ -23,6 +23,7 @@ from cuda.bindings import driver
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
 from backends.cuda_graph.command_buffer import CudaEmitter, queue_execute
+from backends.cuda_graph.communicator import CudaCommunicator
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
@@ -297,6 +298,10 @@ class CudaDevice(Device):
         self.check_lost()
         self.activate()
         return CudaExecutable(self, source)
+
+    def _create_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
+                             rendezvous: str | None) -> CudaCommunicator:
+        return CudaCommunicator(devices, world, rank, rendezvous)
 
     def _create_emitter(self, command_buffer: CommandBuffer) -> CudaEmitter:
         self.activate()

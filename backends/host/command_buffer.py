@@ -6,6 +6,7 @@ missing dependency shows up as a wrong result in the tests rather than hiding be
 A dispatch_indirect reads its workgroup counts when the submission starts (static) or when it runs (dynamic);
 a zero count runs nothing, a count above the device's max_workgroup_count fails the submission. A region runs its
 body's commands (in the body's own order) while, or if, its condition is non-zero, read before each iteration.
+A collective meets the other ranks through its communicator (backends.host.communicator).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from backends.host.executable import DispatchContext
 from hal.buffer import Buffer, BufferRef, ConstantSlot
-from hal.commands import Command, Copy, Dispatch, Fill, Region, Update
+from hal.commands import Collective, Command, Copy, Dispatch, Fill, Region, Update
 from hal.errors import DeviceError
 from hal.program import Program
 
@@ -132,4 +133,11 @@ def _dispatch(c: Dispatch, workgroups: tuple, table: tuple[Buffer, ...], slot_va
         DispatchContext(views, export.readonly, constants, workgroups, export.workgroup_size))
 
 
-_RUN = {Fill: _fill, Update: _update, Copy: _copy}
+def _collective(c: Collective, table: tuple[Buffer, ...]) -> None:
+    """Run a collective for its rank: the communicator (backends.host.communicator) meets the other ranks."""
+    c.communicator.check_open(f"host: command {c.index} ({c.kind})")
+    c.communicator.run(c, None if c.source is None else _view(c.source, table),
+                       None if c.target is None else _view(c.target, table))
+
+
+_RUN = {Fill: _fill, Update: _update, Copy: _copy, Collective: _collective}

@@ -15,6 +15,7 @@ from typing import Any
 
 from backends.host.buffer import HostBuffer
 from backends.host.command_buffer import HostEmitter, execute
+from backends.host.communicator import HostCommunicator
 from backends.host.executable import HostExecutable
 from backends.host.semaphore import HostSemaphore
 from hal.buffer import Buffer, BufferUsage
@@ -101,6 +102,13 @@ class HostDevice(Device):
 
     def _create_semaphore(self, initial: int) -> HostSemaphore:
         return HostSemaphore(self, initial)
+
+    def _create_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
+                             rendezvous: str | None) -> HostCommunicator:
+        if rendezvous is not None:
+            raise UnsupportedError("host collectives join host devices of one process: "
+                                   "hal.create_communicator([host_device, ...]) without rank, world or rendezvous")
+        return HostCommunicator(devices)
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[HostSemaphore, int], ...],

@@ -1,0 +1,205 @@
+"""Communicators: devices that exchange data through collective commands recorded into command buffers.
+
+`hal.create_communicator(devices)` groups devices of one process (rank i is devices[i]); with `rank`,
+`world` and `rendezvous`, one process per device joins a group of `world` processes. The commands
+(`cb.all_reduce`, `all_gather`, `reduce_scatter`, `broadcast`, `send`, `recv`, `send_recv`) are recorded
+like any other: their buffers are reads and writes for dependency and race analysis, slots are allowed.
+
+Order. Every rank must run a communicator's collectives in the same order (NCCL's rule, and the only way
+ranks can match their parts). hal keeps each command buffer's collectives of one communicator in recording
+order: each also writes the communicator's order token of its device (`order_ref`), an internal 4-byte
+buffer, so the planner orders them like any two writes, and two in one segment are refused at record time.
+A pairwise exchange (both ranks send and receive) is one `send_recv` command, which never deadlocks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hal.errors import UnsupportedError, ValidationError
+
+if TYPE_CHECKING:
+    from hal.buffer import BufferRef
+    from hal.device import Device
+
+# The element types every backend reduces (NCCL's, less those numpy lacks).
+DTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
+                                     np.float32, np.float64))
+REDUCTIONS = ("sum", "prod", "max", "min", "avg")
+OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "send_recv")
+
+
+class Communicator:
+    """Ranks `0 .. size - 1`; this process holds `devices` (rank `first_rank + i` is devices[i]).
+
+    Backends subclass it (`Device._create_communicator`) and implement `_close`. Closing releases the
+    backend's resources; command buffers that recorded collectives on it can no longer be submitted.
+    """
+
+    def __init__(self, devices: Sequence[Device], size: int, first_rank: int = 0) -> None:
+        self.devices = tuple(devices)
+        self.size = size
+        self.first_rank = first_rank
+        self._closed = False
+        self._lock = threading.Lock()
+        # Per device, the order token its collectives write (see the module's docstring).
+        self._order = {id(d): d.allocate(4) for d in self.devices}
+
+    def rank(self, device: Device) -> int:
+        """The rank of `device`; ValidationError if it is not one of this process's devices of the communicator."""
+        for i, d in enumerate(self.devices):
+            if d is device:
+                return self.first_rank + i
+        raise ValidationError(f"{device!r} is not a device of {self!r}; record the command on one of its devices")
+
+    def order_ref(self, device: Device) -> BufferRef:
+        """The order token of `device` (a 4-byte buffer no command of the user can name)."""
+        return self._order[id(device)].whole
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self, what: str) -> None:
+        if self._closed:
+            raise ValidationError(f"{what}: {self!r} is closed; create a new communicator")
+
+    def close(self) -> None:
+        """Release the communicator (after the devices' submitted work). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._close()
+        finally:
+            for d in self.devices:
+                if not d.closed:
+                    self._order[id(d)].release()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        ranks = f"ranks {self.first_rank}..{self.first_rank + len(self.devices) - 1} of {self.size}"
+        return f"<{type(self).__name__} {ranks}{' closed' if self._closed else ''}>"
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+def create_communicator(devices: Sequence[Device], *, rank: int | None = None, world: int | None = None,
+                        rendezvous: str | None = None) -> Communicator:
+    """A communicator over `devices` (all of one driver, each once): rank i is devices[i].
+
+    One process per device: `create_communicator([dev], rank=r, world=n, rendezvous=path)` in each of n
+    processes; `rendezvous` is a file path all of them can reach (rank 0 writes the group's identity there).
+    """
+    devices = tuple(devices) if isinstance(devices, (list, tuple)) else (devices,)
+    if not devices:
+        raise ValidationError("create_communicator: give at least one device")
+    from hal.device import Device
+    for d in devices:
+        if not isinstance(d, Device):
+            raise ValidationError(f"create_communicator: {d!r} is not a hal.Device")
+        d.check_open()
+    if len({id(d) for d in devices}) != len(devices):
+        raise ValidationError("create_communicator: a device appears twice; each rank needs a device of its own")
+    drivers = {d.driver for d in devices}
+    if len(drivers) > 1:
+        raise ValidationError(f"create_communicator: the devices belong to several drivers {sorted(drivers)}; "
+                              f"a communicator joins devices of one driver")
+    if (rank is None) != (world is None) or (rank is None) != (rendezvous is None):
+        raise ValidationError("create_communicator: give rank, world and rendezvous together (one process per "
+                              "device), or none of them (every rank in this process)")
+    if rank is None:
+        return devices[0]._create_communicator(devices, len(devices), 0, None)
+    if len(devices) != 1:
+        raise ValidationError(f"create_communicator: with rank and world, give this process's one device, got "
+                              f"{len(devices)}")
+    for name, value, low in (("world", world, 1), ("rank", rank, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValidationError(f"create_communicator: {name} must be an int >= {low}, got {value!r}")
+    if rank >= world:
+        raise ValidationError(f"create_communicator: rank {rank} is not below world {world}")
+    if not isinstance(rendezvous, str) or not rendezvous:
+        raise ValidationError(f"create_communicator: rendezvous must be a file path, got {rendezvous!r}")
+    return devices[0]._create_communicator(devices, world, rank, rendezvous)
+
+
+def unsupported(driver: str) -> UnsupportedError:
+    return UnsupportedError(f"the {driver} driver has no collectives; use CUDA devices (NCCL) or host devices")
+
+
+def check_collective(operation: str, communicator: Any, device: Device, source: BufferRef | None,
+                     target: BufferRef | None, dtype: Any, reduction: Any, peer: Any, source_peer: Any,
+                     index: int) -> tuple:
+    """Check a collective's arguments (the references' ranges are already checked); returns
+    (dtype, count, reduction, rank, peer, source_peer) as the record keeps them."""
+    where = f"command {index} ({operation})"
+    if not isinstance(communicator, Communicator):
+        raise ValidationError(f"{where}: communicator must come from hal.create_communicator(), got "
+                              f"{type(communicator).__name__}")
+    communicator.check_open(where)
+    if communicator.devices[0].driver != device.driver:
+        raise ValidationError(f"{where}: {communicator!r} joins {communicator.devices[0].driver} devices, not this "
+                              f"{device.driver} device")
+    rank = communicator.rank(device)
+    size = communicator.size
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise ValidationError(f"{where}: dtype {dtype!r} is not a numpy dtype") from e
+    if dt not in DTYPES:
+        raise ValidationError(f"{where}: dtype {dt} is not one of {', '.join(str(t) for t in DTYPES)}")
+    if operation in ("all_reduce", "reduce_scatter"):
+        if reduction not in REDUCTIONS:
+            raise ValidationError(f"{where}: op must be one of {REDUCTIONS}, got {reduction!r}")
+        if reduction == "avg" and dt.kind != "f":
+            raise ValidationError(f"{where}: op 'avg' needs a floating dtype, got {dt}")
+    else:
+        reduction = None
+    for name, value in (("peer", peer), ("source_peer", source_peer)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size):
+            raise ValidationError(f"{where}: {name} must be a rank in 0..{size - 1}, got {value!r}")
+    if operation == "broadcast" and rank == peer and source is None:
+        raise ValidationError(f"{where}: rank {rank} is the root: give the source it broadcasts")
+    if operation in ("send", "recv", "send_recv") and rank in (peer, source_peer):
+        raise ValidationError(f"{where}: rank {rank} cannot exchange with itself; copy_buffer does that")
+    for name, r in (("source", source), ("target", target)):
+        if r is not None and not r.bounded:
+            raise ValidationError(f"{where}: the {name} is a slot of unknown length; give it one: "
+                                  f"hal.slot(i, offset, length)")
+        if r is not None and r.nbytes % dt.itemsize:
+            raise ValidationError(f"{where}: the {name} range of {r.nbytes} bytes is not a whole number of "
+                                  f"{dt} elements")
+    sent = source.nbytes // dt.itemsize if source is not None else None
+    got = target.nbytes // dt.itemsize if target is not None else None
+    need = {"all_reduce": (sent, sent), "all_gather": (sent, sent * size if sent is not None else None),
+            "reduce_scatter": (got * size if got is not None else None, got), "broadcast": (got, got),
+            "send": (sent, None), "recv": (None, got), "send_recv": (sent, sent)}[operation]
+    count = {"all_reduce": sent, "all_gather": sent, "reduce_scatter": got, "broadcast": got, "send": sent,
+             "recv": got, "send_recv": sent}[operation]
+    if count == 0:
+        raise ValidationError(f"{where}: the range holds no {dt} element")
+    for name, r, n in (("source", source, need[0]), ("target", target, need[1])):
+        if r is not None and n is not None and r.nbytes != n * dt.itemsize:
+            raise ValidationError(f"{where}: the {name} must hold {n} x {dt} ({n * dt.itemsize} bytes) for a "
+                                  f"communicator of {size} ranks, got {r.nbytes} bytes")
+    if source is not None and target is not None and _overlap(source, target) and not (
+            operation in ("all_reduce", "broadcast") and source == target):
+        raise ValidationError(f"{where}: the source and target ranges overlap; they must be the same range "
+                              f"(in place: all_reduce, broadcast) or disjoint")
+    return dt, count, reduction, rank, -1 if peer is None else peer, -1 if source_peer is None else source_peer
+
+
+def _overlap(a: BufferRef, b: BufferRef) -> bool:
+    same = a.buffer is b.buffer if a.buffer is not None else a.slot == b.slot and b.buffer is None
+    return same and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
