@@ -25,7 +25,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   is built anew (instantiated again) when the table or the values change, instead of patched: updating nodes
   inside conditional bodies in place is not done yet.
 - Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
-  command buffer with collectives that uses slots or constant slots is built anew when they change, like regions.
+  new table captures the work of a collective whose buffers moved again and sets it on the exec's node
+  (cuGraphExecChildGraphNodeSetParams); never instantiated again.
 - The resubmission of an unchanged command buffer is CudaDevice.queue_execute, compiled here: one
   cuGraphLaunch after a few identity checks.
 """
@@ -289,6 +290,7 @@ cdef class CudaEmitter:
     cdef vector[vector[SlotWord]] slot_words, constant_words
     cdef vector[vector[Py_ssize_t]] slot_transfers
     cdef vector[vector[Py_ssize_t]] slot_setters  # per slot, the dispatch_indirect commands whose counts it holds
+    cdef vector[vector[Py_ssize_t]] slot_collectives  # per slot, the collectives that use it
     cdef dict setters  # dispatch_indirect command -> its setter's Node, and its node (in `graph`)
     cdef CUgraphNode last_static  # the latest static setter of the graph being built (NULL: none yet)
     cdef dict conditions  # region command -> the node setting its condition (top level)
@@ -297,6 +299,7 @@ cdef class CudaEmitter:
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
     cdef vector[Py_ssize_t] touched  # the commands the current patch changed
     cdef Py_ssize_t epoch
+    cdef Py_ssize_t collectives_set  # by the current patch
     cdef readonly Py_ssize_t instantiations, updates, patched
     cdef public object token
     cdef object __weakref__  # the device frees the graph and exec once the emitter is gone
@@ -337,6 +340,7 @@ cdef class CudaEmitter:
         self.constant_words.clear()
         self.slot_transfers.clear()
         self.slot_setters.clear()
+        self.slot_collectives.clear()
         self.setters = {}
         self.conditions = {}
         self.last_static = NULL
@@ -459,6 +463,9 @@ cdef class CudaEmitter:
                 continue
             if type(c) is Collective:
                 nodes[k] = self.add_collective(graph, <Collective>c, deps, table)
+                if keep:  # what a patch compares: its addresses
+                    self.given[command] = (_collective_address((<Collective>c).source, table),
+                                           _collective_address((<Collective>c).target, table))
                 continue
             # The driver copies the parameters: one Node serves every command, unless patches need them kept.
             params = _node(c, table, constants, self.staging, &kernel, None if keep else scratch)
@@ -530,9 +537,20 @@ cdef class CudaEmitter:
                                     tuple table) except *:
         """Add collective `c` to `graph` after `deps`: NCCL's work for it, captured from a stream of its own into a
         child graph (backends.cuda_graph.communicator)."""
+        cdef CUgraphNode node
+        cdef CUgraph child = self.capture(c, table)
+        try:
+            _check_at(cydriver.cuGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(), child),
+                      "cuGraphAddChildGraphNode", c.index)
+        finally:
+            cydriver.cuGraphDestroy(child)  # the node holds a copy, and the references NCCL's work keeps
+        return node
+
+    cdef CUgraph capture(self, Collective c, tuple table) except NULL:
+        """Collective `c`'s NCCL work, resolved through `table`, captured from a stream of its own: a new graph
+        (the caller destroys it)."""
         cdef CUstream stream
         cdef CUgraph child = NULL
-        cdef CUgraphNode node
         cdef CUresult ended
         source, target = _collective_address(c.source, table), _collective_address(c.target, table)
         self.device.activate()
@@ -545,14 +563,33 @@ cdef class CudaEmitter:
                 c.communicator.enqueue(c, source, target, <uintptr_t>stream)
             finally:  # also after a failure: the stream leaves capture mode
                 ended = cydriver.cuStreamEndCapture(stream, &child)
-            _check_at(ended, "cuStreamEndCapture (the collective's capture)", c.index)
-            _check_at(cydriver.cuGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(), child),
-                      "cuGraphAddChildGraphNode", c.index)
-        finally:
-            if child != NULL:  # the node holds a copy
+            if ended != cydriver.CUDA_SUCCESS and child != NULL:
                 cydriver.cuGraphDestroy(child)
+            _check_at(ended, "cuStreamEndCapture (the collective's capture)", c.index)
+        except BaseException:
             cydriver.cuStreamDestroy(stream)
-        return node
+            raise
+        cydriver.cuStreamDestroy(stream)
+        return child
+
+    cdef void set_collective(self, Py_ssize_t index, tuple table) except *:
+        """Point collective `index`'s child graph node of the exec at the buffers `table` binds now, when they
+        moved: its work is captured again and the exec's node takes the new graph (same topology: same operation,
+        sizes and communicator), with the references NCCL's work keeps."""
+        cdef Collective c = <Collective>self.program.commands[index]
+        addresses = (_collective_address(c.source, table), _collective_address(c.target, table))
+        if addresses == self.given[index]:
+            return
+        cdef CUgraphNode node
+        cdef CUgraph child = self.capture(c, table)
+        try:
+            node = self.exec_nodes[self.program.command_node[index]]
+            _check_at(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, node, child),
+                      "cuGraphExecChildGraphNodeSetParams", index)
+        finally:
+            cydriver.cuGraphDestroy(child)
+        self.given[index] = addresses
+        self.collectives_set += 1
 
     cdef void add_setter(self, CUgraph graph, Dispatch c, CUgraphNode target, vector[CUgraphNode]& deps, tuple table,
                          bint top) except *:
@@ -598,7 +635,7 @@ cdef class CudaEmitter:
                 self.table_seen = table[:self.program.slots_needed]
                 self.words_seen = _words(constants, self.program.constants_needed)
                 self.looked_at.assign(len(self.program.commands), 0)
-                if not (self.program.regions or self.program.collectives):  # a change builds anew (see follow)
+                if not self.program.regions:  # with regions, a change builds anew (see follow)
                     self.index_slot_words()
             self.instantiate()
         except BaseException:
@@ -668,8 +705,7 @@ cdef class CudaEmitter:
         if table == self.table_seen and words == self.words_seen:
             self.patched = 0
             return
-        # Nodes inside conditional bodies and collectives' child graphs are not patched: build anew.
-        if self.program.regions or self.program.collectives:
+        if self.program.regions:  # nodes inside conditional bodies are not patched: build anew
             with contextlib.suppress(HalError):
                 self.drop_graph()
             self.forget_nodes()
@@ -738,11 +774,15 @@ cdef class CudaEmitter:
         self.slot_words.resize(program.slots_needed)
         self.slot_transfers.resize(program.slots_needed)
         self.slot_setters.resize(program.slots_needed)
+        self.slot_collectives.resize(program.slots_needed)
         self.constant_words.resize(program.constants_needed)
         for slot, users in program.slot_users.items():
             for index in users:
                 c = program.commands[index]
                 w.command = index
+                if type(c) is Collective:
+                    self.slot_collectives[slot].push_back(index)
+                    continue
                 if type(c) is not Dispatch:
                     self.slot_transfers[slot].push_back(index)
                     continue
@@ -781,6 +821,7 @@ cdef class CudaEmitter:
         kernel.executable = NULL
         self.epoch += 1
         self.touched.clear()
+        self.collectives_set = 0
         for i in range(len(table)):
             if table[i] is self.table_seen[i]:
                 continue
@@ -791,6 +832,10 @@ cdef class CudaEmitter:
                     self.touch(w.command)
             for index in self.slot_setters[i]:
                 self.set_setter(index, (<Buffer>table[i]).handle)
+            for index in self.slot_collectives[i]:
+                if self.looked_at[index] != self.epoch:
+                    self.looked_at[index] = self.epoch
+                    self.set_collective(index, table)
             for index in self.slot_transfers[i]:
                 if self.looked_at[index] != self.epoch:
                     node = <Node>self.given[index]
@@ -810,7 +855,7 @@ cdef class CudaEmitter:
             self.set_node(index, <Node>self.given[index])
             if index in self.setters:
                 self.upload = True  # a device-updatable node set from the host
-        self.patched = self.touched.size()
+        self.patched = self.touched.size() + self.collectives_set
         self.table_seen = table
         self.words_seen = words
 

@@ -99,3 +99,21 @@ def test_one_process_per_gpu_through_a_rendezvous_file(tmp_path):
         assert w.returncode == 0, err
         assert float(out.split()[-1]) == 6.0  # in place, twice: 1 + 2 = 3 on both ranks, then 3 + 3
     assert not os.path.exists(path)  # rank 0 removed it once the group formed
+
+
+def test_a_new_table_patches_the_collective_without_instantiating_again(rank):
+    dev, comm = rank
+    cb = dev.create_command_buffer(mode="reusable", binding_capacity=2)
+    with cb:
+        cb.fill_buffer(hal.slot(0, 0, 256), np.float32(2))
+        cb.execution_barrier()
+        cb.all_reduce(comm, hal.slot(0, 0, 256), hal.slot(1, 0, 256), np.float32)
+    tables = [(dev.allocate(256), dev.allocate(256)) for _ in range(3)]
+    for _ in range(2):
+        for source, target in tables:
+            dev.queue_execute(cb, binding_table=(source, target))
+            dev.synchronize()
+            np.testing.assert_array_equal(target.read(np.float32), np.full(64, 2, np.float32))
+            target.write(np.zeros(64, np.float32))
+    assert cb.emitter.instantiations == 1
+    assert cb.emitter.patched == 2  # the fill's node and the all_reduce's child graph node
