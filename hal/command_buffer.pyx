@@ -29,7 +29,7 @@ from hal.program cimport Program
 
 from hal.buffer import MAX_SLOTS, BufferUsage, bytes_view, slot_count
 from hal.commands import constant_word
-from hal.communicator import Communicator, check_collective
+from hal.communicator import Communicator, check_collective, same_or_disjoint
 from hal.errors import ValidationError
 from hal.executable import Executable
 
@@ -468,8 +468,8 @@ cdef class CommandBuffer:
         self.add_collective("broadcast", communicator, source, target, "uint8", None, root, None)
 
     def send(self, communicator: Communicator, source: Buffer | BufferRef, peer: int) -> None:
-        """Send `source` to rank `peer`, whose matching recv receives it. A send waits for its recv: ranks that
-        both send and receive use send_recv."""
+        """Send `source` to rank `peer`, whose matching recv receives it. On NCCL a send may wait for its recv:
+        ranks that both send and receive use send_recv."""
         self.add_collective("send", communicator, source, None, "uint8", None, peer, None)
 
     def recv(self, communicator: Communicator, target: Buffer | BufferRef, peer: int) -> None:
@@ -487,7 +487,7 @@ cdef class CommandBuffer:
         if self.phase != RECORDING:
             self.not_recording(operation)
         cdef Py_ssize_t index = self.count
-        cdef BufferRef s = None, t = None
+        cdef BufferRef s = None, t = None, order
         try:
             if self.levels:
                 raise ValidationError(f"command {index} ({operation}): collectives cannot be recorded inside "
@@ -498,6 +498,7 @@ cdef class CommandBuffer:
                 t = self.check_ref(target, index, operation, "target", ANY)
             details = check_collective(operation, communicator, self.device, s, t, dtype, reduction, peer,
                                        source_peer, index)
+            order = communicator.order_ref(self.device)
             for other in self.tail.commands:
                 if type(other) is Collective and (<Collective>other).communicator is communicator:
                     raise ValidationError(
@@ -507,7 +508,6 @@ cdef class CommandBuffer:
         except BaseException:
             self.uses_slot = False
             raise
-        cdef BufferRef order = communicator.order_ref(self.device)
         cdef Collective collective = new_collective(index, self.tail.index, communicator, operation, s, t, order,
                                                     details)
         refs, writes = refs_and_writes(collective)
@@ -792,7 +792,7 @@ def _check_slot_command(Command c, tuple table, caps) -> None:
         write = writes[i]
         key, start, end = access_range(r, table)
         if r.buffer is None:
-            usage = STORAGE if c.kind == "dispatch" else (TARGET if write else SOURCE)
+            usage = STORAGE if c.kind == "dispatch" else ANY if type(c) is Collective else (TARGET if write else SOURCE)
             parameters = c.kind == "dispatch" and i == len((<Dispatch>c).bindings)  # dispatch_indirect's counts
             if not (0 <= start < end <= key.size and key.usage_bits & usage and (usage != STORAGE or parameters or (
                     start % caps.storage_buffer_offset_alignment == 0
@@ -814,6 +814,11 @@ def _check_slot_command(Command c, tuple table, caps) -> None:
             ranges[0][1] < ranges[1][2] and ranges[1][1] < ranges[0][2]:
         raise ValidationError(f"queue_execute: command {c.index} (copy_buffer) copies between overlapping "
                               f"ranges of one buffer through the binding table")
+    if type(c) is Collective and (<Collective>c).source is not None and (<Collective>c).target is not None and \
+            not same_or_disjoint(c.operation, ranges[0], ranges[1]):
+        raise ValidationError(f"queue_execute: command {c.index} ({c.kind}): through the binding table its source "
+                              f"and target ranges overlap; they must be the same range (in place: all_reduce, "
+                              f"broadcast) or disjoint")
 
 
 def _check_races(list segment, tuple table) -> None:

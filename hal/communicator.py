@@ -36,18 +36,26 @@ OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send",
 class Communicator:
     """Ranks `0 .. size - 1`; this process holds `devices` (rank `first_rank + i` is devices[i]).
 
-    Backends subclass it (`Device._create_communicator`) and implement `_close`. Closing releases the
-    backend's resources; command buffers that recorded collectives on it can no longer be submitted.
+    Backends subclass it (`Device._create_communicator`) and implement `_drain` and `_close`. Closing lets the
+    devices' submitted work finish (a collective waiting for a rank that never comes keeps it waiting, as NCCL
+    would: close that rank's device, whose waits then fail), then releases the backend's resources; command
+    buffers that recorded collectives on it can no longer be submitted.
     """
 
     def __init__(self, devices: Sequence[Device], size: int, first_rank: int = 0) -> None:
         self.devices = tuple(devices)
         self.size = size
         self.first_rank = first_rank
-        self._closed = False
+        self._closed = self._closing = False
         self._lock = threading.Lock()
         # Per device, the order token its collectives write (see the module's docstring).
-        self._order = {id(d): d.allocate(4) for d in self.devices}
+        self._order: dict[int, Any] = {}
+        try:
+            for d in self.devices:
+                self._order[id(d)] = d.allocate(4)
+        except BaseException:
+            self.release_tokens()
+            raise
 
     def rank(self, device: Device) -> int:
         """The rank of `device`; ValidationError if it is not one of this process's devices of the communicator."""
@@ -69,17 +77,26 @@ class Communicator:
             raise ValidationError(f"{what}: {self!r} is closed; create a new communicator")
 
     def close(self) -> None:
-        """Release the communicator (after the devices' submitted work). Idempotent."""
+        """Release the communicator once the devices' submitted work is done. Idempotent."""
         with self._lock:
-            if self._closed:
+            if self._closing:
                 return
-            self._closed = True
+            self._closing = True
         try:
-            self._close()
+            self._drain()
         finally:
-            for d in self.devices:
-                if not d.closed:
-                    self._order[id(d)].release()
+            self._closed = True
+            try:
+                self._close()
+            finally:
+                self.release_tokens()
+
+    def release_tokens(self) -> None:
+        """Release the order tokens (of the devices still open)."""
+        for d in self.devices:
+            token = self._order.pop(id(d), None)
+            if token is not None and not d.closed:
+                token.release()
 
     def __enter__(self) -> Communicator:
         return self
@@ -90,6 +107,10 @@ class Communicator:
     def __repr__(self) -> str:
         ranks = f"ranks {self.first_rank}..{self.first_rank + len(self.devices) - 1} of {self.size}"
         return f"<{type(self).__name__} {ranks}{' closed' if self._closed else ''}>"
+
+    def _drain(self) -> None:
+        """Wait for the work the devices were given, leaving its failures to their synchronize()."""
+        raise NotImplementedError
 
     def _close(self) -> None:
         raise NotImplementedError
@@ -138,6 +159,14 @@ def unsupported(driver: str) -> UnsupportedError:
     return UnsupportedError(f"the {driver} driver has no collectives; use CUDA devices (NCCL) or host devices")
 
 
+# Per operation: does it take a source, a target (True: required; None: only the root's source), a peer (what
+# the message calls it) and a source_peer?
+_ARGUMENTS = {"all_reduce": (True, True, None, False), "all_gather": (True, True, None, False),
+              "reduce_scatter": (True, True, None, False), "broadcast": (None, True, "root", False),
+              "send": (True, False, "peer", False), "recv": (False, True, "peer", False),
+              "send_recv": (True, True, "peer", True)}
+
+
 def check_collective(operation: str, communicator: Any, device: Device, source: BufferRef | None,
                      target: BufferRef | None, dtype: Any, reduction: Any, peer: Any, source_peer: Any,
                      index: int) -> tuple:
@@ -151,8 +180,14 @@ def check_collective(operation: str, communicator: Any, device: Device, source: 
     if communicator.devices[0].driver != device.driver:
         raise ValidationError(f"{where}: {communicator!r} joins {communicator.devices[0].driver} devices, not this "
                               f"{device.driver} device")
+    closed = [d for d in communicator.devices if d.closed]
+    if closed:
+        raise ValidationError(f"{where}: {closed[0]!r}, a rank of {communicator!r}, is closed; its collectives "
+                              f"could never meet it")
     rank = communicator.rank(device)
     size = communicator.size
+    if dtype is None:
+        raise ValidationError(f"{where}: give the dtype of the elements")
     try:
         dt = np.dtype(dtype)
     except TypeError as e:
@@ -166,8 +201,15 @@ def check_collective(operation: str, communicator: Any, device: Device, source: 
             raise ValidationError(f"{where}: op 'avg' needs a floating dtype, got {dt}")
     else:
         reduction = None
-    for name, value in (("peer", peer), ("source_peer", source_peer)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size):
+    takes_source, takes_target, peer_name, takes_source_peer = _ARGUMENTS[operation]
+    for name, value, wanted in (("source", source, takes_source), ("target", target, takes_target)):
+        if wanted and value is None:
+            raise ValidationError(f"{where}: give the {name}")
+        if wanted is False and value is not None:
+            raise ValidationError(f"{where}: takes no {name}")
+    for name, value, wanted in ((peer_name, peer, peer_name is not None), ("source_peer", source_peer,
+                                                                           takes_source_peer)):
+        if wanted and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size):
             raise ValidationError(f"{where}: {name} must be a rank in 0..{size - 1}, got {value!r}")
     if operation == "broadcast" and rank == peer and source is None:
         raise ValidationError(f"{where}: rank {rank} is the root: give the source it broadcasts")
@@ -180,26 +222,35 @@ def check_collective(operation: str, communicator: Any, device: Device, source: 
         if r is not None and r.nbytes % dt.itemsize:
             raise ValidationError(f"{where}: the {name} range of {r.nbytes} bytes is not a whole number of "
                                   f"{dt} elements")
-    sent = source.nbytes // dt.itemsize if source is not None else None
-    got = target.nbytes // dt.itemsize if target is not None else None
-    need = {"all_reduce": (sent, sent), "all_gather": (sent, sent * size if sent is not None else None),
-            "reduce_scatter": (got * size if got is not None else None, got), "broadcast": (got, got),
-            "send": (sent, None), "recv": (None, got), "send_recv": (sent, sent)}[operation]
-    count = {"all_reduce": sent, "all_gather": sent, "reduce_scatter": got, "broadcast": got, "send": sent,
-             "recv": got, "send_recv": sent}[operation]
+    sent = source.nbytes // dt.itemsize if source is not None else 0
+    got = target.nbytes // dt.itemsize if target is not None else 0
+    # The elements per rank, and what each range must hold.
+    count, need = {"all_reduce": (sent, (sent, sent)), "all_gather": (sent, (sent, sent * size)),
+                   "reduce_scatter": (got, (got * size, got)), "broadcast": (got, (got, got)),
+                   "send": (sent, (sent, 0)), "recv": (got, (0, got)), "send_recv": (sent, (sent, sent))}[operation]
     if count == 0:
         raise ValidationError(f"{where}: the range holds no {dt} element")
+    scale = f" for a communicator of {size} ranks" if operation in ("all_gather", "reduce_scatter") else ""
     for name, r, n in (("source", source, need[0]), ("target", target, need[1])):
-        if r is not None and n is not None and r.nbytes != n * dt.itemsize:
-            raise ValidationError(f"{where}: the {name} must hold {n} x {dt} ({n * dt.itemsize} bytes) for a "
-                                  f"communicator of {size} ranks, got {r.nbytes} bytes")
-    if source is not None and target is not None and _overlap(source, target) and not (
-            operation in ("all_reduce", "broadcast") and source == target):
+        if r is not None and r.nbytes != n * dt.itemsize:
+            raise ValidationError(f"{where}: the {name} must hold {n} x {dt} ({n * dt.itemsize} bytes){scale}, got "
+                                  f"{r.nbytes} bytes")
+    if source is not None and target is not None and not same_or_disjoint(operation, _range(source),
+                                                                           _range(target)):
         raise ValidationError(f"{where}: the source and target ranges overlap; they must be the same range "
                               f"(in place: all_reduce, broadcast) or disjoint")
-    return dt, count, reduction, rank, -1 if peer is None else peer, -1 if source_peer is None else source_peer
+    return (dt, count, reduction, rank, -1 if peer_name is None else peer,
+            source_peer if takes_source_peer else -1)
 
 
-def _overlap(a: BufferRef, b: BufferRef) -> bool:
-    same = a.buffer is b.buffer if a.buffer is not None else a.slot == b.slot and b.buffer is None
-    return same and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
+def same_or_disjoint(operation: str, source: tuple, target: tuple) -> bool:
+    """May a collective's source and target be these (key, start, end) ranges? Disjoint, or for the in-place
+    operations (all_reduce, broadcast) the same range."""
+    if source[0] != target[0] or source[2] <= target[1] or target[2] <= source[1]:
+        return True
+    return operation in ("all_reduce", "broadcast") and source[1:] == target[1:]
+
+
+def _range(r: BufferRef) -> tuple:
+    """(key, start, end) of a bounded reference: key is the Buffer, or the slot index."""
+    return (r.buffer if r.buffer is not None else r.slot), r.offset, r.offset + r.nbytes

@@ -563,10 +563,10 @@ cdef class CudaEmitter:
                 c.communicator.enqueue(c, source, target, <uintptr_t>stream)
             finally:  # also after a failure: the stream leaves capture mode
                 ended = cydriver.cuStreamEndCapture(stream, &child)
-            if ended != cydriver.CUDA_SUCCESS and child != NULL:
-                cydriver.cuGraphDestroy(child)
             _check_at(ended, "cuStreamEndCapture (the collective's capture)", c.index)
         except BaseException:
+            if child != NULL:
+                cydriver.cuGraphDestroy(child)
             cydriver.cuStreamDestroy(stream)
             raise
         cydriver.cuStreamDestroy(stream)

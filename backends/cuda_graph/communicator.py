@@ -60,23 +60,31 @@ class CudaCommunicator(Communicator):
         os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")  # see the module's docstring
         super().__init__(devices, world, rank)
         self.captors: weakref.WeakSet = weakref.WeakSet()  # see captured_by
+        self.comms: list = []
         try:
             if rendezvous is None:
                 self.comms = self._init_all()
             else:
                 self.comms = [self._init_rank(world, rank, rendezvous)]
         except BaseException:
-            super().close()
+            self.release_tokens()
             raise
         self._dtypes = {np.dtype(k): int(getattr(self.nccl.DataType, v)) for k, v in _DTYPES.items()}
         self._reductions = {k: int(getattr(self.nccl.RedOp, v)) for k, v in _REDUCTIONS.items()}
 
     def _init_all(self) -> list:
-        comms = self.call("ncclCommInitAll", self.nccl.comm_init_all, len(self.devices),
-                          [d.ordinal for d in self.devices])
-        if len(self.devices) > 1:
-            self._connect_pairs(comms)
-        return list(comms)
+        ordinals = [d.ordinal for d in self.devices]
+        if len(set(ordinals)) < len(ordinals):
+            raise ValidationError(f"create_communicator: two devices are the same GPU (ordinals {ordinals}); NCCL "
+                                  f"needs a GPU per rank")
+        comms = list(self.call("ncclCommInitAll", self.nccl.comm_init_all, len(self.devices), ordinals))
+        try:
+            if len(self.devices) > 1:
+                self._connect_pairs(comms)
+        except BaseException:
+            self._destroy(comms)
+            raise
+        return comms
 
     def _connect_pairs(self, comms: list) -> None:
         """One byte between every pair of ranks, as one group: NCCL connects them now, not during a capture."""
@@ -84,12 +92,14 @@ class CudaCommunicator(Communicator):
         try:
             self.call("ncclGroupStart", self.nccl.group_start)
             try:
+                byte = self._dtype_code("uint8")
                 for r, (d, comm, b) in enumerate(zip(self.devices, comms, buffers)):
                     for peer in range(self.size):
                         if peer != r:
-                            self.nccl.send(b.handle + peer, 1, self._dtype_code("uint8"), peer, comm, d.stream_handle)
-                            self.nccl.recv(b.handle + self.size + peer, 1, self._dtype_code("uint8"), peer, comm,
-                                           d.stream_handle)
+                            self.call("ncclSend", self.nccl.send, b.handle + peer, 1, byte, peer, comm,
+                                      d.stream_handle)
+                            self.call("ncclRecv", self.nccl.recv, b.handle + self.size + peer, 1, byte, peer, comm,
+                                      d.stream_handle)
             finally:
                 self.call("ncclGroupEnd", self.nccl.group_end)
             for d in self.devices:
@@ -167,8 +177,8 @@ class CudaCommunicator(Communicator):
         else:  # send_recv: one group, so neither side waits for the other's order
             self.call(what, nccl.group_start)
             try:
-                nccl.send(source, c.count, dtype, c.peer, comm, stream)
-                nccl.recv(target, c.count, dtype, c.source_peer, comm, stream)
+                self.call(what, nccl.send, source, c.count, dtype, c.peer, comm, stream)
+                self.call(what, nccl.recv, target, c.count, dtype, c.source_peer, comm, stream)
             finally:
                 self.call(what, nccl.group_end)
 
@@ -177,14 +187,18 @@ class CudaCommunicator(Communicator):
         communicator's work: closing frees that graph first, since ncclCommDestroy waits for it."""
         self.captors.add(emitter)
 
-    def _close(self) -> None:
+    def _drain(self) -> None:
         for d in self.devices:
             if not d.closed:
-                with contextlib.suppress(DeviceError):
-                    d.synchronize()
+                d.wait_for_work()
+
+    def _close(self) -> None:
         for emitter in list(self.captors):
             emitter.release_graphs()
-        for comm in self.comms:
-            with contextlib.suppress(Exception):
-                self.nccl.comm_destroy(comm)
+        self._destroy(self.comms)
         self.comms = []
+
+    def _destroy(self, comms: list) -> None:
+        for comm in comms:
+            with contextlib.suppress(Exception):  # closing: nothing more to do about a failure
+                self.nccl.comm_destroy(comm)

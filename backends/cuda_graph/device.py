@@ -417,6 +417,13 @@ class CudaDevice(Device):
         if self._faults is not None:
             raise_fault(self._faults[2].view(np.uint32), self.capabilities.max_workgroup_count)
 
+    def wait_for_work(self) -> None:
+        """Wait for the work submitted so far, leaving its failures to synchronize() (a lost device stays lost,
+        dispatch_indirect faults stay recorded)."""
+        self.activate()
+        with contextlib.suppress(HalError):
+            self._wait_stream()
+
     def indirect_faults(self) -> int:
         """The device address of the fault record the dispatch_indirect setters write (pinned host memory the
         host reads at synchronize), made on first use."""

@@ -18,7 +18,7 @@ import numpy as np
 from backends.host.executable import DispatchContext
 from hal.buffer import Buffer, BufferRef, ConstantSlot
 from hal.commands import Collective, Command, Copy, Dispatch, Fill, Region, Update
-from hal.errors import DeviceError
+from hal.errors import DeviceError, DeviceLostError
 from hal.program import Program
 
 _PATTERN_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
@@ -135,7 +135,8 @@ def _dispatch(c: Dispatch, workgroups: tuple, table: tuple[Buffer, ...], slot_va
 
 def _collective(c: Collective, table: tuple[Buffer, ...]) -> None:
     """Run a collective for its rank: the communicator (backends.host.communicator) meets the other ranks."""
-    c.communicator.check_open(f"host: command {c.index} ({c.kind})")
+    if c.communicator.closed:
+        raise DeviceLostError(f"host: command {c.index} ({c.kind}): its communicator was closed")
     c.communicator.run(c, None if c.source is None else _view(c.source, table),
                        None if c.target is None else _view(c.target, table))
 

@@ -5,8 +5,10 @@ reduce_scatter, broadcast) is a round: the n-th such command each rank runs join
 its source there, waits for every rank, then computes its own result in numpy (reductions add in rank order).
 Ranks that disagree on a round (another operation, dtype, count, op or root) all fail with a DeviceError,
 where NCCL would hang or compute garbage. Point-to-point data goes through one mailbox per (sender, receiver)
-pair: a send leaves a copy and returns, a recv waits for the oldest one. A rank waits until the others come,
-or until the communicator or one of its devices is closed (then DeviceLostError).
+pair: a send leaves a copy and returns (more lenient than NCCL, whose send may wait for its recv), a recv waits
+for the oldest one. A rank waits until the others come, or until the communicator or one of its devices is
+closed (then DeviceLostError); a rank that never comes (its submission failed before, or it ran a
+point-to-point operation there) keeps the others waiting, as on NCCL.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ class HostCommunicator(Communicator):
         target[:] = result.view(np.uint8)
 
     def _receive(self, c: Collective, peer: int, nbytes: int) -> np.ndarray:
-        box = self._mail[(peer, c.rank)]
         with self._cv:
+            box = self._mail[(peer, c.rank)]
             self._wait(lambda: bool(box), c, f"rank {peer}'s send")
             data = box.popleft()
         if data.nbytes != nbytes:
@@ -105,6 +107,11 @@ class HostCommunicator(Communicator):
         operation, dtype, count, reduction, peer = what
         extra = f" {reduction}" if reduction else f" root {peer}" if operation == "broadcast" else ""
         return f"{operation} of {count} x {dtype}{extra}"
+
+    def _drain(self) -> None:
+        for d in self.devices:
+            if not d.closed:
+                d.order_host_access()  # waits for its queue, leaving failures to synchronize()
 
     def _close(self) -> None:
         with self._cv:

@@ -21,6 +21,7 @@ GROUPS = [
     pytest.param(("cuda", 1), id="cuda-1", marks=pytest.mark.cuda),
     pytest.param(("cuda", 0), id="cuda-all", marks=[pytest.mark.cuda, pytest.mark.multi_gpu]),
 ]
+PAIRS = [g for g in GROUPS if g.values[0][1] != 1]  # point-to-point needs two ranks
 N = 96  # elements per rank
 
 
@@ -123,11 +124,10 @@ def test_all_gather_reduce_scatter_broadcast(group):
         np.testing.assert_array_equal(cast[r].read(np.int32), data[root])
 
 
+@pytest.mark.parametrize("group", PAIRS, indirect=True)
 def test_send_recv_and_ring_shift(group):
     devices, comm = group
     size = len(devices)
-    if size < 2:
-        pytest.skip("point-to-point needs two ranks")
     data = _inputs(size, np.uint32, seed=2)
     sources = [d.upload(x) for d, x in zip(devices, data)]
     pairs = [d.allocate(N * 4) for d in devices]

@@ -78,7 +78,15 @@ def test_vulkan_has_no_collectives():
     (lambda cb, c, x, y: cb.recv(c, y, 0), "cannot exchange with itself"),
     (lambda cb, c, x, y: cb.send_recv(c, x, 1, hal.ref(y, 0, 32), 1), "source must hold|target must hold"),
     (lambda cb, c, x, y: cb.broadcast(c, None, y, 0), "rank 0 is the root: give the source"),
-    (lambda cb, c, x, y: cb.broadcast(c, x, y, 5), "peer must be a rank"),
+    (lambda cb, c, x, y: cb.broadcast(c, x, y, 5), "root must be a rank in 0..1"),
+    (lambda cb, c, x, y: cb.broadcast(c, x, y, None), "root must be a rank"),
+    (lambda cb, c, x, y: cb.send(c, x, None), "peer must be a rank"),
+    (lambda cb, c, x, y: cb.send_recv(c, x, 1, y, None), "source_peer must be a rank"),
+    (lambda cb, c, x, y: cb.all_reduce(c, x, None, np.float32), "give the target"),
+    (lambda cb, c, x, y: cb.reduce_scatter(c, None, y, np.float32), "give the source"),
+    (lambda cb, c, x, y: cb.send(c, None, 1), "give the source"),
+    (lambda cb, c, x, y: cb.recv(c, None, 1), "give the target"),
+    (lambda cb, c, x, y: cb.all_reduce(c, x, y, None), "give the dtype"),
     (lambda cb, c, x, y: cb.all_reduce(c, x, 7, np.float32), "must be a hal.Buffer"),
 ])
 def test_bad_collectives_are_refused_and_leave_the_command_buffer_usable(ranks, call, message):
@@ -222,3 +230,64 @@ def test_communicator_facts(ranks):
     (c,) = cb.commands
     assert (c.kind, c.rank, c.count, c.dtype, c.communicator) == ("all_gather", 0, 8, np.dtype(np.int32), comm)
     assert [w for _, w in c.accesses()] == [False, True, True]
+
+
+def test_in_place_is_the_same_range_however_it_is_named(ranks):
+    (dev, _), comm = ranks
+    b = dev.allocate(64)
+    cb = _recording(dev, binding_capacity=1)
+    cb.all_reduce(comm, b, hal.ref(b), np.float32)
+    cb.execution_barrier()
+    cb.all_reduce(comm, hal.ref(b, 0, 64), hal.ref(b, 0, 64), np.float32)
+    cb.execution_barrier()
+    cb.broadcast(comm, hal.slot(0, 0, 64), hal.slot(0, 0, 64), 0)
+    cb.end()
+    assert [c.kind for c in cb.commands] == ["all_reduce", "all_reduce", "broadcast"]
+
+
+def test_slots_bound_to_one_buffer_are_checked_like_references(ranks):
+    (dev, _), comm = ranks
+    storage = dev.allocate(64, hal.BufferUsage.DISPATCH_STORAGE)  # no transfer usage: collectives need none
+    cb = dev.create_command_buffer(mode="reusable", binding_capacity=2)
+    with cb:
+        cb.all_gather(comm, hal.slot(0, 0, 16), hal.slot(1, 0, 32), np.float32)
+    with pytest.raises(hal.ValidationError, match="source and target ranges overlap"):
+        dev.queue_execute(cb, binding_table=(storage, storage))
+    other = hal.create_device("host")  # a lone rank: a communicator of its own
+    try:
+        alone = hal.create_communicator([other])
+        cb1 = other.create_command_buffer(mode="reusable", binding_capacity=2)
+        with cb1:
+            cb1.all_gather(alone, hal.slot(0, 0, 16), hal.slot(1, 0, 16), np.float32)
+        x = other.upload(np.arange(4, dtype=np.float32), hal.BufferUsage.DISPATCH_STORAGE)
+        y = other.allocate(16, hal.BufferUsage.DISPATCH_STORAGE)
+        other.queue_execute(cb1, binding_table=(x, y))
+        other.synchronize()
+        np.testing.assert_array_equal(y.read(np.float32), np.arange(4, dtype=np.float32))
+        alone.close()
+    finally:
+        other.close()
+
+
+def test_close_lets_submitted_collectives_finish(ranks):
+    devices, _ = ranks
+    comm = hal.create_communicator(devices)
+    buffers = [d.upload(np.full(8, r + 1, np.int32)) for r, d in enumerate(devices)]
+    for d, b in zip(devices, buffers):
+        cb = d.create_command_buffer()
+        with cb:
+            cb.all_reduce(comm, b, b, np.int32)
+        d.queue_execute(cb)
+    comm.close()
+    for d, b in zip(devices, buffers):
+        d.synchronize()
+        np.testing.assert_array_equal(b.read(np.int32), np.full(8, 3, np.int32))
+
+
+def test_a_closed_rank_is_refused_at_record(ranks):
+    (a, b), comm = ranks
+    x = a.allocate(64)
+    b.close()
+    cb = _recording(a)
+    with pytest.raises(hal.ValidationError, match="a rank of .* is closed"):
+        cb.all_reduce(comm, x, x, np.float32)
