@@ -32,6 +32,7 @@ from hal.commands import constant_word
 from hal.communicator import Communicator, check_collective, same_or_disjoint
 from hal.errors import ValidationError
 from hal.executable import Executable
+from hal.nesting import check_nested, replay
 
 MAX_UPDATE_BYTES = 65536
 FLOAT32_MAX = 3.4028234663852886e38
@@ -513,6 +514,28 @@ cdef class CommandBuffer:
         refs, writes = refs_and_writes(collective)
         self.record(collective, refs, writes)
         self.collective_commands.append(index)
+
+    # Nesting (hal.nesting).
+    def execute_commands(self, other: CommandBuffer, binding_table: Sequence[Buffer | BufferRef] = ()) -> None:
+        """Record the commands of `other`, an ended reusable command buffer of this device, here as it holds them
+        now, between two execution barriers: its slot i is `binding_table[i]` (a buffer, a hal.ref() or a
+        hal.slot() of this command buffer), its constant slots are this one's. All or nothing: a command refused
+        leaves this command buffer as it was."""
+        if self.phase != RECORDING:
+            self.not_recording("execute_commands")
+        table = check_nested(self, other, binding_table)
+        commands = other.program.commands
+        scratch = self.device.create_command_buffer(
+            mode="one_shot", binding_capacity=self.binding_capacity, strategy="deferred",
+            dependencies=self.dependencies, validate=self.validate, constant_capacity=self.constant_capacity)
+        scratch.begin()
+        try:
+            replay(scratch, commands, table)
+        except ValidationError as e:
+            raise ValidationError(f"execute_commands: in the nested command buffer, {e}") from None
+        self.execution_barrier()
+        replay(self, commands, table)
+        self.execution_barrier()
 
     # Regions.
     def while_nonzero(self, condition: Buffer | BufferRef) -> RegionScope:

@@ -45,9 +45,10 @@ class TimeoutError(HalError, builtins.TimeoutError):  # noqa: A001 - the public 
 def integer(value: object, what: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """`value` as an int (Python or numpy integers, not bools), within [minimum, maximum]; else
     ValidationError naming `what`. Every module checks integer arguments through this."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValidationError(f"{what} must be an integer, got {type(value).__name__} {value!r}")
-    value = int(value)
+    if type(value) is not int:  # a plain int needs no further look; an abstract-class check costs microseconds
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValidationError(f"{what} must be an integer, got {type(value).__name__} {value!r}")
+        value = int(value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ValidationError(f"{what} must be {bounds}, got {value}")

@@ -1,10 +1,10 @@
 """Differential test: generated programs give byte-identical results on every device, strategy and
-dependency mode, with direct references or through a binding table, and equal a plain sequential
-numpy interpretation of the program.
+dependency mode, with direct references or through a binding table, recorded flat or nested in another command
+buffer (execute_commands), and equal a plain sequential numpy interpretation of the program.
 
 The pieces are reusable by the backend test suites:
 - `generate_program(draw)`: a hypothesis composite body (`programs = st.composite(generate_program)`);
-- `run_program(device, program, strategy, dependencies, use_slots)`: final bytes of every buffer;
+- `run_program(device, program, strategy, dependencies, use_slots, nested=False)`: final bytes of every buffer;
 - `run_reference(program)`: the same, applying each command in recording order with numpy.
 Add a device to `DEVICES` (a `tests.conftest.open_device` spec) to include it.
 
@@ -274,22 +274,26 @@ def record_program(cb, exe, program, buffers, use_slots, extra):
     return tuple(recorder.values)
 
 
-def run_program(device, program, strategy, dependencies, use_slots):
-    """Run `program` on `device`; returns the final bytes of every buffer (uint8 arrays)."""
+def run_program(device, program, strategy, dependencies, use_slots, nested=False):
+    """Run `program` on `device`; returns the final bytes of every buffer (uint8 arrays). `nested`: recorded into
+    a reusable command buffer that another executes (execute_commands), its slots forwarded to the outer's."""
     exe = device.load_executable(kernels.SOURCE)
     buffers = [device.upload(data) for data in initial_bytes(program)]
     extra = {"static": device.upload(indirect_counts(program, "static")),
              "dynamic": device.upload(np.zeros_like(indirect_counts(program, "dynamic"))),  # written by the program
              "flags": device.upload(region_flags(program)),
              "minus_one": device.upload(np.array([2**32 - 1], np.uint32))}
+    capacities = dict(binding_capacity=len(program["slots"]) if use_slots else 0, strategy=strategy,
+                      dependencies=dependencies, constant_capacity=constant_count(program) if use_slots else 0)
     try:
-        cb = device.create_command_buffer(mode="one_shot",
-                                          binding_capacity=len(program["slots"]) if use_slots else 0,
-                                          strategy=strategy, dependencies=dependencies,
-                                          constant_capacity=constant_count(program) if use_slots else 0)
+        cb = device.create_command_buffer(mode="reusable" if nested else "one_shot", **capacities)
         cb.begin()
         values = record_program(cb, exe, program, buffers, use_slots, extra)
         cb.end()
+        if nested:
+            inner, cb = cb, device.create_command_buffer(mode="one_shot", **capacities)
+            with cb:
+                cb.execute_commands(inner, tuple(hal.slot(i) for i in range(capacities["binding_capacity"])))
         table = tuple(buffers[b] for b in program["slots"]) if use_slots else ()
         device.queue_execute(cb, binding_table=table, constants=values)
         device.synchronize()
@@ -343,6 +347,7 @@ def device(request):
 
 
 COMBINATIONS = [(s, d, slots) for slots in (False, True) for s, d in itertools.product(STRATEGIES, DEPENDENCIES)]
+COMBINATIONS += [("deferred", "barriers", True, True), ("single_pass", "hazards", False, True)]  # nested
 
 
 def check_program(device, program):
@@ -352,11 +357,11 @@ def check_program(device, program):
     for combo, got in results.items():
         for i, (a, b) in enumerate(zip(got, results[first])):
             assert np.array_equal(a, b), (
-                f"buffer {i}: {combo} (strategy, dependencies, use_slots) differs from {first}")
+                f"buffer {i}: {combo} (strategy, dependencies, use_slots[, nested]) differs from {first}")
     for combo, got in results.items():
         for i, (a, b) in enumerate(zip(got, expected)):
             bad = np.flatnonzero(a != b)
-            assert not bad.size, (f"buffer {i}: {combo} (strategy, dependencies, use_slots) differs from the "
+            assert not bad.size, (f"buffer {i}: {combo} (strategy, dependencies, use_slots[, nested]) differs from the "
                                   f"sequential reference at bytes {bad[:8].tolist()}")
 
 
