@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+
+def wall_us(dev, cb, submissions: int) -> float:
+    """Wall µs per submission of `cb` queued `submissions` times back to back on `dev`, to the end of the last
+    (the device idle before)."""
+    dev.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(submissions):
+        dev.queue_execute(cb)
+    dev.synchronize()
+    return (time.perf_counter() - t0) / submissions * 1e6
 
 
 def emit(result: dict, report: str, json_path: str | None) -> int:

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import hal
-from bench import device_main
+from bench import device_main, wall_us
 from tests.kernels import SOURCE
 
 LENGTHS = (10, 100)
@@ -52,16 +52,6 @@ def resubmit_us(dev: hal.Device, cb: hal.CommandBuffer) -> float:
     return best * 1e6
 
 
-def wall_us(dev: hal.Device, cb: hal.CommandBuffer) -> float:
-    """Wall µs per submission of BACK_TO_BACK submissions queued back to back, to the end of the last."""
-    dev.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(BACK_TO_BACK):
-        dev.queue_execute(cb)
-    dev.synchronize()
-    return (time.perf_counter() - t0) / BACK_TO_BACK * 1e6
-
-
 def run(device: str) -> dict:
     with hal.create_device(device) as dev:
         exe = dev.load_executable(SOURCE)
@@ -74,7 +64,7 @@ def run(device: str) -> dict:
                 cb = chain(dev, exe, bufs, params, length, how)
                 dev.queue_execute(cb)  # the first submission builds and uploads
                 row[f"{how}_resubmit"] = resubmit_us(dev, cb)
-                row[f"{how}_wall"] = wall_us(dev, cb)
+                row[f"{how}_wall"] = wall_us(dev, cb, BACK_TO_BACK)
             rows.append(row)
         meta = dict(device=dev.name, driver=dev.driver, date=time.strftime("%Y-%m-%d"))
     return dict(meta=meta, rows=rows)
