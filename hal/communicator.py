@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 DTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
                                      np.float32, np.float64))
 REDUCTIONS = ("sum", "prod", "max", "min", "avg")
-OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "send_recv")
 
 
 class Communicator:
@@ -141,7 +140,7 @@ def create_communicator(devices: Sequence[Device], *, rank: int | None = None, w
         raise ValidationError("create_communicator: give rank, world and rendezvous together (one process per "
                               "device), or none of them (every rank in this process)")
     if rank is None:
-        return devices[0]._create_communicator(devices, len(devices), 0, None)
+        return devices[0].new_communicator(devices, len(devices), 0, None)
     if len(devices) != 1:
         raise ValidationError(f"create_communicator: with rank and world, give this process's one device, got "
                               f"{len(devices)}")
@@ -152,7 +151,7 @@ def create_communicator(devices: Sequence[Device], *, rank: int | None = None, w
         raise ValidationError(f"create_communicator: rank {rank} is not below world {world}")
     if not isinstance(rendezvous, str) or not rendezvous:
         raise ValidationError(f"create_communicator: rendezvous must be a file path, got {rendezvous!r}")
-    return devices[0]._create_communicator(devices, world, rank, rendezvous)
+    return devices[0].new_communicator(devices, world, rank, rendezvous)
 
 
 def unsupported(driver: str) -> UnsupportedError:

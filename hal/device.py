@@ -323,6 +323,12 @@ class Device:
         the constant slots' values, both checked (NO_CONSTANTS when the command buffer reads none)."""
         raise NotImplementedError
 
+    def new_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
+                         rendezvous: str | None) -> Communicator:
+        """The backend's communicator for hal.create_communicator, which checked the arguments (`devices`: this
+        process's ranks, from `rank`, of `world`; `rendezvous`: the one-process-per-device form's file)."""
+        return self._create_communicator(devices, world, rank, rendezvous)
+
     def _create_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
                              rendezvous: str | None) -> Communicator:
         """A communicator (hal.communicator.create_communicator checked the arguments); backends without
