@@ -32,7 +32,7 @@ from hal.commands import constant_word
 from hal.communicator import Communicator, check_collective, same_or_disjoint
 from hal.errors import ValidationError
 from hal.executable import Executable
-from hal.nesting import check_nested, replay
+from hal.nesting import check_nested, replay, resolve
 
 MAX_UPDATE_BYTES = 65536
 FLOAT32_MAX = 3.4028234663852886e38
@@ -531,6 +531,11 @@ cdef class CommandBuffer:
         scratch.begin()
         try:
             replay(scratch, commands, table)
+            # The scratch sees only the nested commands: static counts must not be written by this one's, either.
+            for i in other.program.indirect:
+                if not commands[i].dynamic:
+                    self.check_static_parameters(resolve(commands[i].parameters, table), i,
+                                                 commands[i].export.name)
         except ValidationError as e:
             raise ValidationError(f"execute_commands: in the nested command buffer, {e}") from None
         self.execution_barrier()

@@ -62,7 +62,7 @@ def replay(cb: Any, commands: Sequence[Command], table: tuple) -> None:
         _REPLAY[type(c)](cb, c, table)
 
 
-def _resolve(r: BufferRef | None, table: tuple) -> BufferRef | None:
+def resolve(r: BufferRef | None, table: tuple) -> BufferRef | None:
     """`r` of the nested command buffer as a reference of the outer one: its slot replaced by the table's entry."""
     if r is None or r.buffer is not None:
         return r
@@ -79,34 +79,34 @@ def _resolve(r: BufferRef | None, table: tuple) -> BufferRef | None:
 
 
 def _fill(cb: Any, c: Fill, table: tuple) -> None:
-    cb.fill_buffer(_resolve(c.target, table), c.pattern)
+    cb.fill_buffer(resolve(c.target, table), c.pattern)
 
 
 def _update(cb: Any, c: Update, table: tuple) -> None:
-    cb.update_buffer(_resolve(c.target, table), c.data)
+    cb.update_buffer(resolve(c.target, table), c.data)
 
 
 def _copy(cb: Any, c: Copy, table: tuple) -> None:
-    cb.copy_buffer(_resolve(c.source, table), _resolve(c.target, table))
+    cb.copy_buffer(resolve(c.source, table), resolve(c.target, table))
 
 
 def _dispatch(cb: Any, c: Dispatch, table: tuple) -> None:
-    bindings = [_resolve(b, table) for b in c.bindings]
+    bindings = [resolve(b, table) for b in c.bindings]
     if c.parameters is None:
         cb.dispatch(c.executable, c.export.name, c.workgroups, c.constants, bindings)
     else:
-        cb.dispatch_indirect(c.executable, c.export.name, _resolve(c.parameters, table), c.constants, bindings,
+        cb.dispatch_indirect(c.executable, c.export.name, resolve(c.parameters, table), c.constants, bindings,
                              c.dynamic)
 
 
 def _region(cb: Any, c: Region, table: tuple) -> None:
-    condition = _resolve(c.condition, table)
+    condition = resolve(c.condition, table)
     with cb.while_nonzero(condition) if c.loop else cb.if_nonzero(condition):
         replay(cb, c.body.commands, table)
 
 
 def _collective(cb: Any, c: Collective, table: tuple) -> None:
-    source, target = _resolve(c.source, table), _resolve(c.target, table)
+    source, target = resolve(c.source, table), resolve(c.target, table)
     op = c.operation
     if op in ("all_reduce", "reduce_scatter"):
         getattr(cb, op)(c.communicator, source, target, c.dtype, c.reduction)

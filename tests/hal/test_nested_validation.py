@@ -116,3 +116,26 @@ def test_released_buffers_and_regions(host, exe):
     outer.execute_commands(static)  # at the top level: fine
     outer.end()
     assert [c.kind for c in outer.commands] == ["dispatch"]
+
+
+def test_static_counts_written_by_the_outer_command_buffer(host, exe):
+    """The scratch sees only the nested commands: static counts written earlier in the outer one are refused too,
+    before anything is recorded."""
+    params, out = host.upload(kernels.u32([1, 1, 1])), host.allocate(64)
+    inner = host.create_command_buffer(mode="reusable", binding_capacity=1)
+    with inner:
+        inner.update_buffer(out, kernels.u32([42]))
+        inner.execution_barrier()
+        inner.dispatch_indirect(exe, "mark", hal.slot(0, 0, 12), (1,), (out,))
+    outer = host.create_command_buffer(binding_capacity=1)
+    outer.begin()
+    outer.update_buffer(params, kernels.u32([2, 1, 1]))
+    with pytest.raises(hal.ValidationError, match="in the nested command buffer, command 1 \\(dispatch_indirect mark\\)"
+                                                  ": its parameters .* are written by command 0"):
+        outer.execute_commands(inner, (params,))
+    outer.update_buffer(out, kernels.u32([7]))
+    outer.end()
+    assert [c.kind for c in outer.commands] == ["update", "update"]
+    host.queue_execute(outer)
+    host.synchronize()
+    assert out.read(np.uint32)[0] == 7
