@@ -164,6 +164,7 @@ cdef class Encoder:
     cdef vector[uint32_t] words
     cdef bint descriptors_set, constants_set
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
+    cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Py_ssize_t barriers, pipelines, descriptor_sets, constant_pushes, dispatches
 
     def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena, guard=None):
@@ -231,9 +232,27 @@ cdef class Encoder:
                                      &self.fn.fault_barrier, 0, NULL, 0, NULL)
             self.barriers += 1
 
+    cdef void guard_static(self, list commands) except *:
+        """At the start of a recording: the guards of the static dispatch_indirect `commands`, one after another, and
+        one barrier after them all, instead of a guard and a barrier before each (static counts are the ones the
+        submission starts with, which no command of the recording writes)."""
+        for c in commands:
+            self.guard_dispatch(<Dispatch>c)
+        self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                                 0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
+        self.barriers += 1
+        self.guarded_first = set(commands)
+
     cdef void guard_counts(self, Dispatch c) except *:
         """Before dispatch_indirect `c`: the guard dispatch that puts its checked counts where
         vkCmdDispatchIndirect reads them, and the barrier between the two."""
+        self.guard_dispatch(c)
+        self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                                 0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
+        self.barriers += 1
+
+    cdef void guard_dispatch(self, Dispatch c) except *:
+        """The guard dispatch of dispatch_indirect `c`: its checked counts where vkCmdDispatchIndirect reads them."""
         cdef BufferRef p = c.parameters
         cdef Buffer b = self.resolve(p)
         cdef Py_ssize_t base = p.offset - p.offset % self.guard.alignment
@@ -242,9 +261,6 @@ cdef class Encoder:
         ranges = (BufferRef(b, -1, base, p.offset + 12 - base), chunk.whole, (<Buffer>self.guard.fault).whole)
         self.dispatch(new_dispatch(c.index, c.segment, self.guard.executable, self.guard.entry, (1, 1, 1),
                                    self.guard.constants(c.index, p.offset - base, slot), ranges))
-        self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
-                                 0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
-        self.barriers += 1
         self.guarded = True
 
     cdef void dispatch(self, Dispatch c) except *:
@@ -253,7 +269,7 @@ cdef class Encoder:
         cdef Buffer b
         cdef VkWriteDescriptorSet write
         cdef VkDescriptorSet chosen
-        if c.parameters is not None:
+        if c.parameters is not None and (self.guarded_first is None or c not in self.guarded_first):
             self.guard_counts(c)
         exe = c.executable
         if exe is not self.executable or c.ordinal != self.ordinal:
@@ -440,12 +456,14 @@ cdef class VulkanEmitter:
         _check(self.fn.begin(<VkCommandBuffer>handle, &info), "vkBeginCommandBuffer")
 
     cdef object encode(self, tuple table, tuple constants):
-        """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`."""
-        return self.encode_range(self.program, 0, len(self.program.commands), table, constants)
+        """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`; the
+        guards of its static dispatch_indirect commands first (Encoder.guard_static)."""
+        return self.encode_range(self.program, 0, len(self.program.commands), table, constants, True)
 
     cdef object encode_range(self, Program program, Py_ssize_t start, Py_ssize_t stop, tuple table,
-                             tuple constants):
-        """A new Recording of `program`'s commands [start, stop) (no region among them)."""
+                             tuple constants, bint static_first=False):
+        """A new Recording of `program`'s commands [start, stop) (no region among them); `static_first`: guard the
+        static dispatch_indirect commands at its start."""
         rec = Recording(self.device)
         cdef Encoder encoder
         cdef Py_ssize_t i
@@ -453,6 +471,9 @@ cdef class VulkanEmitter:
             self.begin_recording(rec.handle)
             encoder = Encoder(self.fn, rec.handle, table, constants, rec.arena,
                               self.indirect_guard() if program.indirect else None)
+            static = [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
+            if static_first and static:
+                encoder.guard_static(static)
             for i in range(start, stop):
                 if program.barrier[i] and i > start:  # the first follows a submission: ordered by the queue
                     encoder.barrier()

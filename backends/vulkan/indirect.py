@@ -3,11 +3,13 @@
 The guard (one invocation) reads the three counts where the command's parameters are, writes them, or zeros
 when one exceeds max_workgroup_count, to the 12 bytes hal keeps for that command, and notes the fault; a
 barrier (shader write -> indirect command read) follows, then vkCmdDispatchIndirect reads hal's 12 bytes. So
-the cost of an indirect dispatch is one extra one-invocation dispatch and one barrier (bench/indirect.py). The
-guard sits just before its dispatch, after the command's own barrier: static counts, which no earlier command
-may write (the recorder checks; inside regions counts must be dynamic), are then the counts the submission started
-with, and dynamic ones are those the commands before wrote. A recording with guards ends with a barrier that
-makes the fault record visible to the host.
+the cost of an indirect dispatch is one extra one-invocation dispatch and one barrier (bench/indirect.py). A
+dynamic command's guard sits just before its dispatch, after the command's own barrier, so it reads what the
+commands before wrote. Static counts, which no command of the recording may write (the recorder checks; inside
+regions counts must be dynamic), are the counts the submission starts with: a deferred recording without regions
+runs all their guards at its start, with one barrier after them (Encoder.guard_static), instead of a guard, a
+pipeline switch and a barrier before each; single_pass recordings, encoded as commands come, and region Steps
+guard each in place. A recording with guards ends with a barrier that makes the fault record visible to the host.
 """
 
 from __future__ import annotations

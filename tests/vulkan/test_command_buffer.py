@@ -221,3 +221,28 @@ def test_an_unchanged_resubmission_is_one_submit_until_something_is_let_go(fresh
     dev.close()
     with pytest.raises(hal.ValidationError, match="closed"):
         dev.queue_execute(cb)
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_static_indirect_guards_run_first_with_one_barrier(vk, exe, strategy):
+    """deferred: the guards of the static dispatch_indirect commands run at the start, one barrier after them all
+    (not a guard and a barrier before each); single_pass, which encodes as it records, guards each in place."""
+    out = vk.upload(np.zeros(16, np.uint32))
+    params = vk.upload(u32([2, 1, 1, 3, 1, 1, 1, 1, 1]))
+    cb = vk.create_command_buffer(mode="reusable", strategy=strategy)
+    with cb:
+        for i in range(3):
+            if i:
+                cb.execution_barrier()
+            cb.dispatch_indirect(exe, "mark", hal.ref(params, 12 * i, 12), constants=(1,), bindings=(out,))
+    vk.queue_execute(cb)
+    vk.queue_execute(cb)
+    expected = np.zeros(16, np.uint32)
+    expected[:2] += 2
+    expected[:3] += 2
+    expected[:1] += 2
+    np.testing.assert_array_equal(out.read(np.uint32), expected)
+    counts = cb.emitter.counts
+    guards = 1 if strategy == "deferred" else 3
+    assert counts["barriers"] == 2 + guards + 1  # the chain's, the guards', the fault record's
+    assert counts["pipelines"] == (2 if strategy == "deferred" else 6)
