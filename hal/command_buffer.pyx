@@ -32,7 +32,7 @@ from hal.commands import constant_word
 from hal.communicator import Communicator, check_collective, same_or_disjoint
 from hal.errors import ValidationError
 from hal.executable import Executable
-from hal.nesting import check_nested, replay, resolve
+from hal.nesting import Resolver, check_nested, replay
 
 MAX_UPDATE_BYTES = 65536
 FLOAT32_MAX = 3.4028234663852886e38
@@ -523,7 +523,7 @@ cdef class CommandBuffer:
         leaves this command buffer as it was."""
         if self.phase != RECORDING:
             self.not_recording("execute_commands")
-        table = check_nested(self, other, binding_table)
+        table = Resolver(check_nested(self, other, binding_table))
         commands = other.program.commands
         scratch = self.device.create_command_buffer(
             mode="one_shot", binding_capacity=self.binding_capacity, strategy="deferred",
@@ -534,7 +534,7 @@ cdef class CommandBuffer:
             # The scratch sees only the nested commands: static counts must not be written by this one's, either.
             for i in other.program.indirect:
                 if not commands[i].dynamic:
-                    self.check_static_parameters(resolve(commands[i].parameters, table), i,
+                    self.check_static_parameters(table(commands[i].parameters), i,
                                                  commands[i].export.name)
         except ValidationError as e:
             raise ValidationError(f"execute_commands: in the nested command buffer, {e}") from None

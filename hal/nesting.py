@@ -51,7 +51,7 @@ def check_nested(cb: Any, other: Any, binding_table: Sequence[Any]) -> tuple:
     return table
 
 
-def replay(cb: Any, commands: Sequence[Command], table: tuple) -> None:
+def replay(cb: Any, commands: Sequence[Command], table: Resolver) -> None:
     """Record `commands` (a Program's, in recording order) into `cb`, their slots resolved through `table`,
     with an execution barrier wherever their segment changes."""
     segment = None
@@ -60,6 +60,23 @@ def replay(cb: Any, commands: Sequence[Command], table: tuple) -> None:
             cb.execution_barrier()
         segment = c.segment
         _REPLAY[type(c)](cb, c, table)
+
+
+class Resolver:
+    """The nested command buffer's references as references of the outer one, through the binding table; each
+    reference once (a nested command buffer's commands share their references, and are replayed twice)."""
+
+    def __init__(self, table: tuple) -> None:
+        self.table = table
+        self.resolved: dict[BufferRef, BufferRef] = {}
+
+    def __call__(self, r: BufferRef | None) -> BufferRef | None:
+        if r is None or r.buffer is not None:
+            return r
+        found = self.resolved.get(r)
+        if found is None:
+            found = self.resolved[r] = resolve(r, self.table)
+        return found
 
 
 def resolve(r: BufferRef | None, table: tuple) -> BufferRef | None:
@@ -78,35 +95,35 @@ def resolve(r: BufferRef | None, table: tuple) -> BufferRef | None:
     return slot(base.slot, base.offset + r.offset, length)
 
 
-def _fill(cb: Any, c: Fill, table: tuple) -> None:
-    cb.fill_buffer(resolve(c.target, table), c.pattern)
+def _fill(cb: Any, c: Fill, table: Resolver) -> None:
+    cb.fill_buffer(table(c.target), c.pattern)
 
 
-def _update(cb: Any, c: Update, table: tuple) -> None:
-    cb.update_buffer(resolve(c.target, table), c.data)
+def _update(cb: Any, c: Update, table: Resolver) -> None:
+    cb.update_buffer(table(c.target), c.data)
 
 
-def _copy(cb: Any, c: Copy, table: tuple) -> None:
-    cb.copy_buffer(resolve(c.source, table), resolve(c.target, table))
+def _copy(cb: Any, c: Copy, table: Resolver) -> None:
+    cb.copy_buffer(table(c.source), table(c.target))
 
 
-def _dispatch(cb: Any, c: Dispatch, table: tuple) -> None:
-    bindings = [resolve(b, table) for b in c.bindings]
+def _dispatch(cb: Any, c: Dispatch, table: Resolver) -> None:
+    bindings = [table(b) for b in c.bindings]
     if c.parameters is None:
         cb.dispatch(c.executable, c.export.name, c.workgroups, c.constants, bindings)
     else:
-        cb.dispatch_indirect(c.executable, c.export.name, resolve(c.parameters, table), c.constants, bindings,
+        cb.dispatch_indirect(c.executable, c.export.name, table(c.parameters), c.constants, bindings,
                              c.dynamic)
 
 
-def _region(cb: Any, c: Region, table: tuple) -> None:
-    condition = resolve(c.condition, table)
+def _region(cb: Any, c: Region, table: Resolver) -> None:
+    condition = table(c.condition)
     with cb.while_nonzero(condition) if c.loop else cb.if_nonzero(condition):
         replay(cb, c.body.commands, table)
 
 
-def _collective(cb: Any, c: Collective, table: tuple) -> None:
-    source, target = resolve(c.source, table), resolve(c.target, table)
+def _collective(cb: Any, c: Collective, table: Resolver) -> None:
+    source, target = table(c.source), table(c.target)
     op = c.operation
     if op in ("all_reduce", "reduce_scatter"):
         getattr(cb, op)(c.communicator, source, target, c.dtype, c.reduction)
