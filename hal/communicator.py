@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hal.errors import UnsupportedError, ValidationError
+from hal.errors import UnsupportedError, ValidationError, integer
 
 if TYPE_CHECKING:
     from hal.buffer import BufferRef
@@ -144,9 +144,8 @@ def create_communicator(devices: Sequence[Device], *, rank: int | None = None, w
     if len(devices) != 1:
         raise ValidationError(f"create_communicator: with rank and world, give this process's one device, got "
                               f"{len(devices)}")
-    for name, value, low in (("world", world, 1), ("rank", rank, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValidationError(f"create_communicator: {name} must be an int >= {low}, got {value!r}")
+    world = integer(world, "create_communicator: world", 1)
+    rank = integer(rank, "create_communicator: rank", 0)
     if rank >= world:
         raise ValidationError(f"create_communicator: rank {rank} is not below world {world}")
     if not isinstance(rendezvous, str) or not rendezvous:

@@ -75,14 +75,13 @@ class Resolver:
             return r
         found = self.resolved.get(r)
         if found is None:
-            found = self.resolved[r] = resolve(r, self.table)
+            found = self.resolved[r] = _resolve(r, self.table)
         return found
 
 
-def resolve(r: BufferRef | None, table: tuple) -> BufferRef | None:
-    """`r` of the nested command buffer as a reference of the outer one: its slot replaced by the table's entry."""
-    if r is None or r.buffer is not None:
-        return r
+def _resolve(r: BufferRef, table: tuple) -> BufferRef:
+    """Slot reference `r` of the nested command buffer as a reference of the outer one: its slot replaced by the
+    table's entry."""
     entry = table[r.slot]
     base = entry.whole if isinstance(entry, Buffer) else entry
     if base.bounded and (r.offset > base.nbytes or r.bounded and r.offset + r.nbytes > base.nbytes):

@@ -355,11 +355,7 @@ cdef class CudaEmitter:
         with contextlib.suppress(HalError):
             self.drop_graph()
         if self.exec_finalizer is not None:
-            self.exec_finalizer()
-            self.exec_graph_finalizer()
-            self.exec = NULL
-            self.exec_finalizer = self.exec_graph_finalizer = None
-            self.exec_nodes.clear()
+            self.drop_exec()
         self.forget_nodes()
         self.device.collect()
 
@@ -422,6 +418,15 @@ cdef class CudaEmitter:
         _check(cydriver.cuGraphCreate(&graph, 0), "cuGraphCreate")
         self.graph = graph
         self.graph_finalizer = self.device.track(self, "graph", <uintptr_t>graph)
+
+    cdef void drop_exec(self) except *:
+        """Free the exec and the graph it was instantiated from (an earlier one than `graph`: end() always builds
+        a new one), once the work submitted so far is done with them."""
+        self.exec_finalizer()
+        self.exec_graph_finalizer()
+        self.exec = NULL
+        self.exec_finalizer = self.exec_graph_finalizer = None
+        self.exec_nodes.clear()
 
     cdef void drop_graph(self) except *:
         """Free the recording's graph, unless the exec was instantiated from it (then it goes with the exec)."""
@@ -662,10 +667,7 @@ cdef class CudaEmitter:
             if updated:
                 self.updates += 1
             else:  # another topology: instantiate anew
-                self.exec_finalizer()
-                self.exec_graph_finalizer()  # an earlier graph: end() always builds a new one
-                self.exec = NULL
-                self.exec_finalizer = self.exec_graph_finalizer = None
+                self.drop_exec()
         if not updated:
             _check(cydriver.cuGraphInstantiate(&exec_, self.graph, 0), "cuGraphInstantiate")
             self.exec = exec_
