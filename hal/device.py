@@ -17,18 +17,24 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, ClassVar
 
+import numpy as np
+
 from hal.buffer import Buffer, BufferRef, BufferUsage, bytes_view, ref
 from hal.capabilities import Capabilities
 from hal.command_buffer import MAX_UPDATE_BYTES, CommandBuffer
 from hal.communicator import Communicator, unsupported
-from hal.errors import HalError, UnsupportedError, ValidationError, integer
+from hal.errors import DeviceError, HalError, UnsupportedError, ValidationError, integer
 from hal.executable import Executable, ExecutableSource
+from hal.host_call import HostCallThread
 from hal.program import Emitter
 from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
 NO_SEMAPHORES: tuple = ()  # queue_execute's default waits and signals: fast paths test identity with it
 NO_CONSTANTS: tuple = ()  # queue_execute's default constants, tested by identity likewise
+# queue_read's staging buffers: the smallest made, and the few kept for reuse (allocating host-visible memory costs
+# more than the copy: 0.1 to 1 ms on a GPU).
+READBACK_BYTES, KEPT_READBACK_BYTES, KEPT_READBACKS = 64 << 10, 16 << 20, 4
 # Best first. Drivers not named here come after, alphabetically.
 PREFERENCE = ("cuda", "vulkan", "host")
 # In-tree backends, found by module path when the package's entry points are not installed.
@@ -82,6 +88,11 @@ class Device:
         self.release_token = object()
         self._waiters = 0  # threads inside waiting()
         self._waiters_lock = threading.Lock()
+        self._failure: BaseException | None = None  # the first failure of queued work, for synchronize()
+        self.host_calls = HostCallThread(self)  # runs queue_host_call's functions where the backend's queue is a GPU's
+        self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
+        self._read_lock = threading.Lock()
+        self._readbacks: list[tuple[Buffer, np.ndarray]] = []  # queue_read's staging, kept for reuse
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
@@ -172,7 +183,8 @@ class Device:
             else:
                 waits = self._semaphore_pairs(wait, "wait")
                 signals = self._semaphore_pairs(signal, "signal")
-                self._queue_execute(command_buffer, table, waits, signals, constants)
+                if not self._failed_wait(waits, signals):
+                    self._queue_execute(command_buffer, table, waits, signals, constants)
                 for sem, value in signals:
                     sem.promised = value
             command_buffer.submitted()
@@ -192,9 +204,7 @@ class Device:
                      signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
         """Write `data` (any size; copied now) at the start of `target` once the waits are met, then signal."""
         view = bytes_view(data, "queue_update: data")
-        if not isinstance(target, (Buffer, BufferRef)) or isinstance(target, BufferRef) and target.buffer is None:
-            raise ValidationError(f"queue_update: target must be a hal.Buffer or a hal.ref() of one, got {target!r}")
-        whole = target.whole if isinstance(target, Buffer) else target
+        whole = self._whole(target, "queue_update", "target")
         if not 0 < view.nbytes <= whole.nbytes:
             raise ValidationError(f"queue_update: {view.nbytes} bytes of data; the target range holds 1 to "
                                   f"{whole.nbytes}")
@@ -223,30 +233,151 @@ class Device:
         cb.end()
         self.queue_execute(cb, wait=wait, signal=signal)
 
-    def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], what: str) -> tuple[tuple[Semaphore, int], ...]:
+    def queue_host_call(self, fn: Callable[[], object], wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                        signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
+        """Call `fn()` on a hal thread once the waits are met and the work queued before is done; the work queued
+        after, and the signals, follow its return. Never blocks. If fn raises (or a wait failed), the signal
+        semaphores fail with a DeviceError naming the cause, and so does the work that waits on them; the next
+        synchronize() raises it. fn may use hal and other devices, but not wait for this device's queue
+        (synchronize, its buffers' read or write): the queue waits for fn."""
+        if self._closed:
+            self.check_open()
+        if not callable(fn):
+            raise ValidationError(f"queue_host_call: fn must be callable (takes no arguments), got {fn!r}")
+        with self._submit_lock:
+            waits = self._semaphore_pairs(wait, "wait", "queue_host_call")
+            signals = self._semaphore_pairs(signal, "signal", "queue_host_call")
+            if not self._failed_wait(waits, signals):
+                self._queue_host_call(fn, waits, signals)
+            for sem, value in signals:
+                sem.promised = value
+
+    def queue_read(self, source: Buffer | BufferRef, out: np.ndarray,
+                   wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                   signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
+        """Copy the first `out.nbytes` bytes of `source` into the numpy array `out` once the waits are met, then
+        signal. Never blocks: `out` holds the data once a signal is reached (a copy into staging memory, then a
+        host call that fills `out`)."""
+        if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValidationError(f"queue_read: out must be a writable C-contiguous numpy array, got "
+                                  f"{type(out).__name__}")
+        whole = self._whole(source, "queue_read", "source")
+        if out.nbytes > whole.nbytes:
+            raise ValidationError(f"queue_read: out holds {out.nbytes} bytes; the source range has {whole.nbytes}")
+        self.check_open()
+        self._semaphore_pairs(wait, "wait", "queue_read")  # bad input queues nothing
+        self._semaphore_pairs(signal, "signal", "queue_read")
+        target = out.reshape(-1).view(np.uint8)
+        n = len(target)
+        with self._read_lock:  # reads take the values of their timeline in queue order
+            sem, value = self._reads if self._reads is not None and self._reads[0].failure is None else \
+                (self.create_semaphore(0), 0)
+            self._reads = sem, value + 1
+            staging, view = self._take_readback(n)
+            try:
+                if n:
+                    self.queue_copy(ref(whole.buffer, whole.offset, n), ref(staging, 0, n), wait=wait,
+                                    signal=[(sem, value + 1)])
+                else:  # nothing to copy: only the order
+                    self.queue_host_call(_nothing, wait=wait, signal=[(sem, value + 1)])
+
+                def deliver() -> None:
+                    target[:] = view[:n]
+                    self._give_readback(staging, view)  # work queued later may reuse it: it runs after this
+
+                self.queue_host_call(deliver, wait=[(sem, value + 1)], signal=signal)
+            except BaseException:
+                staging.release()  # once the work queued so far is done
+                raise
+
+    def _take_readback(self, nbytes: int) -> tuple[Buffer, np.ndarray]:
+        """Staging for queue_read: a kept one that fits, else a new one (a power of two from 64 KiB)."""
+        for i, (buffer, _) in enumerate(self._readbacks):
+            if buffer.size >= nbytes:
+                return self._readbacks.pop(i)
+        return self._readback_buffer(max(READBACK_BYTES, 1 << (nbytes - 1).bit_length()))
+
+    def _give_readback(self, buffer: Buffer, view: np.ndarray) -> None:
+        """Keep `buffer` for the next queue_read (a few, and not huge ones), or release it."""
+        with self._read_lock:
+            if buffer.size <= KEPT_READBACK_BYTES and len(self._readbacks) < KEPT_READBACKS and not self._closed:
+                self._readbacks.append((buffer, view))
+                return
+        buffer.release()
+
+    def _whole(self, reference: Buffer | BufferRef, what: str, role: str) -> BufferRef:
+        if not isinstance(reference, (Buffer, BufferRef)) or isinstance(reference, BufferRef) and \
+                reference.buffer is None:
+            raise ValidationError(f"{what}: {role} must be a hal.Buffer or a hal.ref() of one, got {reference!r}")
+        return reference.whole if isinstance(reference, Buffer) else reference
+
+    def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], role: str,
+                         what: str = "queue_execute") -> tuple[tuple[Semaphore, int], ...]:
         if type(pairs) in (tuple, list) and not pairs:
             return ()
         result = []
         try:
             items = list(pairs)
         except TypeError:
-            raise ValidationError(f"queue_execute: {what} must be a list of (semaphore, value) pairs") from None
+            raise ValidationError(f"{what}: {role} must be a list of (semaphore, value) pairs") from None
         for item in items:
             if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Semaphore)):
-                raise ValidationError(f"queue_execute: {what} entries must be (semaphore, value) pairs, got {item!r}")
+                raise ValidationError(f"{what}: {role} entries must be (semaphore, value) pairs, got {item!r}")
             sem, value = item
             if sem.device is not self:
-                raise ValidationError(f"queue_execute: a {what} semaphore belongs to another device")
-            value = check_value(value, f"queue_execute {what}")
-            if what == "signal":
-                sem.check_queue_signal(value)
+                raise ValidationError(f"{what}: a {role} semaphore belongs to another device")
+            value = check_value(value, f"{what} {role}")
+            if role == "signal":
+                sem.check_queue_signal(value, what)
             result.append((sem, value))
         return tuple(result)
+
+    # Failures of queued work.
+    def _failed_wait(self, waits: tuple[tuple[Semaphore, int], ...],
+                     signals: tuple[tuple[Semaphore, int], ...]) -> bool:
+        """Under the submit lock: if a wait's semaphore failed, the work fails the same way without running (its
+        signals fail); True then."""
+        failure = next((s.failure for s, _ in waits if s.failure is not None), None)
+        if failure is None:
+            return False
+        self._fail(signals, failure)
+        return True
+
+    def fail_signals(self, signals: tuple[tuple[Semaphore, int], ...], error: BaseException) -> None:
+        """Queued work failed with `error` (a backend's call): its signal semaphores fail, and so, in queue order,
+        do the signals of queued work that waits on a failed semaphore; the next synchronize() raises `error`."""
+        with self._submit_lock:  # no submission lands between the check of its waits and this
+            self._fail(signals, error)
+            for waits, later in self._queued_work():
+                failure = next((s.failure for s, _ in waits if s.failure is not None), None)
+                if failure is not None:
+                    for sem, _ in later:
+                        sem.fail(failure)
+
+    def _fail(self, signals: tuple[tuple[Semaphore, int], ...], error: BaseException) -> None:
+        for sem, _ in signals:
+            sem.fail(error)
+        self.note_failure(error)
+
+    def note_failure(self, error: BaseException) -> None:
+        """Queued work failed with `error`: the next synchronize() raises it (the first one, once)."""
+        if self._failure is None:
+            self._failure = error
 
     def synchronize(self) -> None:
         """Wait until all submitted work is done; raises the first failure of that work."""
         self.check_open()
+        self._refuse_inside_host_call("synchronize()")
         self._synchronize()
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise DeviceError(f"a submission failed: {failure}") from failure
+
+    def _refuse_inside_host_call(self, what: str) -> None:
+        if self.host_calls.is_current():
+            raise ValidationError(f"{what} inside a queue_host_call function would wait for its own queue, which "
+                                  f"waits for the function; queue the work instead (queue_read, queue_execute) or do "
+                                  f"it after a wait on the call's signal")
 
     def close(self) -> None:
         """Free the device once the work that can still run has run; submissions still waiting on a
@@ -255,6 +386,8 @@ class Device:
             return
         self._closed = True
         self._executables.clear()
+        with self._read_lock:
+            self._readbacks.clear()  # freed with the device
         self._close()
 
     def __enter__(self) -> Device:
@@ -277,6 +410,7 @@ class Device:
 
     def order_host_access(self) -> None:
         """Called before a buffer read or write: host access is ordered after submitted work."""
+        self._refuse_inside_host_call("a buffer read or write")
         self._synchronize()
 
     @contextlib.contextmanager
@@ -335,11 +469,29 @@ class Device:
         collectives keep this refusal."""
         raise unsupported(self.driver)
 
+    def _queue_host_call(self, fn: Callable[[], object], waits: tuple[tuple[Semaphore, int], ...],
+                         signals: tuple[tuple[Semaphore, int], ...]) -> None:
+        """Queue a checked host call (see hal.host_call for the GPU backends' gate)."""
+        raise NotImplementedError
+
+    def _queued_work(self) -> Iterable[tuple[tuple, tuple]]:
+        """(waits, signals) of the queued, unfinished work that waits or signals, in queue order: fail_signals
+        fails what waits on a failed semaphore (backends whose queue checks waits as it runs keep this default)."""
+        return ()
+
+    def _readback_buffer(self, nbytes: int) -> tuple[Buffer, np.ndarray]:
+        """A buffer copies can write whose bytes the host reads directly (the numpy view), for queue_read."""
+        raise NotImplementedError
+
     def _synchronize(self) -> None:
         raise NotImplementedError
 
     def _close(self) -> None:
         raise NotImplementedError
+
+
+def _nothing() -> None:
+    """A host call that only keeps the queue's order."""
 
 
 def queue_deadlock(value: int, current: int) -> ValidationError:

@@ -1,8 +1,10 @@
 """Timeline semaphores: a 64-bit counter that only grows. Waits complete when it reaches a value.
 
 Submissions wait on and signal (semaphore, value) pairs; the host can query, wait and signal too.
-A semaphore whose signalling work failed is *failed*: waiting on it raises the failure instead of
-hanging. Backends implement the four `_` hooks; argument checking lives here.
+A semaphore whose signalling work failed (a kernel or a queue_host_call function raised, or the work waited on
+a failed semaphore) is *failed*, for good: querying or waiting on it raises the failure (a DeviceError naming
+the cause) instead of hanging, and work that waits on it fails the same way. Backends implement the `_` hooks
+(their waits end once `failure` is set); argument checking lives here.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from hal.errors import ValidationError, integer
+from hal.errors import DeviceError, ValidationError, integer
 
 if TYPE_CHECKING:
     from hal.device import Device
@@ -21,16 +23,19 @@ MAX_VALUE = (1 << 64) - 1
 class Semaphore:
     """A timeline semaphore of one device. `promised` is the highest value a submitted queue operation
     will signal (the device notes it): a later queue signal must exceed it, so queued signals never go
-    backwards."""
+    backwards. `failure`: the error of the work that failed it, or None."""
 
-    __slots__ = ("device", "promised", "__weakref__")
+    __slots__ = ("device", "promised", "failure", "__weakref__")
 
     def __init__(self, device: Device) -> None:
         self.device = device
         self.promised = 0
+        self.failure: BaseException | None = None
 
     def query(self) -> int:
         """The current value (raises the failure if the semaphore failed)."""
+        if self.failure is not None:
+            self.raise_failure()
         return self._query()
 
     def wait(self, value: int, timeout: float | None = None) -> None:
@@ -42,20 +47,36 @@ class Semaphore:
                 raise ValidationError(f"wait: timeout must be None or seconds >= 0, got {timeout!r}")
             if math.isinf(timeout):
                 timeout = None
-        self._wait(value, timeout)
+        if self.failure is None:
+            self._wait(value, timeout)
+        if self.failure is not None:
+            self.raise_failure()
 
     def signal(self, value: int) -> None:
         """Set the value from the host; it must be larger than the current one. (A queued signal of a
         smaller value, run later, then leaves the value as it is.)"""
         value = check_value(value, "signal")
         self.device.check_open()
+        if self.failure is not None:
+            self.raise_failure()
         self._signal(value)
 
-    def check_queue_signal(self, value: int) -> None:
+    def fail(self, error: BaseException) -> None:
+        """Mark the semaphore failed by `error` (the first failure stays) and wake its waiters."""
+        if self.failure is None:
+            self.failure = error
+        self._wake()
+
+    def raise_failure(self) -> None:
+        failure = self.failure
+        cls = type(failure) if isinstance(failure, DeviceError) else DeviceError
+        raise cls(f"the semaphore failed: {failure}") from failure
+
+    def check_queue_signal(self, value: int, what: str = "queue_execute") -> None:
         """Refuse a queue signal of `value` that does not exceed the current or promised value."""
         floor = max(self.query(), self.promised)
         if value <= floor:
-            raise ValidationError(f"queue_execute: signal value {value} is not above {floor}, the semaphore's "
+            raise ValidationError(f"{what}: signal value {value} is not above {floor}, the semaphore's "
                                   f"current or already promised value; timeline values only grow")
 
     def __repr__(self) -> str:
@@ -70,6 +91,9 @@ class Semaphore:
 
     def _signal(self, value: int) -> None:
         raise NotImplementedError
+
+    def _wake(self) -> None:
+        """Make waits in `_wait` see `failure` now (backends whose waits poll it need nothing)."""
 
 
 def check_value(value: Any, what: str) -> int:

@@ -42,6 +42,11 @@ class CudaBuffer(Buffer):
         super().__init__(device, size, usage)
         self.handle = address  # what the compiled command_buffer module reads
 
+    def own_host_memory(self, host: int) -> None:
+        """The buffer is pinned host memory (host pointer `host`, allocated by host_alloc): free it with the
+        buffer, once the work submitted until then is done."""
+        self._finalizer = self.device.track(self, "host", host)
+
     @property
     def imported(self) -> bool:
         return self.owner is not None

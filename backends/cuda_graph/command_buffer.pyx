@@ -31,7 +31,7 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   cuGraphLaunch after a few identity checks.
 """
 
-from cpython.ref cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memset
 from libcpp.vector cimport vector
@@ -943,3 +943,20 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
                     device.raise_failure(fail(driver.CUresult(<int>err), "cuGraphLaunch"))
                 return
     Device.queue_execute(device, command_buffer, binding_table, wait, signal, constants)
+
+
+cdef void _host_call_reached(void* data) noexcept with gil:
+    """The stream got to a queue_host_call: wake hal's thread (CUDA forbids driver calls here, so fn runs there)."""
+    cdef object event = <object>data
+    Py_DECREF(event)  # the reference launch_host_call_notice took
+    event.set()
+
+
+def launch_host_call_notice(uintptr_t stream, event) -> None:
+    """Set the threading.Event `event` once the stream gets here (cuLaunchHostFunc; hal.host_call)."""
+    cdef CUresult err
+    Py_INCREF(event)  # kept alive until the host function has run
+    err = cydriver.cuLaunchHostFunc(<CUstream>stream, _host_call_reached, <void*>event)
+    if err != cydriver.CUDA_SUCCESS:
+        Py_DECREF(event)
+        _check(err, "cuLaunchHostFunc")

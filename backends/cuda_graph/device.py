@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from cuda.bindings import driver
 
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
-from backends.cuda_graph.command_buffer import CudaEmitter, queue_execute
+from backends.cuda_graph.command_buffer import CudaEmitter, launch_host_call_notice, queue_execute
 from backends.cuda_graph.communicator import CudaCommunicator
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
@@ -32,6 +32,7 @@ from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
+from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore
@@ -142,6 +143,9 @@ class CudaDevice(Device):
         self._faults: tuple[int, int, np.ndarray] | None = None  # the dispatch_indirect fault record (hal.indirect)
         self._submitted = 0  # submissions with waits or signals: the mark each writes
         self._pending: list[tuple[int, tuple, tuple]] = []  # (mark, waits, signals) of unfinished submissions
+        self._gate: CudaSemaphore | None = None  # host calls' gate (hal.host_call), made on first use
+        self.host_signalled = threading.Condition()  # notified at each host write of a semaphore value
+        self._gates = 0  # host calls queued: the gate value the last one opens
         self.lifetime = Lifetime(mark=self._mark, finished=lambda event: driver.cuEventQuery(event)[0] != NOT_READY,
                                  forget=driver.cuEventDestroy, on_release=self._replace_token)
         self._lost: HalError | None = None
@@ -354,6 +358,57 @@ class CudaDevice(Device):
                 emitter.resubmits_in_one_launch:
             emitter.token = token  # the same again is one launch
 
+    def _queue_host_call(self, fn: Callable[[], object], waits: tuple[tuple[CudaSemaphore, int], ...],
+                         signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
+        """hal.host_call's gate on the stream: the waits, a host function that wakes hal's thread, a wait for the
+        gate value n (pinned memory the thread writes after fn). The thread writes the signals itself, before it
+        opens the gate: the work before is done, and a host write wakes the host's waiters at once (the stream's
+        writes are polled)."""
+        if self._lost is not None:
+            self.check_lost()
+        self._replace_token()  # no resubmission slips between the parts below
+        self.activate()
+        with self._staging_lock:
+            if self._gate is None:
+                self._gate = CudaSemaphore(self, 0)
+        gate = self._gate
+        self._gates += 1
+        opened = self._gates
+        stream = self.stream
+        for sem, value in waits:
+            call(driver.cuStreamWaitValue64, stream, sem.device_address, value,
+                 driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        reached = threading.Event()
+        launch_host_call_notice(self.stream_handle, reached)
+        call(driver.cuStreamWaitValue64, stream, gate.device_address, opened,
+             driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        self._submitted += 1
+        call(driver.cuStreamWriteValue64, stream, self._marks[1], self._submitted, 0)
+        with self._lock:
+            self._pending.append((self._submitted, waits + ((gate, opened),), signals))
+
+        def wait_reached() -> None:
+            while not reached.wait(POLL_S * 50):
+                if self.closed:
+                    raise DeviceLostError("queue_host_call: the device was closed before the call's turn came")
+                self.check_lost()
+
+        def open_gate() -> None:  # also after a failure: the signals, already failed, must not hold up the stream
+            for sem, value in signals:
+                sem.host_write(value)
+            gate.host_write(opened)
+
+        self.host_calls.put(HostCall(fn, waits, signals, reached=wait_reached, release=open_gate))
+
+    def _queued_work(self) -> list[tuple[tuple, tuple]]:
+        return [(waits, signals) for _, waits, signals in self._unfinished()]
+
+    def _readback_buffer(self, nbytes: int) -> tuple[CudaBuffer, np.ndarray]:
+        host, address, view = host_alloc(nbytes)
+        buffer = CudaBuffer(self, nbytes, BufferUsage.DEFAULT, address=address)
+        buffer.own_host_memory(host)
+        return buffer, view
+
     def raise_failure(self, error: HalError) -> None:
         """Raise `error`, remembering it first when it lost the device (later calls raise it too)."""
         if isinstance(error, DeviceLostError):
@@ -442,11 +497,13 @@ class CudaDevice(Device):
             self.resubmit_token = object()  # no resubmission starts after
         with contextlib.suppress(HalError):
             self.activate()
+        self.host_calls.drain()  # a function still running ends first; those not reached fail
         for sem, value in waits_for_the_host(self._unfinished(), lambda s: s.value):  # let a stuck queue drain
             sem.value = value
         while self._waiters:  # semaphore waits end within a poll once they see the device closed
             time.sleep(0.001)
-        driver.cuStreamSynchronize(self.stream)
+        while driver.cuStreamQuery(self.stream)[0] == NOT_READY:  # polled: a host call's notice needs the GIL
+            time.sleep(POLL_S)
         self.lifetime.close()
         for host in (self._staging, self._marks, self._faults):
             if host is not None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from backends.cuda_graph.device import CudaDevice
 
 SPIN_S = 50e-6  # poll without sleeping this long first: waits on a GPU are often short
-SLEEP_S = 100e-6
+SLEEP_S = 100e-6  # then poll this often (a host signal wakes the waiters at once)
 
 
 class CudaSemaphore(Semaphore):
@@ -52,7 +52,7 @@ class CudaSemaphore(Semaphore):
         device = self.device
         start = time.monotonic()
         with device.waiting():
-            while self._cell[0] < value:
+            while self._cell[0] < value and self.failure is None:
                 if device.closed:
                     raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
                 device.check_lost()
@@ -60,9 +60,23 @@ class CudaSemaphore(Semaphore):
                 if timeout is not None and elapsed >= timeout:
                     raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} after "
                                        f"{timeout} s")
-                if elapsed > SPIN_S:
-                    time.sleep(SLEEP_S if timeout is None else min(SLEEP_S, max(0.0, timeout - elapsed)))
+                if elapsed > SPIN_S:  # host signals wake the sleep at once; the stream's writes are polled
+                    with device.host_signalled:
+                        if self._cell[0] < value and self.failure is None:
+                            device.host_signalled.wait(SLEEP_S if timeout is None else
+                                                       min(SLEEP_S, max(0.0, timeout - elapsed)))
 
     def _signal(self, value: int) -> None:
         check_host_signal(value, self._query(), self.device.pending_signal(self))
-        self._cell[0] = value
+        self.host_write(value)
+
+    def host_write(self, value: int) -> None:
+        """Set the value from the host (never lower) and wake the host's waiters."""
+        with self.device.host_signalled:
+            if value > self._cell[0]:
+                self._cell[0] = value
+            self.device.host_signalled.notify_all()
+
+    def _wake(self) -> None:
+        with self.device.host_signalled:
+            self.device.host_signalled.notify_all()

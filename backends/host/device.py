@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from backends.host.buffer import HostBuffer
 from backends.host.command_buffer import HostEmitter, execute
@@ -69,13 +71,17 @@ class HostDriver(Driver):
 
 
 class _Submission:
-    __slots__ = ("order", "static", "bodies", "table", "constants", "waits", "signals")
+    """A queued command buffer (the emitter's plan of now: reset() makes new ones), or a host call's function
+    (`call`)."""
 
-    def __init__(self, emitter: HostEmitter, table: tuple[Buffer, ...], constants: tuple,
-                 waits: tuple[tuple[HostSemaphore, int], ...], signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
-        # The emitter's plan of now: reset() makes new ones.
-        self.order, self.static, self.bodies = emitter.order, emitter.static, emitter.bodies
-        self.table, self.constants, self.waits, self.signals = table, constants, waits, signals
+    __slots__ = ("order", "static", "bodies", "table", "constants", "waits", "signals", "call")
+
+    def __init__(self, emitter: HostEmitter | None, table: tuple[Buffer, ...], constants: tuple,
+                 waits: tuple[tuple[HostSemaphore, int], ...], signals: tuple[tuple[HostSemaphore, int], ...],
+                 call: Callable[[], object] | None = None) -> None:
+        if emitter is not None:
+            self.order, self.static, self.bodies = emitter.order, emitter.static, emitter.bodies
+        self.table, self.constants, self.waits, self.signals, self.call = table, constants, waits, signals, call
 
 
 class HostDevice(Device):
@@ -86,7 +92,6 @@ class HostDevice(Device):
         self._running = False
         self._closing = False
         self._worker: threading.Thread | None = None
-        self._error: BaseException | None = None
         self._queued = 0  # submissions queued so far
         self._finished = 0  # of them, those run (or failed)
         self.lifetime = Lifetime(mark=lambda: self._queued, finished=lambda queued: queued <= self._finished)
@@ -113,8 +118,19 @@ class HostDevice(Device):
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[HostSemaphore, int], ...],
                        signals: tuple[tuple[HostSemaphore, int], ...], constants: tuple) -> None:
+        self._queue(_Submission(command_buffer.emitter, table, constants, waits, signals))
+
+    def _queue_host_call(self, fn: Callable[[], object], waits: tuple[tuple[HostSemaphore, int], ...],
+                         signals: tuple[tuple[HostSemaphore, int], ...]) -> None:
+        self._queue(_Submission(None, (), (), waits, signals, call=fn))  # the worker calls it in turn
+
+    def _readback_buffer(self, nbytes: int) -> tuple[HostBuffer, np.ndarray]:
+        buffer = HostBuffer(self, nbytes, BufferUsage.DEFAULT)
+        return buffer, buffer.data
+
+    def _queue(self, submission: _Submission) -> None:
         with self.condition:
-            self._pending.append(_Submission(command_buffer.emitter, table, constants, waits, signals))
+            self._pending.append(submission)
             self._queued += 1
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, name=WORKER_NAME, daemon=True)
@@ -123,8 +139,9 @@ class HostDevice(Device):
 
     def _wait_idle(self) -> None:
         if threading.current_thread() is self._worker:
-            raise ValidationError("a host kernel cannot wait for its own queue (a buffer read or write, or "
-                                  "synchronize, inside a kernel); pass data through the dispatch's bindings")
+            raise ValidationError("a host kernel or queue_host_call function cannot wait for its own queue (a "
+                                  "buffer read or write, or synchronize, inside it); pass data through the "
+                                  "dispatch's bindings, or queue the work (queue_read, queue_execute)")
         with self.condition:
             while self._pending or self._running:
                 if not self._running:
@@ -149,10 +166,6 @@ class HostDevice(Device):
 
     def _synchronize(self) -> None:
         self._wait_idle()
-        with self.condition:
-            error, self._error = self._error, None
-        if error is not None:
-            raise DeviceError(f"a submission failed: {error}") from error
 
     def _close(self) -> None:
         with self.condition:
@@ -174,11 +187,18 @@ class HostDevice(Device):
                     return
                 self._running = True
             try:
-                if error is None:
+                if error is None and head.call is not None:
+                    head.call()
+                elif error is None:
                     execute(head.order, head.static, head.bodies, self.capabilities.max_workgroup_count, head.table,
                             head.constants)
             except BaseException as e:  # execute() wraps Exceptions; a SystemExit from a kernel still fails the work
-                error = e if isinstance(e, DeviceError) else DeviceError(f"host: a kernel raised {e!r}")
+                if isinstance(e, DeviceError):
+                    error = e
+                elif head.call is not None:
+                    error = DeviceError(f"queue_host_call: {head.call!r} raised {e!r}")
+                else:
+                    error = DeviceError(f"host: a kernel raised {e!r}")
                 error.__cause__ = error.__cause__ or e
             finally:
                 with cv:
@@ -187,11 +207,11 @@ class HostDevice(Device):
                     self._running = False
                     for sem, value in head.signals:
                         if error is not None:
-                            sem.failure = sem.failure or error
+                            sem.fail(error)
                         elif value > sem.value:
                             sem.value = value
-                    if error is not None and self._error is None:
-                        self._error = error
+                    if error is not None:
+                        self.note_failure(error)
                     cv.notify_all()
                 self.lifetime.collect()  # what was released while this ran
 

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from hal.errors import DeviceError, DeviceLostError, TimeoutError
+from hal.errors import DeviceLostError, TimeoutError
 from hal.semaphore import Semaphore, check_host_signal
 
 if TYPE_CHECKING:
@@ -14,16 +14,14 @@ if TYPE_CHECKING:
 
 
 class HostSemaphore(Semaphore):
-    __slots__ = ("value", "failure")
+    __slots__ = ("value",)
 
     def __init__(self, device: HostDevice, initial: int) -> None:
         super().__init__(device)
         self.value = initial
-        self.failure: BaseException | None = None
 
     def _query(self) -> int:
         with self.device.condition:
-            self._raise_failure()
             return self.value
 
     def _wait(self, value: int, timeout: float | None) -> None:
@@ -38,16 +36,13 @@ class HostSemaphore(Semaphore):
                     raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} "
                                        f"after {timeout} s")
                 cv.wait(None if remaining is None else min(remaining, threading.TIMEOUT_MAX))
-            self._raise_failure()
 
     def _signal(self, value: int) -> None:
         with self.device.condition:
-            self._raise_failure()
             check_host_signal(value, self.value)
             self.value = value
             self.device.condition.notify_all()
 
-    def _raise_failure(self) -> None:
-        if self.failure is not None:
-            cls = type(self.failure) if isinstance(self.failure, DeviceError) else DeviceError
-            raise cls(f"the semaphore failed: {self.failure}") from self.failure
+    def _wake(self) -> None:
+        with self.device.condition:
+            self.device.condition.notify_all()

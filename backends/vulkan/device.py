@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -29,12 +29,13 @@ from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.recording import CommandPools, Recording
 from backends.vulkan.regions import QueueDriver, run_steps
-from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
+from backends.vulkan.semaphore import GateSemaphore, VulkanSemaphore, create_timeline, destroy_timeline
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceError, DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
+from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore
@@ -160,6 +161,9 @@ class VulkanDevice(Device):
         self._staging: tuple[Any, Any, np.ndarray] | None = None  # (VkBuffer, allocation, mapped bytes)
         self._transfer: Recording | None = None
         self._faults: HostVisibleBuffer | None = None
+        self._host_read: Recording | None = None
+        self._gate: GateSemaphore | None = None  # host calls' gate timeline (hal.host_call)
+        self._gates = 0  # host calls queued
 
     @staticmethod
     def address(cdata: Any) -> int:
@@ -218,14 +222,30 @@ class VulkanDevice(Device):
         """An empty VkCommandBuffer, for a submission that only waits and signals."""
         with self._host_access:
             if self._empty is None:
-                self._empty = Recording(self)
-                begin = ffi.new("VkCommandBufferBeginInfo*", {
-                    "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                    "flags": vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT})
-                handle = ffi.cast("VkCommandBuffer", self._empty.handle)
-                check(self.fn.vkBeginCommandBuffer(handle, begin), "vkBeginCommandBuffer")
-                check(self.fn.vkEndCommandBuffer(handle), "vkEndCommandBuffer")
+                self._empty = self._reusable_recording(lambda handle: None)
             return self._empty
+
+    def _host_read_recording(self) -> Recording:
+        """A VkCommandBuffer of one barrier that makes all earlier writes visible to the host (a host call's)."""
+        with self._host_access:
+            if self._host_read is None:
+                barrier = ffi.new("VkMemoryBarrier*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                                       "srcAccessMask": vk.VK_ACCESS_MEMORY_WRITE_BIT,
+                                                       "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
+                self._host_read = self._reusable_recording(lambda handle: self.fn.vkCmdPipelineBarrier(
+                    handle, vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, barrier, 0,
+                    ffi.NULL, 0, ffi.NULL))
+            return self._host_read
+
+    def _reusable_recording(self, record: Callable[[Any], None]) -> Recording:
+        recording = Recording(self)
+        begin = ffi.new("VkCommandBufferBeginInfo*", {"sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                                      "flags": vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT})
+        handle = ffi.cast("VkCommandBuffer", recording.handle)
+        check(self.fn.vkBeginCommandBuffer(handle, begin), "vkBeginCommandBuffer")
+        record(handle)
+        check(self.fn.vkEndCommandBuffer(handle), "vkEndCommandBuffer")
+        return recording
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[VulkanSemaphore, int], ...],
@@ -250,6 +270,46 @@ class VulkanDevice(Device):
             self.lifetime.collect()
         if not (waits or signals or self.lifetime.pending or self._closed) and emitter.resubmits_in_one_submit:
             emitter.token = token  # the same again is one vkQueueSubmit
+
+    def _queue_host_call(self, fn: Callable[[], object], waits: tuple[tuple[VulkanSemaphore, int], ...],
+                         signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
+        """hal.host_call's gate: a submission with the waits signals the gate timeline at 2n-1 (after a barrier
+        that shows the host every earlier write), the next waits for 2n, which the host signals after fn, and
+        signals."""
+        self.check_lost()
+        with self._host_access:
+            if self._gate is None:
+                self._gate = GateSemaphore(self, 0)
+            gate = self._gate
+            self._gates += 1
+            reached = 2 * self._gates
+
+        def submit() -> None:
+            self._submit(self._host_read_recording().handle, waits, ((gate, reached - 1),))
+            self._submit(self.empty_recording().handle, ((gate, reached),), signals)
+
+        with self._route_lock:
+            self._replace_token()
+            if self._driver.busy():
+                self._driver.put(submit, waits, signals)
+            else:
+                submit()
+        self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: gate.wait(reached - 1),
+                                     release=lambda: self._open_gate(gate, reached)))
+
+    def _open_gate(self, gate: GateSemaphore, value: int) -> None:
+        """Signal the gate from the host as such: not a user's signal, so not checked against queued ones."""
+        info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
+                                                  "semaphore": gate.handle, "value": value})
+        check(self.fn.vkSignalSemaphore(self.handle, info), "vkSignalSemaphore")
+
+    def _queued_work(self) -> list[tuple[tuple, tuple]]:
+        self._completed()  # drops what finished
+        return [(waits, signals) for _, waits, signals in list(self._pending) + self._driver.entries()]
+
+    def _readback_buffer(self, nbytes: int) -> tuple[HostVisibleBuffer, np.ndarray]:
+        buffer = HostVisibleBuffer(self, nbytes)
+        return buffer, buffer.words.view(np.uint8)[:nbytes]
 
     def _replace_token(self) -> None:
         """Resubmissions must take the general path from now on (something to free, lost, closing)."""
@@ -415,6 +475,7 @@ class VulkanDevice(Device):
     def _close(self) -> None:
         self._release_stuck_submissions()  # the QueueDriver's jobs too: then it drains
         self._driver.wait_idle()
+        self.host_calls.drain()  # a function still running ends first; those not reached fail
         with self._submit_lock:  # a general submission under way ends first
             self._replace_token()  # no resubmission starts after
         self._release_stuck_submissions()

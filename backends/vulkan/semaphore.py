@@ -57,7 +57,7 @@ class VulkanSemaphore(Semaphore):
         info = ffi.new("VkSemaphoreWaitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, "semaphoreCount": 1,
                                                 "pSemaphores": handles, "pValues": values})
         with device.waiting():
-            while True:
+            while self.failure is None:  # a failure that writes no value is seen within a slice
                 if device.closed:
                     raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
                 remaining = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
@@ -78,3 +78,13 @@ class VulkanSemaphore(Semaphore):
         info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
                                                   "semaphore": self.handle, "value": value})
         check(self.device.fn.vkSignalSemaphore(self.device.handle, info), "vkSignalSemaphore")
+
+
+class GateSemaphore(VulkanSemaphore):
+    """The timeline of hal.host_call's gates: the queue's own, so it never fails (the work a failure reaches fails
+    through its own signals)."""
+
+    __slots__ = ()
+
+    def fail(self, error: BaseException) -> None:
+        pass
