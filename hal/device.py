@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
 from types import ModuleType
@@ -93,6 +94,7 @@ class Device:
         self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
         self._read_lock = threading.Lock()
         self._readbacks: list[tuple[Buffer, np.ndarray]] = []  # queue_read's staging, kept for reuse
+        self._transients: weakref.WeakSet[Buffer] = weakref.WeakSet()  # queue_alloca's buffers
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
@@ -101,6 +103,11 @@ class Device:
         if isinstance(usage, bool) or not isinstance(usage, int) or not 0 < int(usage) <= int(BufferUsage.DEFAULT):
             raise ValidationError(f"allocate: usage must be a combination of hal.BufferUsage flags, got {usage!r}")
         return self._allocate(nbytes, BufferUsage(usage))
+
+    def memory_stats(self) -> dict[str, int]:
+        """What the device's memory holds now: at least `used_bytes`, the bytes of buffers not yet freed (a
+        released buffer counts until the work using it is done); backends add their allocator's figures."""
+        raise UnsupportedError(f"the {self.driver} backend does not report memory statistics")
 
     def upload(self, data: Any, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
         """A new buffer holding a copy of bytes-like or ndarray `data`."""
@@ -232,6 +239,37 @@ class Device:
             raise ValidationError(f"{what}: {e}") from None
         cb.end()
         self.queue_execute(cb, wait=wait, signal=signal)
+
+    def queue_alloca(self, nbytes: int, wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                     signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                     usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
+        """A transient buffer of `nbytes` (contents undefined), for work queued after this call; the signals follow
+        once the waits are met. Never blocks: the memory comes from the device's stream-ordered pool (CUDA:
+        cuMemAllocAsync on the queue's stream) or its sub-allocator, and goes back with queue_dealloca."""
+        self.check_open()
+        nbytes = integer(nbytes, "queue_alloca: nbytes", 0)
+        self._semaphore_pairs(wait, "wait", "queue_alloca")  # bad input queues nothing
+        self._semaphore_pairs(signal, "signal", "queue_alloca")
+        buffer = self.allocate(nbytes, usage)
+        self._transients.add(buffer)
+        if wait or signal:
+            self._queue_transfer("queue_alloca", _no_commands, wait, signal)
+        return buffer
+
+    def queue_dealloca(self, buffer: Buffer, wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
+                       signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
+        """Give a queue_alloca buffer back once the waits are met and the work queued before is done (the queue
+        runs in order, so nothing queued before still uses it when it goes; CUDA: cuMemFreeAsync on the stream);
+        then signal. Any later use of the buffer is a ValidationError."""
+        self.check_open()
+        if not isinstance(buffer, Buffer) or buffer not in self._transients:
+            raise ValidationError(f"queue_dealloca: {buffer!r} was not made by this device's queue_alloca; give "
+                                  f"other buffers back with buffer.release()")
+        if buffer.released:
+            raise ValidationError("queue_dealloca: the buffer was already deallocated or released")
+        if wait or signal:
+            self._queue_transfer("queue_dealloca", _no_commands, wait, signal)
+        buffer.release()  # freed after the work queued so far, the submission above included
 
     def queue_host_call(self, fn: Callable[[], object], wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                         signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
@@ -492,6 +530,10 @@ class Device:
 
 def _nothing() -> None:
     """A host call that only keeps the queue's order."""
+
+
+def _no_commands(cb: CommandBuffer) -> None:
+    """A submission that only waits and signals."""
 
 
 def queue_deadlock(value: int, current: int) -> ValidationError:

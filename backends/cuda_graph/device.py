@@ -231,6 +231,15 @@ class CudaDevice(Device):
         self.collect()
         return CudaBuffer(self, nbytes, usage)
 
+    def memory_stats(self) -> dict[str, int]:
+        """The stream-ordered pool's figures: bytes in use (allocated, not yet freed in stream order) and
+        reserved from the driver, and the high-water mark of use."""
+        attribute = driver.CUmemPool_attribute
+        return {name: int(call(driver.cuMemPoolGetAttribute, self.pool, a)) for name, a in (
+            ("used_bytes", attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+            ("reserved_bytes", attribute.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+            ("used_high_bytes", attribute.CU_MEMPOOL_ATTR_USED_MEM_HIGH))}
+
     def allocate_memory(self, nbytes: int) -> int:
         return int(call(driver.cuMemAllocAsync, nbytes, self.stream))
 

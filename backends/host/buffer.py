@@ -22,6 +22,7 @@ class HostBuffer(Buffer):
         except (MemoryError, ValueError) as e:
             raise OutOfMemoryError(f"host: cannot allocate {size} bytes: {e}") from e
         super().__init__(device, size, usage)
+        device.count_memory(size)
 
     def _read(self, offset: int, nbytes: int) -> np.ndarray:
         return self.data[offset:offset + nbytes].copy()
@@ -37,3 +38,4 @@ class HostBuffer(Buffer):
 
 def _drop(buffer: HostBuffer) -> None:
     buffer.data = None
+    buffer.device.count_memory(-buffer.size)

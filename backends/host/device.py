@@ -95,9 +95,20 @@ class HostDevice(Device):
         self._queued = 0  # submissions queued so far
         self._finished = 0  # of them, those run (or failed)
         self.lifetime = Lifetime(mark=lambda: self._queued, finished=lambda queued: queued <= self._finished)
+        self._used_bytes = 0  # in HostBuffers not yet dropped
+        self._memory_lock = threading.Lock()
 
     def _allocate(self, nbytes: int, usage: BufferUsage) -> HostBuffer:
         return HostBuffer(self, nbytes, usage)
+
+    def count_memory(self, delta: int) -> None:
+        """A buffer's memory was made (delta > 0) or dropped."""
+        with self._memory_lock:
+            self._used_bytes += delta
+
+    def memory_stats(self) -> dict[str, int]:
+        with self._memory_lock:
+            return {"used_bytes": self._used_bytes}
 
     def _load_executable(self, source: ExecutableSource) -> HostExecutable:
         return HostExecutable(self, source)
