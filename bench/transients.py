@@ -19,6 +19,7 @@ from bench import device_main
 from tests.kernels import SOURCE
 
 SIZES = (4 << 10, 4 << 20)
+PROGRAM_COMMANDS = 100
 CYCLES, REPEATS = 500, 5
 ELEMENTS = 64
 
@@ -61,8 +62,44 @@ def run(device: str | None) -> dict:
         rows = [dict(bytes=size, **{step.__name__: best_us(dev, lambda step=step, size=size: step(size))
                                     for step in (allocate_release, alloca_dealloca, alloca_dealloca_signalled)})
                 for size in SIZES]
+        plan = plan_row(dev, exe)
         meta = dict(device=dev.name, driver=dev.driver, date=time.strftime("%Y-%m-%d"))
-    return dict(meta=meta, rows=rows)
+    return dict(meta=meta, rows=rows, plan=plan)
+
+
+def plan_row(dev: hal.Device, exe: hal.Executable) -> dict:
+    """A 100-command program of transients (a chain, each step also reading a skip connection from up to 8 steps
+    back, sizes 1 to 16 KiB): cb.alloca's peak against the sum of the transients and against the most bytes live
+    in one segment (a lower bound of any placement), and what planning adds to end()."""
+    rng = np.random.default_rng(0)
+    sizes = [int(256 * rng.integers(4, 65)) for _ in range(PROGRAM_COMMANDS)]
+    skips = [int(max(0, i - rng.integers(1, 9))) for i in range(PROGRAM_COMMANDS)]
+    source = dev.upload(np.arange(ELEMENTS, dtype=np.uint32))
+    targets = [dev.allocate(size) for size in sizes]
+
+    def record(cb: hal.CommandBuffer, transient: bool) -> None:
+        refs = [cb.alloca(size) if transient else target for size, target in zip(sizes, targets)]
+        for i in range(PROGRAM_COMMANDS):
+            inputs = (source, source) if i == 0 else (refs[i - 1], refs[skips[i]])
+            cb.dispatch(exe, "add", (1, 1, 1), (ELEMENTS,), (*inputs, refs[i]))
+            cb.execution_barrier()
+
+    ends = {}
+    for transient in (False, True):
+        best = float("inf")
+        for _ in range(REPEATS):
+            cb = dev.create_command_buffer(mode="reusable")
+            cb.begin()
+            record(cb, transient)
+            t0 = time.perf_counter()
+            cb.end()
+            best = min(best, time.perf_counter() - t0)
+        ends[transient] = best * 1e6
+    last_use = [max([i] + [j for j in range(PROGRAM_COMMANDS) if j - 1 == i or skips[j] == i]) for i in range(
+        PROGRAM_COMMANDS)]
+    live = max(sum(size for i, size in enumerate(sizes) if i <= s <= last_use[i]) for s in range(PROGRAM_COMMANDS))
+    return dict(commands=PROGRAM_COMMANDS, peak=cb.transient_bytes, total=sum(sizes), live_bound=live,
+                end_plain_us=ends[False], end_alloca_us=ends[True])
 
 
 def report(result: dict) -> str:
@@ -76,6 +113,12 @@ def report(result: dict) -> str:
         base = r["allocate_release"]
         lines.append(f"| {r['bytes']} | {base:.1f} | {r['alloca_dealloca']:.1f} | {r['alloca_dealloca'] / base:.2f}x "
                      f"| {r['alloca_dealloca_signalled']:.1f} | {r['alloca_dealloca_signalled'] / base:.2f}x |")
+    p = result["plan"]
+    lines += ["", f"cb.alloca on a {p['commands']}-command program (a chain with skip connections, 1 to 16 KiB "
+              f"transients): peak {p['peak']} bytes, {p['peak'] / p['total']:.3f}x the sum of the transients "
+              f"({p['total']}) and {p['peak'] / p['live_bound']:.3f}x the most bytes live at once ({p['live_bound']}, "
+              f"a lower bound); end() {p['end_alloca_us']:.0f} µs against {p['end_plain_us']:.0f} µs with plain "
+              f"buffers."]
     return "\n".join(lines)
 
 

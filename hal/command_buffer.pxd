@@ -35,6 +35,8 @@ cdef class CommandBuffer:
     cdef list region_commands  # the indices of the regions
     cdef list collective_commands  # the indices of the collectives
     cdef list levels  # per open region, the enclosing level's recording state
+    cdef list transients  # alloca's: hal.transients.Transient (single_pass: device buffers of their own)
+    cdef object transient_plan  # hal.transients.TransientPlan, once end() placed them
 
     # What a release since recording may invalidate.
     cdef object live_token
@@ -50,6 +52,7 @@ cdef class CommandBuffer:
 
     cpdef bint accepts(self, object table, object token)
     cdef void clear(self)
+    cdef void release_transients(self)
     cdef bint workgroups_fit(self, tuple workgroups)
     cdef void not_recording(self, str what) except *
     cdef void check_table(self, tuple table) except *

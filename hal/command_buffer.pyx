@@ -30,11 +30,13 @@ from hal.program cimport Program
 from hal.buffer import MAX_SLOTS, BufferUsage, bytes_view, slot_count
 from hal.commands import constant_word
 from hal.communicator import Communicator, check_collective, same_or_disjoint
-from hal.errors import ValidationError
+from hal.errors import ValidationError, integer
 from hal.executable import Executable
 from hal.nesting import Resolver, check_nested, replay
+from hal.transients import Transient, plan_transients
 
 MAX_UPDATE_BYTES = 65536
+TRANSIENT_ALIGNMENT = 16  # at least: what 16-byte vector loads need
 FLOAT32_MAX = 3.4028234663852886e38
 cdef int SOURCE = BufferUsage.TRANSFER_SOURCE
 cdef int TARGET = BufferUsage.TRANSFER_TARGET
@@ -91,6 +93,10 @@ cdef class CommandBuffer:
         self.clear()
 
     cdef void clear(self):
+        if self.transients:
+            self.release_transients()
+        self.transients = []
+        self.transient_plan = None
         self.phase = INITIAL
         self.head = self.tail = new_segment(0)
         self.count = 0
@@ -178,6 +184,12 @@ cdef class CommandBuffer:
             self.recorded = self.planner.finish(commands, slot_users, self.slots_needed, constant_users,
                                                 self.constants_needed, tuple(self.indirect_commands),
                                                 tuple(self.region_commands), tuple(self.collective_commands))
+            if self.transients and not self.single_pass:
+                if self.transient_plan is None:  # else placed by an end() the backend failed: the commands moved
+                    self.transient_plan = plan_transients(self.recorded, self.transients, self.device,
+                                                          max(self.storage_alignment, TRANSIENT_ALIGNMENT),
+                                                          self.mode == "reusable")
+                self.recorded.transients = self.transient_plan
             self.emitter.end(self.recorded)
         except BaseException:  # the backend failed to emit: stay recording, as before end()
             self.direct_buffers = self.dispatched = None
@@ -436,9 +448,8 @@ cdef class CommandBuffer:
                                       f"{self.storage_alignment}")
             self.uses_slot = True
             return ref
-        if b.device is not self.device:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} is a buffer of another device "
-                                  f"({b.device!r})")
+        if b.device is not self.device and b.device is not self:  # a transient's device is its command buffer
+            raise ValidationError(f"command {index} ({command}): {_name(arg)} is {_foreign(b)}")
         if b.released:
             raise ValidationError(f"command {index} ({command}): {_name(arg)} is a released buffer")
         if ref.nbytes <= 0 or ref.offset + ref.nbytes > b.size or not b.usage_bits & usage or (
@@ -514,6 +525,39 @@ cdef class CommandBuffer:
         refs, writes = refs_and_writes(collective)
         self.record(collective, refs, writes)
         self.collective_commands.append(index)
+
+    # Transient memory (hal.transients).
+    def alloca(self, nbytes: int) -> BufferRef:
+        """A reference to `nbytes` of memory that lives for one execution of this command buffer (contents
+        undefined at its start): the commands of this command buffer use it like a buffer. At end(), transients
+        whose lifetimes cannot overlap share memory (`transient_bytes`: the peak); a single_pass command buffer,
+        whose commands the backend takes as they come, gives each its own memory."""
+        if self.phase != RECORDING:
+            self.not_recording("alloca")
+        nbytes = integer(nbytes, "alloca: nbytes", 1, self.max_storage_range)
+        if self.single_pass:
+            buffer = self.device.allocate(nbytes)
+        else:
+            buffer = Transient(self, nbytes)
+        self.transients.append(buffer)
+        return buffer.whole
+
+    @property
+    def transient_bytes(self) -> int:
+        """The memory the transients (alloca) of the ended recording take: the peak of the shared arena."""
+        if self.phase != ENDED:
+            raise ValidationError(f"transient_bytes: the command buffer is {self.state}; call end() first")
+        if self.single_pass:
+            return sum([b.size for b in self.transients])
+        return 0 if self.transient_plan is None else self.transient_plan.peak
+
+    cdef void release_transients(self):
+        """Give the transients' memory back, once the work submitted so far is done with it."""
+        if self.transient_plan is not None and self.transient_plan.arena is not None:
+            self.transient_plan.arena.release()
+        for buffer in self.transients:
+            if not isinstance(buffer, Transient):  # single_pass: memory of its own
+                buffer.release()
 
     # Nesting (hal.nesting).
     def execute_commands(self, other: CommandBuffer, binding_table: Sequence[Buffer | BufferRef] = ()) -> None:
@@ -655,8 +699,10 @@ cdef class CommandBuffer:
         return table is self.table and token is self.table_token
 
     def submitted(self) -> None:
-        """Note a submission (a one_shot command buffer runs once)."""
+        """Note a submission (a one_shot command buffer runs once: its transients go once that run is done)."""
         self.ran = True
+        if self.transients and self.mode == "one_shot":
+            self.release_transients()
 
     def prepare_submit(self, binding_table: Sequence[Buffer]) -> tuple:
         """Check the command buffer can run against `binding_table`; returns the table as a tuple."""
@@ -708,7 +754,7 @@ cdef class CommandBuffer:
             if not isinstance(b, Buffer):
                 raise ValidationError(f"queue_execute: binding_table[{i}] must be a hal.Buffer, got {type(b).__name__}")
             if (<Buffer>b).device is not self.device:
-                raise ValidationError(f"queue_execute: binding_table[{i}] is a buffer of another device")
+                raise ValidationError(f"queue_execute: binding_table[{i}] is {_foreign(b)}")
             if (<Buffer>b).released:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
         self.check_released("queue_execute", self.recorded.commands)
@@ -918,6 +964,14 @@ cdef tuple _aliasing(tuple table, Py_ssize_t n):
     """Per slot of the first n, the first slot bound to the same buffer."""
     first = {}
     return tuple([first.setdefault(id(table[i]), i) for i in range(n)])
+
+
+def _foreign(Buffer b) -> str:
+    """What a buffer of another device, or a transient used outside its command buffer, is called in refusals."""
+    if isinstance(b, Transient):
+        return (f"a transient (cb.alloca) of {b.device!r}: only that command buffer's own commands use it, "
+                f"directly (not through a binding table)")
+    return f"a buffer of another device ({b.device!r})"
 
 
 def _name(arg) -> str:

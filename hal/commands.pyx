@@ -179,3 +179,43 @@ cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF:
 def pack_constants(values):
     """Constants as consecutive little-endian 32-bit words: the push-constant / parameter layout."""
     return struct.pack(f"<{len(values)}I", *[constant_word(v) for v in values])
+
+
+def rebase(commands, dict placed):
+    """Point the references of `commands` (and of their regions' bodies) to transients at the arena instead:
+    `placed` maps id(transient) to (arena buffer, offset). The command buffer's end() calls it, before the
+    backend sees the Program (hal.transients)."""
+    cdef Command c
+    cdef Dispatch d
+    cdef Region r
+    cdef Collective k
+    for c in commands:
+        if type(c) is Fill:
+            (<Fill>c).target = _placed((<Fill>c).target, placed)
+        elif type(c) is Update:
+            (<Update>c).target = _placed((<Update>c).target, placed)
+        elif type(c) is Copy:
+            (<Copy>c).source = _placed((<Copy>c).source, placed)
+            (<Copy>c).target = _placed((<Copy>c).target, placed)
+        elif type(c) is Dispatch:
+            d = <Dispatch>c
+            d.bindings = tuple([_placed(b, placed) for b in d.bindings])
+            d.parameters = _placed(d.parameters, placed)
+        elif type(c) is Region:
+            r = <Region>c
+            r.condition = _placed(r.condition, placed)
+            r.refs = tuple([_placed(b, placed) for b in r.refs])
+            rebase(r.body.commands, placed)
+        elif type(c) is Collective:
+            k = <Collective>c
+            k.source = _placed(k.source, placed)
+            k.target = _placed(k.target, placed)
+
+
+cdef BufferRef _placed(BufferRef ref, dict placed):
+    if ref is None or ref.buffer is None:
+        return ref
+    where = placed.get(id(ref.buffer))
+    if where is None:
+        return ref
+    return BufferRef(where[0], -1, where[1] + ref.offset, ref.nbytes)

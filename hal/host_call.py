@@ -67,8 +67,8 @@ class HostCallThread:
         return threading.current_thread() is self.thread
 
     def drain(self) -> None:
-        """Block until every queued call has ended (the device's close: calls its queue never reaches end when
-        they see the device closed)."""
+        """Block until every queued call has ended (the device's close, before it lets its queue drain: calls the
+        queue has not reached end when they see the device closed, and leave their gates shut)."""
         if self.is_current():
             return
         with self.condition:
@@ -91,19 +91,20 @@ class HostCallThread:
                     self.condition.notify_all()
 
     def _run(self, call: HostCall) -> None:
-        error: BaseException | None = None
         try:
             call.reached()
-            failed = next((s.failure for s, _ in call.waits if s.failure is not None), None)
-            if failed is not None:
-                error = failed
-            elif self.device.closed:
-                error = DeviceLostError("queue_host_call: the device was closed before the call's turn came")
-            else:
+        except BaseException as e:  # the queue never got there (closed, lost): no gate to open, the device's
+            self.device.fail_signals(call.signals, e)  # close() lets what waits behind it drain
+            return
+        error: BaseException | None = next((s.failure for s, _ in call.waits if s.failure is not None), None)
+        if error is None and self.device.closed:
+            error = DeviceLostError("queue_host_call: the device was closed before the call's turn came")
+        if error is None:
+            try:
                 call.fn()
-        except BaseException as e:  # the function's failure is its signals' failure, whatever it raised
-            error = e if isinstance(e, DeviceError) else DeviceError(f"queue_host_call: {call.fn!r} raised {e!r}")
-            error.__cause__ = error.__cause__ or e
+            except BaseException as e:  # the function's failure is its signals' failure, whatever it raised
+                error = e if isinstance(e, DeviceError) else DeviceError(f"queue_host_call: {call.fn!r} raised {e!r}")
+                error.__cause__ = error.__cause__ or e
         if error is not None:
             self.device.fail_signals(call.signals, error)
         with contextlib.suppress(Exception):  # a closed or lost device: its queue is gone anyway

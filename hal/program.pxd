@@ -12,7 +12,7 @@ cdef class Program:
     cdef readonly tuple indirect  # the dispatch_indirect commands' indices
     cdef readonly tuple regions  # the regions' indices (hal.commands.Region, each with its body's Program)
     cdef readonly tuple collectives  # the collectives' indices (hal.commands.Collective)
-    cdef readonly object transients
+    cdef readonly object transients  # hal.transients.TransientPlan, set by the command buffer's end()
     cdef readonly bint frozen
 
     # The dependency DAG, transitively reduced: command i waits for the commands

@@ -13,7 +13,9 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
 - `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
 - `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard;
 - `regions`: the while_nonzero / if_nonzero regions, each one command (hal.commands.Region) whose body is a
-  Program of its own; `collectives`: the collective commands (hal.commands.Collective); `transients`: room for the transient-memory plan.
+  Program of its own; `collectives`: the collective commands (hal.commands.Collective); `transients`: the
+  transient-memory plan (hal.transients.TransientPlan; None without cb.alloca), whose arena the commands'
+  references already point into.
 
 A backend's side of a command buffer is its emitter (see `Emitter`): the command buffer hands it the
 Program, never its own fields, and the backend never re-derives dependencies.

@@ -285,6 +285,29 @@ class CudaDevice(Device):
         call(driver.cuStreamWaitEvent, driver.CUstream(int(stream)), event, 0)
         call(driver.cuEventDestroy, event)
 
+    def queue_wait_stream(self, stream: Any) -> None:
+        """Order the work queued here after this call after the work queued so far on another library's CUDA
+        `stream` (a torch.cuda.Stream, a CuPy or cuda.core stream, or a CUstream handle as an int), without a host
+        wait: an event recorded there, which this device's stream waits for."""
+        self.check_open()
+        self.activate()
+        event = call(driver.cuEventCreate, driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        try:
+            call(driver.cuEventRecord, event, driver.CUstream(stream_handle(stream)))
+            with self._submit_lock:  # in queue order with hal's own submissions
+                self._replace_token()
+                call(driver.cuStreamWaitEvent, self.stream, event, 0)
+        finally:
+            call(driver.cuEventDestroy, event)  # released once the wait is done with it
+
+    def queue_signal_stream(self, stream: Any) -> None:
+        """Order the work queued on another library's CUDA `stream` after this call after the work queued here so
+        far (the other way round from queue_wait_stream), without a host wait."""
+        self.check_open()
+        self.activate()
+        with self._submit_lock:
+            self.order_consumer(stream_handle(stream))
+
     def staging_copy(self, address: int, host: np.ndarray, to_device: bool) -> None:
         """Copy between `host` and device memory at `address` through pinned staging, piece by piece, in
         stream order; waits for each piece."""
@@ -534,6 +557,20 @@ _current = _Current()
 
 def _keep(owner: Any) -> None:
     """An imported buffer's owner needs no freeing: holding it until the work is done is the point."""
+
+
+def stream_handle(stream: Any) -> int:
+    """The CUstream of another library's stream object (or of an int handle)."""
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (cuda.core, recent CuPy and PyTorch)
+        return int(stream.__cuda_stream__()[1])
+    for attribute in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy.cuda.Stream, others
+        value = getattr(stream, attribute, None)
+        if value is not None:
+            return int(value)
+    raise ValidationError(f"expected a CUDA stream (torch, CuPy, cuda.core) or a CUstream handle, got "
+                          f"{type(stream).__name__}")
 
 
 def _cuda_core() -> Any:

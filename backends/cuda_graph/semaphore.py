@@ -65,6 +65,8 @@ class CudaSemaphore(Semaphore):
                         if self._cell[0] < value and self.failure is None:
                             device.host_signalled.wait(SLEEP_S if timeout is None else
                                                        min(SLEEP_S, max(0.0, timeout - elapsed)))
+                else:
+                    time.sleep(0)  # spins without holding the GIL: a host call's threads may need it
 
     def _signal(self, value: int) -> None:
         check_host_signal(value, self._query(), self.device.pending_signal(self))

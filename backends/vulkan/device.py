@@ -162,8 +162,8 @@ class VulkanDevice(Device):
         self._transfer: Recording | None = None
         self._faults: HostVisibleBuffer | None = None
         self._host_read: Recording | None = None
-        self._gate: GateSemaphore | None = None  # host calls' gate timeline (hal.host_call)
-        self._gates = 0  # host calls queued
+        self._gates: tuple[GateSemaphore, GateSemaphore] | None = None  # host calls' reached and opened timelines
+        self._host_calls_queued = 0
 
     @staticmethod
     def address(cdata: Any) -> int:
@@ -273,20 +273,21 @@ class VulkanDevice(Device):
 
     def _queue_host_call(self, fn: Callable[[], object], waits: tuple[tuple[VulkanSemaphore, int], ...],
                          signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
-        """hal.host_call's gate: a submission with the waits signals the gate timeline at 2n-1 (after a barrier
-        that shows the host every earlier write), the next waits for 2n, which the host signals after fn, and
-        signals."""
+        """hal.host_call's gate, for host call n: a submission with the waits signals the `reached` timeline at n
+        (after a barrier that shows the host every earlier write), the next waits for the `opened` timeline at n,
+        which only the host signals, after fn, and signals. Two timelines, so that the queue and the host never
+        signal the same one (close() may signal a stuck gate open while the queue has yet to reach it)."""
         self.check_lost()
         with self._host_access:
-            if self._gate is None:
-                self._gate = GateSemaphore(self, 0)
-            gate = self._gate
-            self._gates += 1
-            reached = 2 * self._gates
+            if self._gates is None:
+                self._gates = (GateSemaphore(self, 0), GateSemaphore(self, 0))
+            reached, opened = self._gates
+            self._host_calls_queued += 1
+            n = self._host_calls_queued
 
         def submit() -> None:
-            self._submit(self._host_read_recording().handle, waits, ((gate, reached - 1),))
-            self._submit(self.empty_recording().handle, ((gate, reached),), signals)
+            self._submit(self._host_read_recording().handle, waits, ((reached, n),))
+            self._submit(self.empty_recording().handle, ((opened, n),), signals)
 
         with self._route_lock:
             self._replace_token()
@@ -294,8 +295,8 @@ class VulkanDevice(Device):
                 self._driver.put(submit, waits, signals)
             else:
                 submit()
-        self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: gate.wait(reached - 1),
-                                     release=lambda: self._open_gate(gate, reached)))
+        self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: reached.wait(n),
+                                     release=lambda: self._open_gate(opened, n)))
 
     def _open_gate(self, gate: GateSemaphore, value: int) -> None:
         """Signal the gate from the host as such: not a user's signal, so not checked against queued ones."""
@@ -473,9 +474,9 @@ class VulkanDevice(Device):
         destroy_buffer(self, handle, allocation)
 
     def _close(self) -> None:
+        self.host_calls.drain()  # a function still running ends first; those not reached fail, their gates shut
         self._release_stuck_submissions()  # the QueueDriver's jobs too: then it drains
         self._driver.wait_idle()
-        self.host_calls.drain()  # a function still running ends first; those not reached fail
         with self._submit_lock:  # a general submission under way ends first
             self._replace_token()  # no resubmission starts after
         self._release_stuck_submissions()

@@ -114,3 +114,28 @@ def test_a_submission_waits_for_another_on_the_gpu(gpu, exe):
     gate.signal(1)
     sem.wait(2, timeout=10)
     np.testing.assert_array_equal(x.read(np.uint32), np.full(4, 12, np.uint32))
+
+
+def test_queue_waits_for_and_signals_a_torch_stream_without_a_host_wait(gpu):
+    torch = pytest.importorskip("torch")
+    stream = torch.cuda.Stream()
+    shared = torch.zeros(1 << 20, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    imported, copy = gpu.import_buffer(shared), gpu.allocate(4 << 20)
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # tens of ms of GPU time before torch writes
+        shared.fill_(5)
+    gpu.queue_wait_stream(stream)
+    gpu.queue_copy(imported, copy)
+    np.testing.assert_array_equal(copy.read(np.int32)[:4], [5, 5, 5, 5])  # the copy came after torch's fill
+
+    gate = gpu.create_semaphore(0)
+    gpu.queue_fill(imported, np.uint32(7), wait=[(gate, 1)])  # held until the host signals
+    gpu.queue_signal_stream(stream)
+    with torch.cuda.stream(stream):
+        seen = shared.clone()  # waits for hal's fill on the GPU
+    gate.signal(1)
+    torch.cuda.synchronize()
+    assert int(seen.min()) == 7 and int(seen.max()) == 7
+    with pytest.raises(hal.ValidationError, match="expected a CUDA stream"):
+        gpu.queue_wait_stream("stream")
