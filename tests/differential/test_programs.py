@@ -1,10 +1,12 @@
 """Differential test: generated programs give byte-identical results on every device, strategy and
 dependency mode, with direct references or through a binding table, recorded flat or nested in another command
-buffer (execute_commands), and equal a plain sequential numpy interpretation of the program.
+buffer (execute_commands), with copies direct or staged through transients (cb.alloca), and equal a plain
+sequential numpy interpretation of the program.
 
 The pieces are reusable by the backend test suites:
 - `generate_program(draw)`: a hypothesis composite body (`programs = st.composite(generate_program)`);
-- `run_program(device, program, strategy, dependencies, use_slots, nested=False)`: final bytes of every buffer;
+- `run_program(device, program, strategy, dependencies, use_slots, nested=False, staged=False)`: final bytes of
+  every buffer;
 - `run_reference(program)`: the same, applying each command in recording order with numpy.
 Add a device to `DEVICES` (a `tests.conftest.open_device` spec) to include it.
 
@@ -216,8 +218,9 @@ class Recorder:
     """Records a program's commands into a begun command buffer (regions and their bodies too), numbering the
     constant slots, indirect counts and region flags as it goes, in recording order."""
 
-    def __init__(self, cb, exe, buffers, use_slots, extra):
+    def __init__(self, cb, exe, buffers, use_slots, extra, staged=False):
         self.cb, self.exe, self.buffers, self.use_slots, self.extra = cb, exe, buffers, use_slots, extra
+        self.staged = staged  # copies go through a transient (cb.alloca) and a barrier
         self.values = []
         self.placed = {"static": 0, "dynamic": 0}
         self.regions = 0
@@ -232,6 +235,11 @@ class Recorder:
                 cb.fill_buffer(_hal_ref(c[1], buffers, use_slots), c[2])
             elif kind == "update":
                 cb.update_buffer(_hal_ref(c[1], buffers, use_slots), update_data(c))
+            elif kind == "copy" and self.staged:  # the programs are race-free: a barrier only adds order
+                transient = cb.alloca(c[1][2])
+                cb.copy_buffer(_hal_ref(c[1], buffers, use_slots), transient)
+                cb.execution_barrier()
+                cb.copy_buffer(transient, _hal_ref(c[2], buffers, use_slots))
             elif kind == "copy":
                 cb.copy_buffer(_hal_ref(c[1], buffers, use_slots), _hal_ref(c[2], buffers, use_slots))
             elif kind == "region":
@@ -261,22 +269,23 @@ class Recorder:
                                   dynamic=indirect == "dynamic")
 
 
-def record_program(cb, exe, program, buffers, use_slots, extra):
+def record_program(cb, exe, program, buffers, use_slots, extra, staged=False):
     """Record `program`'s commands into the begun command buffer `cb`; returns the values of the constant slots
     (with use_slots), in slot order. `extra`: hal's own buffers: "static" and "dynamic" hold the indirect
     dispatches' counts (the dynamic ones are written first, then a barrier), "flags" the regions' flags, and
-    "minus_one" what a loop adds to its flag."""
+    "minus_one" what a loop adds to its flag. `staged`: each copy goes through a transient of cb."""
     if any(c[0] == "dispatch" and c[4] == "dynamic" for c in all_commands(program["commands"])):
         cb.update_buffer(extra["dynamic"], indirect_counts(program, "dynamic"))
         cb.execution_barrier()
-    recorder = Recorder(cb, exe, buffers, use_slots, extra)
+    recorder = Recorder(cb, exe, buffers, use_slots, extra, staged)
     recorder.record(program["commands"])
     return tuple(recorder.values)
 
 
-def run_program(device, program, strategy, dependencies, use_slots, nested=False):
+def run_program(device, program, strategy, dependencies, use_slots, nested=False, staged=False):
     """Run `program` on `device`; returns the final bytes of every buffer (uint8 arrays). `nested`: recorded into
-    a reusable command buffer that another executes (execute_commands), its slots forwarded to the outer's."""
+    a reusable command buffer that another executes (execute_commands), its slots forwarded to the outer's.
+    `staged`: every copy goes through a transient (cb.alloca), whose memory the planner may share."""
     exe = device.load_executable(kernels.SOURCE)
     buffers = [device.upload(data) for data in initial_bytes(program)]
     extra = {"static": device.upload(indirect_counts(program, "static")),
@@ -288,7 +297,7 @@ def run_program(device, program, strategy, dependencies, use_slots, nested=False
     try:
         cb = device.create_command_buffer(mode="reusable" if nested else "one_shot", **capacities)
         cb.begin()
-        values = record_program(cb, exe, program, buffers, use_slots, extra)
+        values = record_program(cb, exe, program, buffers, use_slots, extra, staged)
         cb.end()
         if nested:
             inner, cb = cb, device.create_command_buffer(mode="one_shot", **capacities)
@@ -348,6 +357,7 @@ def device(request):
 
 COMBINATIONS = [(s, d, slots) for slots in (False, True) for s, d in itertools.product(STRATEGIES, DEPENDENCIES)]
 COMBINATIONS += [("deferred", "barriers", True, True), ("single_pass", "hazards", False, True)]  # nested
+COMBINATIONS += [("deferred", "barriers", True, False, True), ("deferred", "hazards", False, True, True)]  # staged
 
 
 def check_program(device, program):
@@ -357,12 +367,12 @@ def check_program(device, program):
     for combo, got in results.items():
         for i, (a, b) in enumerate(zip(got, results[first])):
             assert np.array_equal(a, b), (
-                f"buffer {i}: {combo} (strategy, dependencies, use_slots[, nested]) differs from {first}")
+                f"buffer {i}: {combo} (strategy, dependencies, use_slots[, nested, staged]) differs from {first}")
     for combo, got in results.items():
         for i, (a, b) in enumerate(zip(got, expected)):
             bad = np.flatnonzero(a != b)
-            assert not bad.size, (f"buffer {i}: {combo} (strategy, dependencies, use_slots[, nested]) differs from the "
-                                  f"sequential reference at bytes {bad[:8].tolist()}")
+            assert not bad.size, (f"buffer {i}: {combo} (strategy, dependencies, use_slots[, nested, staged]) differs "
+                                  f"from the sequential reference at bytes {bad[:8].tolist()}")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -390,6 +400,8 @@ def test_reference_interpreter():
     mem = run_reference(program)
     with hal.create_device("host") as host:
         assert all(np.array_equal(a, b) for a, b in zip(run_program(host, program, "deferred", "barriers", False), mem))
+        assert all(np.array_equal(a, b) for a, b in zip(run_program(host, program, "deferred", "hazards", True,
+                                                                    staged=True), mem))
     a, b, c = (m.view(np.uint32).copy() for m in initial_bytes(program))
     assert len(set(map(bytes, (a, b, c)))) == 3
     np.testing.assert_array_equal(update_data(program["commands"][1]), update_data(program["commands"][1]))
