@@ -37,6 +37,7 @@ cdef class CommandBuffer:
     cdef list levels  # per open region, the enclosing level's recording state
     cdef list transients  # alloca's: hal.transients.Transient (single_pass: device buffers of their own)
     cdef object transient_plan  # hal.transients.TransientPlan, once end() placed them
+    cdef object transients_of  # the command buffer whose transients this one's commands may use too (a scratch's)
 
     # What a release since recording may invalidate.
     cdef object live_token

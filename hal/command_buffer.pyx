@@ -28,7 +28,7 @@ from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writ
 from hal.program cimport Program
 
 from hal.buffer import MAX_SLOTS, BufferUsage, bytes_view, slot_count
-from hal.commands import constant_word
+from hal.commands import constant_word, restore
 from hal.communicator import Communicator, check_collective, same_or_disjoint
 from hal.errors import ValidationError, integer
 from hal.executable import Executable
@@ -97,6 +97,7 @@ cdef class CommandBuffer:
             self.release_transients()
         self.transients = []
         self.transient_plan = None
+        self.transients_of = None
         self.phase = INITIAL
         self.head = self.tail = new_segment(0)
         self.count = 0
@@ -185,13 +186,16 @@ cdef class CommandBuffer:
                                                 self.constants_needed, tuple(self.indirect_commands),
                                                 tuple(self.region_commands), tuple(self.collective_commands))
             if self.transients and not self.single_pass:
-                if self.transient_plan is None:  # else placed by an end() the backend failed: the commands moved
-                    self.transient_plan = plan_transients(self.recorded, self.transients, self.device,
-                                                          max(self.storage_alignment, TRANSIENT_ALIGNMENT),
-                                                          self.mode == "reusable")
+                self.transient_plan = plan_transients(self.recorded, self.transients, self.device,
+                                                      max(self.storage_alignment, TRANSIENT_ALIGNMENT),
+                                                      self.mode == "reusable")
                 self.recorded.transients = self.transient_plan
             self.emitter.end(self.recorded)
         except BaseException:  # the backend failed to emit: stay recording, as before end()
+            if self.transient_plan is not None:  # the commands point at their transients again; the next end()
+                restore(self.transient_plan.moved)  # places them anew
+                self.release_transients()
+                self.transient_plan = None
             self.direct_buffers = self.dispatched = None
             if not self.single_pass:
                 self.planner = Planner(self.dependencies, self.emitter.lanes, False)
@@ -448,7 +452,8 @@ cdef class CommandBuffer:
                                       f"{self.storage_alignment}")
             self.uses_slot = True
             return ref
-        if b.device is not self.device and b.device is not self:  # a transient's device is its command buffer
+        # A transient's device is its command buffer (or, for execute_commands' scratch, the outer one).
+        if b.device is not self.device and b.device is not self and b.device is not self.transients_of:
             raise ValidationError(f"command {index} ({command}): {_name(arg)} is {_foreign(b)}")
         if b.released:
             raise ValidationError(f"command {index} ({command}): {_name(arg)} is a released buffer")
@@ -573,6 +578,7 @@ cdef class CommandBuffer:
             mode="one_shot", binding_capacity=self.binding_capacity, strategy="deferred",
             dependencies=self.dependencies, validate=self.validate, constant_capacity=self.constant_capacity)
         scratch.begin()
+        (<CommandBuffer>scratch).transients_of = self  # the table may bind this one's transients
         try:
             replay(scratch, commands, table)
             # The scratch sees only the nested commands: static counts must not be written by this one's, either.

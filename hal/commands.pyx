@@ -184,32 +184,58 @@ def pack_constants(values):
 def rebase(commands, dict placed):
     """Point the references of `commands` (and of their regions' bodies) to transients at the arena instead:
     `placed` maps id(transient) to (arena buffer, offset). The command buffer's end() calls it, before the
-    backend sees the Program (hal.transients)."""
+    backend sees the Program (hal.transients). Returns what `restore` needs to undo it."""
+    cdef list moved = []
     cdef Command c
     cdef Dispatch d
     cdef Region r
     cdef Collective k
     for c in commands:
         if type(c) is Fill:
+            moved.append((c, ((<Fill>c).target,)))
             (<Fill>c).target = _placed((<Fill>c).target, placed)
         elif type(c) is Update:
+            moved.append((c, ((<Update>c).target,)))
             (<Update>c).target = _placed((<Update>c).target, placed)
         elif type(c) is Copy:
+            moved.append((c, ((<Copy>c).source, (<Copy>c).target)))
             (<Copy>c).source = _placed((<Copy>c).source, placed)
             (<Copy>c).target = _placed((<Copy>c).target, placed)
         elif type(c) is Dispatch:
             d = <Dispatch>c
+            moved.append((c, (d.bindings, d.parameters)))
             d.bindings = tuple([_placed(b, placed) for b in d.bindings])
             d.parameters = _placed(d.parameters, placed)
         elif type(c) is Region:
             r = <Region>c
+            moved.append((c, (r.condition, r.refs)))
             r.condition = _placed(r.condition, placed)
             r.refs = tuple([_placed(b, placed) for b in r.refs])
-            rebase(r.body.commands, placed)
+            moved.extend(rebase(r.body.commands, placed))
         elif type(c) is Collective:
             k = <Collective>c
+            moved.append((c, (k.source, k.target)))
             k.source = _placed(k.source, placed)
             k.target = _placed(k.target, placed)
+    return moved
+
+
+def restore(list moved):
+    """Undo `rebase` (its result): the commands point at their transients again."""
+    cdef Command c
+    for c, fields in moved:
+        if type(c) is Fill:
+            (<Fill>c).target = fields[0]
+        elif type(c) is Update:
+            (<Update>c).target = fields[0]
+        elif type(c) is Copy:
+            (<Copy>c).source, (<Copy>c).target = fields
+        elif type(c) is Dispatch:
+            (<Dispatch>c).bindings, (<Dispatch>c).parameters = fields
+        elif type(c) is Region:
+            (<Region>c).condition, (<Region>c).refs = fields
+        elif type(c) is Collective:
+            (<Collective>c).source, (<Collective>c).target = fields
 
 
 cdef BufferRef _placed(BufferRef ref, dict placed):

@@ -90,6 +90,7 @@ class Device:
         self._waiters = 0  # threads inside waiting()
         self._waiters_lock = threading.Lock()
         self._failure: BaseException | None = None  # the first failure of queued work, for synchronize()
+        self._failure_lock = threading.Lock()
         self.host_calls = HostCallThread(self)  # runs queue_host_call's functions where the backend's queue is a GPU's
         self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
         self._read_lock = threading.Lock()
@@ -248,8 +249,8 @@ class Device:
         cuMemAllocAsync on the queue's stream) or its sub-allocator, and goes back with queue_dealloca."""
         self.check_open()
         nbytes = integer(nbytes, "queue_alloca: nbytes", 0)
-        self._semaphore_pairs(wait, "wait", "queue_alloca")  # bad input queues nothing
-        self._semaphore_pairs(signal, "signal", "queue_alloca")
+        wait = self._semaphore_pairs(wait, "wait", "queue_alloca")  # bad input queues nothing
+        signal = self._semaphore_pairs(signal, "signal", "queue_alloca")
         buffer = self.allocate(nbytes, usage)
         self._transients.add(buffer)
         if wait or signal:
@@ -267,6 +268,8 @@ class Device:
                                   f"other buffers back with buffer.release()")
         if buffer.released:
             raise ValidationError("queue_dealloca: the buffer was already deallocated or released")
+        wait = self._semaphore_pairs(wait, "wait", "queue_dealloca")
+        signal = self._semaphore_pairs(signal, "signal", "queue_dealloca")
         if wait or signal:
             self._queue_transfer("queue_dealloca", _no_commands, wait, signal)
         buffer.release()  # freed after the work queued so far, the submission above included
@@ -303,13 +306,15 @@ class Device:
         if out.nbytes > whole.nbytes:
             raise ValidationError(f"queue_read: out holds {out.nbytes} bytes; the source range has {whole.nbytes}")
         self.check_open()
-        self._semaphore_pairs(wait, "wait", "queue_read")  # bad input queues nothing
-        self._semaphore_pairs(signal, "signal", "queue_read")
+        wait = self._semaphore_pairs(wait, "wait", "queue_read")  # bad input queues nothing
+        signal = self._semaphore_pairs(signal, "signal", "queue_read")
         target = out.reshape(-1).view(np.uint8)
         n = len(target)
         with self._read_lock:  # reads take the values of their timeline in queue order
-            sem, value = self._reads if self._reads is not None and self._reads[0].failure is None else \
-                (self.create_semaphore(0), 0)
+            if self._reads is None:
+                self._reads = self.create_semaphore(0), 0
+                self._reads[0].internal = True  # a failed read fails its own signals only
+            sem, value = self._reads
             self._reads = sem, value + 1
             staging, view = self._take_readback(n)
             try:
@@ -323,7 +328,8 @@ class Device:
                     target[:] = view[:n]
                     self._give_readback(staging, view)  # work queued later may reuse it: it runs after this
 
-                self.queue_host_call(deliver, wait=[(sem, value + 1)], signal=signal)
+                self.queue_host_call(deliver, wait=wait + ((sem, value + 1),), signal=signal)  # a failed wait: no
+                # copy came, and the call fails its signals instead of filling `out`
             except BaseException:
                 staging.release()  # once the work queued so far is done
                 raise
@@ -379,6 +385,8 @@ class Device:
         if failure is None:
             return False
         self._fail(signals, failure)
+        if signals:
+            self._queue_signals(signals)  # the values still come, in queue order: nothing queued waits forever
         return True
 
     def fail_signals(self, signals: tuple[tuple[Semaphore, int], ...], error: BaseException) -> None:
@@ -386,28 +394,31 @@ class Device:
         do the signals of queued work that waits on a failed semaphore; the next synchronize() raises `error`."""
         with self._submit_lock:  # no submission lands between the check of its waits and this
             self._fail(signals, error)
-            for waits, later in self._queued_work():
-                failure = next((s.failure for s, _ in waits if s.failure is not None), None)
-                if failure is not None:
-                    for sem, _ in later:
-                        sem.fail(failure)
 
     def _fail(self, signals: tuple[tuple[Semaphore, int], ...], error: BaseException) -> None:
+        """Under the submit lock: fail `signals`, then what queued work waits on a failed semaphore signals."""
         for sem, _ in signals:
             sem.fail(error)
+        for waits, later in self._queued_work():
+            failure = next((s.failure for s, _ in waits if s.failure is not None), None)
+            if failure is not None:
+                for sem, _ in later:
+                    sem.fail(failure)
         self.note_failure(error)
 
     def note_failure(self, error: BaseException) -> None:
         """Queued work failed with `error`: the next synchronize() raises it (the first one, once)."""
-        if self._failure is None:
-            self._failure = error
+        with self._failure_lock:
+            if self._failure is None:
+                self._failure = error
 
     def synchronize(self) -> None:
         """Wait until all submitted work is done; raises the first failure of that work."""
         self.check_open()
         self._refuse_inside_host_call("synchronize()")
         self._synchronize()
-        failure, self._failure = self._failure, None
+        with self._failure_lock:
+            failure, self._failure = self._failure, None
         if failure is not None:
             raise DeviceError(f"a submission failed: {failure}") from failure
 
@@ -511,6 +522,10 @@ class Device:
                          signals: tuple[tuple[Semaphore, int], ...]) -> None:
         """Queue a checked host call (see hal.host_call for the GPU backends' gate)."""
         raise NotImplementedError
+
+    def _queue_signals(self, signals: tuple[tuple[Semaphore, int], ...]) -> None:
+        """Under the submit lock: queue a submission that only signals (for work skipped since a wait failed)."""
+        self._queue_host_call(_nothing, (), signals)
 
     def _queued_work(self) -> Iterable[tuple[tuple, tuple]]:
         """(waits, signals) of the queued, unfinished work that waits or signals, in queue order: fail_signals

@@ -23,14 +23,17 @@ MAX_VALUE = (1 << 64) - 1
 class Semaphore:
     """A timeline semaphore of one device. `promised` is the highest value a submitted queue operation
     will signal (the device notes it): a later queue signal must exceed it, so queued signals never go
-    backwards. `failure`: the error of the work that failed it, or None."""
+    backwards. `failure`: the error of the work that failed it, or None. `internal`: one of hal's own timelines
+    (host calls' gates, queue_read's), which never fails: the work a failure reaches fails through its own
+    signals."""
 
-    __slots__ = ("device", "promised", "failure", "__weakref__")
+    __slots__ = ("device", "promised", "failure", "internal", "__weakref__")
 
     def __init__(self, device: Device) -> None:
         self.device = device
         self.promised = 0
         self.failure: BaseException | None = None
+        self.internal = False
 
     def query(self) -> int:
         """The current value (raises the failure if the semaphore failed)."""
@@ -63,6 +66,8 @@ class Semaphore:
 
     def fail(self, error: BaseException) -> None:
         """Mark the semaphore failed by `error` (the first failure stays) and wake its waiters."""
+        if self.internal:
+            return
         if self.failure is None:
             self.failure = error
         self._wake()

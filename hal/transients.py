@@ -57,12 +57,12 @@ class Transient(Buffer):
 class TransientPlan:
     """Where each transient lives in the arena: `offsets[t]` for transient t (cb.alloca order), `sizes`, `peak`
     (the arena's bytes), `total` (the sum of the sizes: what no sharing would take), `arena` (the device buffer,
-    None when peak is 0)."""
+    None when peak is 0), `moved` (what hal.commands.restore needs to point the commands back at the transients)."""
 
-    __slots__ = ("offsets", "sizes", "peak", "total", "arena")
+    __slots__ = ("offsets", "sizes", "peak", "total", "arena", "moved")
 
-    def __init__(self, offsets: list[int], sizes: list[int], arena: Buffer | None) -> None:
-        self.offsets, self.sizes, self.arena = offsets, sizes, arena
+    def __init__(self, offsets: list[int], sizes: list[int], arena: Buffer | None, moved: list) -> None:
+        self.offsets, self.sizes, self.arena, self.moved = offsets, sizes, arena, moved
         self.peak = max((o + s for o, s in zip(offsets, sizes)), default=0)
         self.total = sum(sizes)
 
@@ -143,6 +143,5 @@ def plan_transients(program: Program, transients: list[Transient], device: Any, 
     offsets = place(sizes, live_with, lifetimes, alignment, search)
     peak = max((o + s for o, s in zip(offsets, sizes)), default=0)
     arena = device.allocate(peak) if peak else None
-    if arena is not None:
-        rebase(program.commands, {id(t): (arena, offset) for t, offset in zip(transients, offsets)})
-    return TransientPlan(offsets, sizes, arena)
+    moved = [] if arena is None else rebase(program.commands, {id(t): (arena, o) for t, o in zip(transients, offsets)})
+    return TransientPlan(offsets, sizes, arena, moved)

@@ -400,9 +400,9 @@ class CudaDevice(Device):
             self.check_lost()
         self._replace_token()  # no resubmission slips between the parts below
         self.activate()
-        with self._staging_lock:
-            if self._gate is None:
-                self._gate = CudaSemaphore(self, 0)
+        if self._gate is None:  # (under the submit lock, like every host call)
+            self._gate = CudaSemaphore(self, 0)
+            self._gate.internal = True
         gate = self._gate
         self._gates += 1
         opened = self._gates
@@ -431,6 +431,16 @@ class CudaDevice(Device):
             gate.host_write(opened)
 
         self.host_calls.put(HostCall(fn, waits, signals, reached=wait_reached, release=open_gate))
+
+    def _queue_signals(self, signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
+        self._replace_token()
+        self.activate()
+        self._submitted += 1
+        for sem, value in signals:
+            call(driver.cuStreamWriteValue64, self.stream, sem.device_address, value, 0)
+        call(driver.cuStreamWriteValue64, self.stream, self._marks[1], self._submitted, 0)
+        with self._lock:
+            self._pending.append((self._submitted, (), signals))
 
     def _queued_work(self) -> list[tuple[tuple, tuple]]:
         return [(waits, signals) for _, waits, signals in self._unfinished()]
@@ -493,10 +503,12 @@ class CudaDevice(Device):
         """The first unfinished submission with a wait that neither the current values nor the signals
         of the submissions before it reach can only run after a host signal; without another thread,
         waiting would never end."""
-        if any(t is not threading.current_thread() for t in threading.enumerate()):
-            return  # another thread may signal
+        if any(t is not threading.current_thread() and t is not self.host_calls.thread
+               for t in threading.enumerate()):
+            return  # another thread may signal (not the host calls' thread: it waits for the queue itself)
         for sem, value in waits_for_the_host(unfinished, lambda s: s.value):
-            raise queue_deadlock(value, sem.value)
+            if not sem.internal:  # a host call's gate opens once the calls' own waits are met
+                raise queue_deadlock(value, sem.value)
 
     def _synchronize(self) -> None:
         self.activate()

@@ -29,7 +29,7 @@ from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.recording import CommandPools, Recording
 from backends.vulkan.regions import QueueDriver, run_steps
-from backends.vulkan.semaphore import GateSemaphore, VulkanSemaphore, create_timeline, destroy_timeline
+from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
@@ -94,6 +94,7 @@ class VulkanDevice(Device):
         self._lock = threading.Lock()  # object counts, the pending list
         self._queue_lock = threading.Lock()  # keeps the pending list in submission order
         self._host_access = threading.Lock()  # the staging buffer and its transfer command buffer
+        self._recordings_lock = threading.Lock()  # the device's own small VkCommandBuffers, made on first use
         self._objects: collections.Counter[str] = collections.Counter()
         # While the QueueDriver has jobs (regions), the submissions they will make are unknown: a release is then
         # marked with the driver itself, finished once it fell idle and the GPU reached its last submission.
@@ -162,7 +163,7 @@ class VulkanDevice(Device):
         self._transfer: Recording | None = None
         self._faults: HostVisibleBuffer | None = None
         self._host_read: Recording | None = None
-        self._gates: tuple[GateSemaphore, GateSemaphore] | None = None  # host calls' reached and opened timelines
+        self._gates: tuple[VulkanSemaphore, VulkanSemaphore] | None = None  # host calls' reached, opened timelines
         self._host_calls_queued = 0
 
     @staticmethod
@@ -220,14 +221,14 @@ class VulkanDevice(Device):
 
     def empty_recording(self) -> Recording:
         """An empty VkCommandBuffer, for a submission that only waits and signals."""
-        with self._host_access:
+        with self._recordings_lock:
             if self._empty is None:
                 self._empty = self._reusable_recording(lambda handle: None)
             return self._empty
 
     def _host_read_recording(self) -> Recording:
         """A VkCommandBuffer of one barrier that makes all earlier writes visible to the host (a host call's)."""
-        with self._host_access:
+        with self._recordings_lock:  # not _host_access, which a staging copy holds while it waits for the queue
             if self._host_read is None:
                 barrier = ffi.new("VkMemoryBarrier*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                                                        "srcAccessMask": vk.VK_ACCESS_MEMORY_WRITE_BIT,
@@ -278,12 +279,13 @@ class VulkanDevice(Device):
         which only the host signals, after fn, and signals. Two timelines, so that the queue and the host never
         signal the same one (close() may signal a stuck gate open while the queue has yet to reach it)."""
         self.check_lost()
-        with self._host_access:
-            if self._gates is None:
-                self._gates = (GateSemaphore(self, 0), GateSemaphore(self, 0))
-            reached, opened = self._gates
-            self._host_calls_queued += 1
-            n = self._host_calls_queued
+        if self._gates is None:  # (under the submit lock, like every host call)
+            self._gates = (VulkanSemaphore(self, 0), VulkanSemaphore(self, 0))
+            for gate in self._gates:
+                gate.internal = True
+        reached, opened = self._gates
+        self._host_calls_queued += 1
+        n = self._host_calls_queued
 
         def submit() -> None:
             self._submit(self._host_read_recording().handle, waits, ((reached, n),))
@@ -298,7 +300,20 @@ class VulkanDevice(Device):
         self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: reached.wait(n),
                                      release=lambda: self._open_gate(opened, n)))
 
-    def _open_gate(self, gate: GateSemaphore, value: int) -> None:
+    def _queue_signals(self, signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
+        self.check_lost()
+
+        def submit() -> None:
+            self._submit(self.empty_recording().handle, (), signals)
+
+        with self._route_lock:
+            self._replace_token()
+            if self._driver.busy():
+                self._driver.put(submit, (), signals)
+            else:
+                submit()
+
+    def _open_gate(self, gate: VulkanSemaphore, value: int) -> None:
         """Signal the gate from the host as such: not a user's signal, so not checked against queued ones."""
         info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
                                                   "semaphore": gate.handle, "value": value})
@@ -386,9 +401,10 @@ class VulkanDevice(Device):
         head = next((p for p in list(self._pending) if p[0] == done + 1), None)
         if head is None:
             return
-        unmet = [(s, v) for s, v in head[1] if self._value(s.handle) < v]
+        # A host call's gate opens once the call's own waits are met; its thread waits for the queue itself.
+        unmet = [(s, v) for s, v in head[1] if not s.internal and self._value(s.handle) < v]
         me = threading.current_thread()
-        if not unmet or any(t is not me for t in threading.enumerate()):
+        if not unmet or any(t is not me and t is not self.host_calls.thread for t in threading.enumerate()):
             return  # another thread may signal
         sem, value = unmet[0]
         raise queue_deadlock(value, self._value(sem.handle))
@@ -412,12 +428,13 @@ class VulkanDevice(Device):
     def _refuse_driver_deadlock(self) -> None:
         """While waiting for the QueueDriver: if one of its jobs waits for a value only the host can signal and
         no thread but this one and the driver's exists to do it, waiting would never end; say so instead."""
-        me, driver = threading.current_thread(), self._driver.thread
-        if any(t is not me and t is not driver for t in threading.enumerate()):
+        me, driver, calls = threading.current_thread(), self._driver.thread, self.host_calls.thread
+        if any(t is not me and t is not driver and t is not calls for t in threading.enumerate()):
             return
         for sem, value in waits_for_the_host(list(self._pending) + self._driver.entries(),
                                              lambda s: self._value(s.handle)):
-            raise queue_deadlock(value, self._value(sem.handle))
+            if not sem.internal:  # (see _refuse_certain_deadlock)
+                raise queue_deadlock(value, self._value(sem.handle))
 
     def check_lost(self) -> None:
         if self._lost is not None:

@@ -79,12 +79,3 @@ class VulkanSemaphore(Semaphore):
                                                   "semaphore": self.handle, "value": value})
         check(self.device.fn.vkSignalSemaphore(self.device.handle, info), "vkSignalSemaphore")
 
-
-class GateSemaphore(VulkanSemaphore):
-    """The timeline of hal.host_call's gates: the queue's own, so it never fails (the work a failure reaches fails
-    through its own signals)."""
-
-    __slots__ = ()
-
-    def fail(self, error: BaseException) -> None:
-        pass

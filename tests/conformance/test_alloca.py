@@ -127,3 +127,18 @@ def test_reset_and_one_shot_give_the_arena_back(dev, exe):
     assert arena.released  # after its one run
     dev.synchronize()
     assert dev.memory_stats()["used_bytes"] <= before  # (CUDA may free more: buffers of earlier tests)
+
+
+def test_a_transient_bound_into_a_nested_command_buffer(dev, exe):
+    piece = dev.create_command_buffer(mode="reusable", binding_capacity=1)
+    with piece:
+        piece.fill_buffer(hal.slot(0), np.uint32(5))
+    target = dev.allocate(4 * N)
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        t = cb.alloca(4 * N)
+        cb.execute_commands(piece, (t,))
+        cb.execution_barrier()
+        cb.copy_buffer(t, target)
+    dev.queue_execute(cb)
+    np.testing.assert_array_equal(target.read(np.uint32), np.full(N, 5, np.uint32))

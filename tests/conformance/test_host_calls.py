@@ -198,3 +198,74 @@ def test_close_ends_calls_the_queue_never_reached(dev):
 
 def _raise():
     raise RuntimeError("no data")
+
+
+def test_a_failed_read_leaves_later_reads_alone(dev):
+    source = dev.upload(np.arange(16, dtype=np.uint32))
+    failed, first, second = dev.create_semaphore(0), dev.create_semaphore(0), dev.create_semaphore(0)
+    release = threading.Event()
+
+    def boom():
+        release.wait(TIMEOUT_S)
+        raise ValueError("boom")
+
+    dev.queue_host_call(boom, signal=[(failed, 1)])
+    out1, out2 = np.zeros(16, np.uint32), np.zeros(16, np.uint32)
+    dev.queue_read(source, out1, wait=[(failed, 1)], signal=[(first, 1)])
+    dev.queue_read(source, out2, signal=[(second, 1)])  # waits for nothing that failed
+    release.set()
+    with pytest.raises(hal.DeviceError, match="boom"):
+        first.wait(1, timeout=TIMEOUT_S)
+    second.wait(1, timeout=TIMEOUT_S)
+    np.testing.assert_array_equal(out2, np.arange(16))
+    assert not out1.any()
+    with pytest.raises(hal.DeviceError):
+        dev.synchronize()
+
+
+def test_work_queued_before_a_skipped_submission_still_gets_its_values(dev):
+    """A submission skipped for a failed wait still signals its values in queue order (its semaphores stay
+    failed), so work queued after it that waits on them is not stuck."""
+    failed, skipped_signal, after = dev.create_semaphore(0), dev.create_semaphore(0), dev.create_semaphore(0)
+    dev.queue_host_call(_raise, signal=[(failed, 1)])
+    with pytest.raises(hal.DeviceError):
+        failed.wait(1, timeout=TIMEOUT_S)
+    target = dev.allocate(64)
+    dev.queue_fill(target, np.uint32(1), wait=[(failed, 1)], signal=[(skipped_signal, 1)])  # skipped
+    dev.queue_host_call(lambda: None, signal=[(after, 1)])
+    after.wait(1, timeout=TIMEOUT_S)
+    with pytest.raises(hal.DeviceError):
+        skipped_signal.wait(1, timeout=TIMEOUT_S)
+    with pytest.raises(hal.DeviceError):
+        dev.synchronize()
+
+
+def test_semaphore_lists_may_be_iterators(dev):
+    gate, done = dev.create_semaphore(0), dev.create_semaphore(0)
+    source = dev.upload(np.arange(16, dtype=np.uint32))
+    out = np.zeros(16, np.uint32)
+    dev.queue_read(source, out, wait=iter([(gate, 1)]), signal=iter([(done, 1)]))
+    transient = dev.queue_alloca(64, wait=(p for p in [(gate, 1)]), signal=iter([(done, 2)]))
+    dev.queue_dealloca(transient, signal=iter([(done, 3)]))
+    time.sleep(0.05)
+    assert not out.any() and done.query() == 0  # the wait held the copy
+    gate.signal(1)
+    done.wait(3, timeout=TIMEOUT_S)
+    np.testing.assert_array_equal(out, np.arange(16))
+
+
+def test_a_call_queuing_a_call_while_the_host_reads(dev):
+    """fn1 queues fn2, which queues fn3, while another thread reads a buffer (its copy waits behind them)."""
+    source, log, done = dev.upload(np.arange(16, dtype=np.uint32)), [], []
+
+    def fn2():
+        time.sleep(0.2)
+        dev.queue_host_call(lambda: log.append("fn3"))
+
+    dev.queue_host_call(lambda: (time.sleep(0.1), dev.queue_host_call(fn2)))
+    reader = threading.Thread(target=lambda: done.append(source.read(np.uint32)), daemon=True)
+    reader.start()
+    reader.join(TIMEOUT_S)
+    assert done and not reader.is_alive()
+    dev.synchronize()
+    assert log == ["fn3"]

@@ -74,3 +74,29 @@ def test_alignment_of_every_transient():
                 cb.fill_buffer(r, np.uint8(1))
         assert all(offset % 64 == 0 for offset in cb.program.transients.offsets)
         assert cb.transient_bytes == 128 + 64 + 4  # largest first: 100 at 0, 8 at 128, 4 at 192
+
+
+def test_a_failed_end_places_the_transients_anew(monkeypatch):
+    from backends.host.command_buffer import HostEmitter
+
+    with hal.create_device("host") as dev:
+        source, target = dev.upload(np.arange(16, dtype=np.uint32)), dev.allocate(64)
+        cb = dev.create_command_buffer(mode="reusable")
+        cb.begin()
+        first = cb.alloca(64)
+        cb.copy_buffer(source, first)
+        emit = HostEmitter.end
+        monkeypatch.setattr(HostEmitter, "end", lambda self, program: (_ for _ in ()).throw(
+            hal.UnsupportedError("emit failed")))
+        with pytest.raises(hal.UnsupportedError, match="emit failed"):
+            cb.end()
+        monkeypatch.setattr(HostEmitter, "end", emit)
+        second = cb.alloca(64)  # recorded after the failed end(): placed too
+        cb.execution_barrier()
+        cb.copy_buffer(first, second)
+        cb.execution_barrier()
+        cb.copy_buffer(second, target)
+        cb.end()
+        assert cb.transient_bytes == 128 and len(cb.program.transients.offsets) == 2
+        dev.queue_execute(cb)
+        np.testing.assert_array_equal(target.read(np.uint32), np.arange(16))
