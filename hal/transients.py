@@ -63,7 +63,7 @@ class TransientPlan:
 
     def __init__(self, offsets: list[int], sizes: list[int], arena: Buffer | None, moved: list) -> None:
         self.offsets, self.sizes, self.arena, self.moved = offsets, sizes, arena, moved
-        self.peak = max((o + s for o, s in zip(offsets, sizes)), default=0)
+        self.peak = peak_of(offsets, sizes)
         self.total = sum(sizes)
 
     def __repr__(self) -> str:
@@ -113,10 +113,15 @@ def place(sizes: list[int], live_with: list[list[int]], lifetimes: list[int], al
         noise = [1.0] * count if attempt < 2 else [rng.uniform(0.5, 1.5) for _ in range(count)]
         order = sorted(range(count), key=lambda k: (-weight[k] * noise[k], k))
         offsets = first_fit(sizes, live_with, order, alignment)
-        peak = max((o + s for o, s in zip(offsets, sizes)), default=0)
+        peak = peak_of(offsets, sizes)
         if best is None or peak < best[0]:
             best = peak, offsets
     return best[1] if best is not None else []
+
+
+def peak_of(offsets: list[int], sizes: list[int]) -> int:
+    """The bytes an arena needs for transients at these offsets."""
+    return max((o + s for o, s in zip(offsets, sizes)), default=0)
 
 
 def first_fit(sizes: list[int], live_with: list[list[int]], order: list[int], alignment: int) -> list[int]:
@@ -141,7 +146,7 @@ def plan_transients(program: Program, transients: list[Transient], device: Any, 
     sizes = [t.size for t in transients]
     live_with, lifetimes = conflicts(program, transients)
     offsets = place(sizes, live_with, lifetimes, alignment, search)
-    peak = max((o + s for o, s in zip(offsets, sizes)), default=0)
+    peak = peak_of(offsets, sizes)
     arena = device.allocate(peak) if peak else None
     moved = [] if arena is None else rebase(program.commands, {id(t): (arena, o) for t, o in zip(transients, offsets)})
     return TransientPlan(offsets, sizes, arena, moved)

@@ -366,22 +366,14 @@ class CudaDevice(Device):
             # may hold the GIL in a launch queued behind a wait only the host can end: none until it has run.
             self._replace_token()
         self.activate()
-        for sem, value in waits:
-            call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
-                 driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        self._stream_waits(waits)
         emitter = command_buffer.emitter
         try:
             emitter.submit(table, constants)
         except DeviceLostError as e:
             self.raise_failure(e)
         if waits or signals:
-            self._submitted += 1
-            stream = self.stream
-            for sem, value in signals:
-                call(driver.cuStreamWriteValue64, stream, sem.device_address, value, 0)
-            call(driver.cuStreamWriteValue64, stream, self._marks[1], self._submitted, 0)
-            with self._lock:
-                self._pending.append((self._submitted, waits, signals))
+            self._end_submission(waits, signals, signals)
         if self.lifetime.pending:
             with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
                 self.lifetime.collect()
@@ -406,18 +398,11 @@ class CudaDevice(Device):
         gate = self._gate
         self._gates += 1
         opened = self._gates
-        stream = self.stream
-        for sem, value in waits:
-            call(driver.cuStreamWaitValue64, stream, sem.device_address, value,
-                 driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        self._stream_waits(waits)
         reached = threading.Event()
         launch_host_call_notice(self.stream_handle, reached)
-        call(driver.cuStreamWaitValue64, stream, gate.device_address, opened,
-             driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
-        self._submitted += 1
-        call(driver.cuStreamWriteValue64, stream, self._marks[1], self._submitted, 0)
-        with self._lock:
-            self._pending.append((self._submitted, waits + ((gate, opened),), signals))
+        self._stream_waits(((gate, opened),))
+        self._end_submission(waits + ((gate, opened),), signals, ())  # the thread writes the signals
 
         def wait_reached() -> None:
             while not reached.wait(POLL_S * 50):
@@ -435,12 +420,23 @@ class CudaDevice(Device):
     def _queue_signals(self, signals: tuple[tuple[CudaSemaphore, int], ...]) -> None:
         self._replace_token()
         self.activate()
+        self._end_submission((), signals, signals)
+
+    def _stream_waits(self, waits: tuple[tuple[CudaSemaphore, int], ...]) -> None:
+        """The stream waits for each semaphore to reach its value."""
+        for sem, value in waits:
+            call(driver.cuStreamWaitValue64, self.stream, sem.device_address, value,
+                 driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+
+    def _end_submission(self, waits: tuple, signals: tuple, written: tuple) -> None:
+        """Close a submission that waits or signals: the stream writes the `written` signals and the next mark;
+        until the mark is written, the submission is pending with its `waits` and `signals`."""
         self._submitted += 1
-        for sem, value in signals:
+        for sem, value in written:
             call(driver.cuStreamWriteValue64, self.stream, sem.device_address, value, 0)
         call(driver.cuStreamWriteValue64, self.stream, self._marks[1], self._submitted, 0)
         with self._lock:
-            self._pending.append((self._submitted, (), signals))
+            self._pending.append((self._submitted, waits, signals))
 
     def _queued_work(self) -> list[tuple[tuple, tuple]]:
         return [(waits, signals) for _, waits, signals in self._unfinished()]

@@ -291,33 +291,22 @@ class VulkanDevice(Device):
             self._submit(self._host_read_recording().handle, waits, ((reached, n),))
             self._submit(self.empty_recording().handle, ((opened, n),), signals)
 
+        self._submit_in_order(submit, waits, signals)
+        self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: reached.wait(n),
+                                     release=lambda: opened.host_signal(n)))
+
+    def _queue_signals(self, signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
+        self.check_lost()
+        self._submit_in_order(lambda: self._submit(self.empty_recording().handle, (), signals), (), signals)
+
+    def _submit_in_order(self, submit: Callable[[], None], waits: tuple, signals: tuple) -> None:
+        """Make the submissions of `submit` now, or on the QueueDriver while it has jobs (queue order)."""
         with self._route_lock:
             self._replace_token()
             if self._driver.busy():
                 self._driver.put(submit, waits, signals)
             else:
                 submit()
-        self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: reached.wait(n),
-                                     release=lambda: self._open_gate(opened, n)))
-
-    def _queue_signals(self, signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
-        self.check_lost()
-
-        def submit() -> None:
-            self._submit(self.empty_recording().handle, (), signals)
-
-        with self._route_lock:
-            self._replace_token()
-            if self._driver.busy():
-                self._driver.put(submit, (), signals)
-            else:
-                submit()
-
-    def _open_gate(self, gate: VulkanSemaphore, value: int) -> None:
-        """Signal the gate from the host as such: not a user's signal, so not checked against queued ones."""
-        info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
-                                                  "semaphore": gate.handle, "value": value})
-        check(self.fn.vkSignalSemaphore(self.handle, info), "vkSignalSemaphore")
 
     def _queued_work(self) -> list[tuple[tuple, tuple]]:
         self._completed()  # drops what finished
@@ -524,7 +513,5 @@ class VulkanDevice(Device):
                 return MAX_TIMELINE_VALUE
 
         for sem, value in waits_for_the_host(list(self._pending) + self._driver.entries(), current):
-            info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
-                                                      "semaphore": sem.handle, "value": value})
             with contextlib.suppress(Exception):
-                self.fn.vkSignalSemaphore(self.handle, info)
+                sem.host_signal(value)

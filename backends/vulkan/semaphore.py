@@ -75,6 +75,10 @@ class VulkanSemaphore(Semaphore):
             self.device.check_timeline_step(self, value)
         check_host_signal(value, current, self.device.pending_signal(self),
                           "Vulkan needs every signal above the value before it, so ")
+        self.host_signal(value)
+
+    def host_signal(self, value: int) -> None:
+        """vkSignalSemaphore, unchecked: for the device's own signals (a host call's gate, a stuck queue at close)."""
         info = ffi.new("VkSemaphoreSignalInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO,
                                                   "semaphore": self.handle, "value": value})
         check(self.device.fn.vkSignalSemaphore(self.device.handle, info), "vkSignalSemaphore")
