@@ -9,13 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def wall_us(dev, cb, submissions: int) -> float:
-    """Wall µs per submission of `cb` queued `submissions` times back to back on `dev`, to the end of the last
-    (the device idle before)."""
+def wall_us(dev, cb, submissions: int, binding_table: tuple = ()) -> float:
+    """Wall µs per submission of `cb` (with `binding_table`) queued `submissions` times back to back on `dev`, to
+    the end of the last (the device idle before)."""
     dev.synchronize()
     t0 = time.perf_counter()
     for _ in range(submissions):
-        dev.queue_execute(cb)
+        dev.queue_execute(cb, binding_table=binding_table)
     dev.synchronize()
     return (time.perf_counter() - t0) / submissions * 1e6
 

@@ -34,6 +34,7 @@ cdef class CommandBuffer:
     cdef list indirect_commands  # the indices of the dispatch_indirect commands
     cdef list region_commands  # the indices of the regions
     cdef list collective_commands  # the indices of the collectives
+    cdef list nested_commands  # per execute_commands, the (start, stop) of the commands it recorded
     cdef list levels  # per open region, the enclosing level's recording state
     cdef list transients  # alloca's: hal.transients.Transient (single_pass: device buffers of their own)
     cdef object transient_plan  # hal.transients.TransientPlan, once end() placed them

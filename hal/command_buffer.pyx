@@ -112,6 +112,7 @@ cdef class CommandBuffer:
         self.indirect_commands = []
         self.region_commands = []
         self.collective_commands = []
+        self.nested_commands = []
         self.levels = []  # per open region, the enclosing level's recording state (see _open_region)
         self.uses_slot = False
         self.direct_buffers = None  # bound without a slot, when first needed
@@ -184,7 +185,8 @@ cdef class CommandBuffer:
             self.constants_needed = max(constant_users, default=-1) + 1
             self.recorded = self.planner.finish(commands, slot_users, self.slots_needed, constant_users,
                                                 self.constants_needed, tuple(self.indirect_commands),
-                                                tuple(self.region_commands), tuple(self.collective_commands))
+                                                tuple(self.region_commands), tuple(self.collective_commands),
+                                                tuple(self.nested_commands))
             if self.transients and not self.single_pass:
                 self.transient_plan = plan_transients(self.recorded, self.transients, self.device,
                                                       max(self.storage_alignment, TRANSIENT_ALIGNMENT),
@@ -589,7 +591,10 @@ cdef class CommandBuffer:
         except ValidationError as e:
             raise ValidationError(f"execute_commands: in the nested command buffer, {e}") from None
         self.execution_barrier()
+        start = self.count
         replay(self, commands, table)
+        if self.count > start:
+            self.nested_commands.append((start, self.count))
         self.execution_barrier()
 
     # Regions.
@@ -633,11 +638,13 @@ cdef class CommandBuffer:
             self.not_recording("while_nonzero" if loop else "if_nonzero")
         self.execution_barrier()
         self.levels.append((self.head, self.tail, self.count, self.barriers, self.races, self.slot_commands,
-                            self.constant_commands, self.indirect_commands, self.region_commands, loop, condition))
+                            self.constant_commands, self.indirect_commands, self.region_commands, self.nested_commands,
+                            loop, condition))
         self.head = self.tail = new_segment(0)
         self.count = self.barriers = 0
         self.races = RaceDetector()
         self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands = [], [], [], []
+        self.nested_commands = []
         return len(self.levels)
 
     def _close_region(self, bint keep) -> None:
@@ -647,10 +654,11 @@ cdef class CommandBuffer:
             raise ValidationError("no region is open here (the command buffer was reset or ended inside it)")
         cdef list segments = [seg.commands for seg in self.segments() if seg.commands]
         cdef tuple commands = tuple([c for seg in segments for c in seg])
-        body_slots, body_constants, body_indirect, body_regions = (self.slot_commands, self.constant_commands,
-                                                                   self.indirect_commands, self.region_commands)
+        body_slots, body_constants, body_indirect, body_regions, body_nested = (
+            self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands,
+            self.nested_commands)
         (self.head, self.tail, self.count, self.barriers, self.races, self.slot_commands, self.constant_commands,
-         self.indirect_commands, self.region_commands, loop, condition) = self.levels.pop()
+         self.indirect_commands, self.region_commands, self.nested_commands, loop, condition) = self.levels.pop()
         what = "while_nonzero" if loop else "if_nonzero"
         if not keep:
             return
@@ -661,7 +669,8 @@ cdef class CommandBuffer:
         planner.plan(segments)
         slot_users, constant_users = _users(body_slots, body_constants)
         body = planner.finish(commands, slot_users, max(slot_users, default=-1) + 1, constant_users,
-                              max(constant_users, default=-1) + 1, tuple(body_indirect), tuple(body_regions))
+                              max(constant_users, default=-1) + 1, tuple(body_indirect), tuple(body_regions), (),
+                              tuple(body_nested))
         accessed = {(condition, False): None}
         for c in commands:
             refs, writes = refs_and_writes(c)

@@ -12,6 +12,7 @@ cdef class Program:
     cdef readonly tuple indirect  # the dispatch_indirect commands' indices
     cdef readonly tuple regions  # the regions' indices (hal.commands.Region, each with its body's Program)
     cdef readonly tuple collectives  # the collectives' indices (hal.commands.Collective)
+    cdef readonly tuple nested  # per execute_commands at this level, its commands' index range (start, stop)
     cdef readonly object transients  # hal.transients.TransientPlan, set by the command buffer's end()
     cdef readonly bint frozen
 
@@ -39,4 +40,4 @@ cdef class Program:
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds)
     cdef void add_node(self, Py_ssize_t command, vector[Py_ssize_t]& deps)
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-                     Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives)
+                     Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives, tuple nested)

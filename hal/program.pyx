@@ -13,7 +13,9 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
 - `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
 - `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard;
 - `regions`: the while_nonzero / if_nonzero regions, each one command (hal.commands.Region) whose body is a
-  Program of its own; `collectives`: the collective commands (hal.commands.Collective); `transients`: the
+  Program of its own; `collectives`: the collective commands (hal.commands.Collective); `nested`: per
+  cb.execute_commands recorded at this level, the range (start, stop) of the commands it recorded, which sit
+  between two execution barriers (a backend may run them as one unit, CUDA as a child graph); `transients`: the
   transient-memory plan (hal.transients.TransientPlan; None without cb.alloca), whose arena the commands'
   references already point into.
 
@@ -42,6 +44,7 @@ cdef class Program:
         self.indirect = ()
         self.regions = ()
         self.collectives = ()
+        self.nested = ()
         self.transients = None
         self.frozen = False
         self.group_start.push_back(0)
@@ -68,7 +71,7 @@ cdef class Program:
         self.node_command.push_back(command)
 
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-                     Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives):
+                     Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives, tuple nested):
         self.commands = commands
         self.slot_users = slot_users
         self.slots_needed = slots_needed
@@ -77,6 +80,7 @@ cdef class Program:
         self.indirect = indirect
         self.regions = regions
         self.collectives = collectives
+        self.nested = nested
         self.frozen = True
 
     # The DAG.

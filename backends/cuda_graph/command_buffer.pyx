@@ -27,6 +27,11 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
 - Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
   new table captures the work of a collective whose buffers moved again and sets it on the exec's node
   (cuGraphExecChildGraphNodeSetParams); never instantiated again.
+- Nested command buffers (cb.execute_commands): the commands one call recorded (Program.nested) become one child
+  graph node, built from their layout nodes; a new table or new constant values set the changed nodes of hal's copy
+  of the child graph, then the exec's child node once (cuGraphExecChildGraphNodeSetParams); never instantiated
+  again. A nested block holding a region, a dispatch_indirect or a collective is emitted inline instead, and so are
+  those recorded inside a region or by a single_pass command buffer building as it records.
 - The resubmission of an unchanged command buffer is CudaDevice.queue_execute, compiled here: one
   cuGraphLaunch after a few identity checks.
 """
@@ -241,6 +246,14 @@ cdef Node _setter_node(CUfunction function, list words):
     return node
 
 
+cdef inline void _add_once(vector[CUgraphNode]& nodes, CUgraphNode node):
+    """Append `node` unless it is there (the driver refuses a dependency given twice)."""
+    for n in nodes:
+        if n == node:
+            return
+    nodes.push_back(node)
+
+
 cdef tuple _words(tuple constants, Py_ssize_t n):
     """The words of the first n constant slot values: what a patch compares."""
     return tuple([checked_word(constants[i]) for i in range(n)])
@@ -294,6 +307,13 @@ cdef class CudaEmitter:
     cdef dict setters  # dispatch_indirect command -> its setter's Node, and its node (in `graph`)
     cdef CUgraphNode last_static  # the latest static setter of the graph being built (NULL: none yet)
     cdef dict conditions  # region command -> the node setting its condition (top level)
+    # Nested command buffers emitted as child graphs ("blocks"), of the graph being built (see find_blocks).
+    cdef vector[Py_ssize_t] block_of  # per layout node: its block (-1: the command buffer's own graph)
+    cdef vector[CUgraph] blocks  # per block: hal's copy of its child graph, whose nodes `nodes` holds
+    cdef list block_finalizers
+    cdef vector[CUgraphNode] block_nodes  # per block: its child graph node in `graph`
+    cdef vector[CUgraphNode] exec_block_nodes  # those of the graph the exec was instantiated from
+    cdef vector[char] block_changed  # patch(): per block, whether a node of its child graph was set
     cdef bint exec_no_update  # the exec has device-updatable or conditional nodes: never cuGraphExecUpdate it
     cdef bint upload  # the host patched a device-updatable node: upload the exec before its next launch
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
@@ -345,6 +365,13 @@ cdef class CudaEmitter:
         self.conditions = {}
         self.last_static = NULL
         self.looked_at.clear()
+        for finalizer in self.block_finalizers or ():
+            finalizer()
+        self.block_finalizers = []
+        self.block_of.clear()
+        self.blocks.clear()
+        self.block_nodes.clear()
+        self.block_changed.clear()
 
     def release_graphs(self) -> None:
         """Free the graph and the exec now, for a communicator whose work they captured is closing: NCCL's
@@ -427,6 +454,7 @@ cdef class CudaEmitter:
         self.exec = NULL
         self.exec_finalizer = self.exec_graph_finalizer = None
         self.exec_nodes.clear()
+        self.exec_block_nodes.clear()
 
     cdef void drop_graph(self) except *:
         """Free the recording's graph, unless the exec was instantiated from it (then it goes with the exec)."""
@@ -452,14 +480,33 @@ cdef class CudaEmitter:
         cdef Node params, scratch = Node.__new__(Node)
         cdef Kernel kernel
         cdef bint keep = top and self.at_submit
+        cdef bint blocks = top and self.block_of.size() > 0
+        cdef Py_ssize_t block, dep_block, open_block = -1
+        cdef CUgraph target = graph
+        cdef CUgraphNode dep
+        cdef vector[CUgraphNode] outside  # the open block's dependencies outside it
         kernel.executable = NULL
         for k in range(start, stop):
+            block = self.block_of[k] if blocks else -1
+            if block != open_block:  # blocks are runs of layout nodes (see find_blocks)
+                if open_block >= 0:
+                    self.add_block(graph, open_block, outside)
+                open_block = block
+                outside.clear()
+                target = graph if block < 0 else self.blocks[block]
             deps.clear()
             for d in range(program.dep_start[k], program.dep_start[k + 1]):
-                deps.push_back(nodes[program.node_deps[d]])
+                dep = nodes[program.node_deps[d]]
+                dep_block = self.block_of[program.node_deps[d]] if blocks else -1
+                if dep_block >= 0 and dep_block != block:  # in another block: that block's child graph node
+                    dep = self.block_nodes[dep_block]
+                if block >= 0 and dep_block != block:
+                    _add_once(outside, dep)
+                else:
+                    _add_once(deps, dep)
             command = program.node_command[k]
             if command < 0:
-                _check(cydriver.cuGraphAddEmptyNode(&node, graph, deps.data(), deps.size()), "cuGraphAddEmptyNode")
+                _check(cydriver.cuGraphAddEmptyNode(&node, target, deps.data(), deps.size()), "cuGraphAddEmptyNode")
                 nodes[k] = node
                 continue
             c = current if current is not None and current.index == command else program.commands[command]
@@ -475,19 +522,58 @@ cdef class CudaEmitter:
             # The driver copies the parameters: one Node serves every command, unless patches need them kept.
             params = _node(c, table, constants, self.staging, &kernel, None if keep else scratch)
             if params.kind == 1:
-                _check_at(cydriver.cuGraphAddKernelNode(&node, graph, deps.data(), deps.size(), &params.kernel),
+                _check_at(cydriver.cuGraphAddKernelNode(&node, target, deps.data(), deps.size(), &params.kernel),
                           "cuGraphAddKernelNode", command)
                 if (<Dispatch>c).parameters is not None:
                     self.add_setter(graph, <Dispatch>c, node, deps, table, top)
             elif params.kind == 2:
-                _check_at(cydriver.cuGraphAddMemsetNode(&node, graph, deps.data(), deps.size(), &params.memset,
+                _check_at(cydriver.cuGraphAddMemsetNode(&node, target, deps.data(), deps.size(), &params.memset,
                                                         self.context), "cuGraphAddMemsetNode", command)
             else:
-                _check_at(cydriver.cuGraphAddMemcpyNode(&node, graph, deps.data(), deps.size(), &params.memcpy,
+                _check_at(cydriver.cuGraphAddMemcpyNode(&node, target, deps.data(), deps.size(), &params.memcpy,
                                                         self.context), "cuGraphAddMemcpyNode", command)
             if keep:
                 self.given[command] = params
             nodes[k] = node
+        if open_block >= 0:
+            self.add_block(graph, open_block, outside)
+
+    cdef void find_blocks(self, Program program) except *:
+        """The nested command buffers' blocks of the graph about to be built: the layout nodes of each nested range
+        (Program.nested) of plain commands (fills, updates, copies, direct dispatches), each join node in the block of
+        the node after it (its first waiter: the planner puts a join just before it), so every block is one run of
+        layout nodes and nothing outside a block both follows and precedes it. Their child graphs are created empty."""
+        cdef Py_ssize_t n = program.node_command.size(), k, i, block = 0, follows = -1
+        cdef CUgraph child
+        self.block_of.assign(n, -1)
+        for start, stop in program.nested:
+            if any([type(c) is Region or type(c) is Collective or
+                    (type(c) is Dispatch and (<Dispatch>c).parameters is not None)
+                    for c in program.commands[start:stop]]):
+                continue  # inline: see the module docstring
+            for i in range(start, stop):
+                self.block_of[program.command_node[i]] = block
+            _check(cydriver.cuGraphCreate(&child, 0), "cuGraphCreate")
+            self.blocks.push_back(child)
+            self.block_finalizers.append(self.device.track(self, "graph", <uintptr_t>child))
+            block += 1
+        if block == 0:
+            self.block_of.clear()
+            return
+        for k in range(n - 1, -1, -1):
+            if program.node_command[k] >= 0:
+                follows = self.block_of[k]
+            else:
+                self.block_of[k] = follows
+        self.block_nodes.resize(block)
+        self.block_changed.assign(block, 0)
+
+    cdef void add_block(self, CUgraph graph, Py_ssize_t block, vector[CUgraphNode]& outside) except *:
+        """Add `block`'s child graph to `graph` as one node after `outside` (the driver copies the graph)."""
+        cdef CUgraphNode node
+        _check(cydriver.cuGraphAddChildGraphNode(&node, graph, outside.data(), outside.size(), self.blocks[block]),
+               "cuGraphAddChildGraphNode (a nested command buffer)")
+        self.block_nodes[block] = node
 
     cdef CUgraphNode add_region(self, CUgraph graph, Region r, vector[CUgraphNode]& deps, tuple table,
                                 tuple constants, bint top) except *:
@@ -635,6 +721,7 @@ cdef class CudaEmitter:
         try:
             if self.at_submit:
                 self.given = [None] * len(self.program.commands)
+            self.find_blocks(self.program)
             self.add_nodes(table, constants, 0, self.program.node_command.size())
             if self.at_submit:
                 self.table_seen = table[:self.program.slots_needed]
@@ -676,6 +763,7 @@ cdef class CudaEmitter:
             # cuGraphExecUpdate took a later graph's parameters: kept while the exec is.
             self.exec_graph_finalizer = self.graph_finalizer
             self.exec_nodes = self.nodes
+            self.exec_block_nodes = self.block_nodes
             self.exec_no_update = no_update
             self.instantiations += 1
         # No cuGraphUpload: the first launch uploads the exec, which brings the first result no later than an
@@ -857,6 +945,11 @@ cdef class CudaEmitter:
             self.set_node(index, <Node>self.given[index])
             if index in self.setters:
                 self.upload = True  # a device-updatable node set from the host
+        for i in range(self.block_changed.size()):
+            if self.block_changed[i]:
+                self.block_changed[i] = 0
+                _check(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, self.exec_block_nodes[i], self.blocks[i]),
+                       "cuGraphExecChildGraphNodeSetParams (a nested command buffer)")
         self.patched = self.touched.size() + self.collectives_set
         self.table_seen = table
         self.words_seen = words
@@ -879,8 +972,21 @@ cdef class CudaEmitter:
                                                               &setter.kernel), "cuGraphExecKernelNodeSetParams", index)
 
     cpdef set_node(self, Py_ssize_t index, Node params):
-        """Give command `index`'s node of the exec new parameters (the driver may refuse: DeviceError)."""
-        cdef CUgraphNode node = self.exec_nodes[self.program.command_node[index]]
+        """Give command `index`'s node of the exec new parameters (the driver may refuse: DeviceError); in a nested
+        block, its node of hal's copy of the child graph (the exec's child node is set after, once per block)."""
+        cdef Py_ssize_t k = self.program.command_node[index]
+        cdef CUgraphNode node
+        if self.block_of.size() and self.block_of[k] >= 0:
+            node = self.nodes[k]
+            if params.kind == 1:
+                _check_at(cydriver.cuGraphKernelNodeSetParams(node, &params.kernel), "cuGraphKernelNodeSetParams", index)
+            elif params.kind == 2:
+                _check_at(cydriver.cuGraphMemsetNodeSetParams(node, &params.memset), "cuGraphMemsetNodeSetParams", index)
+            else:
+                _check_at(cydriver.cuGraphMemcpyNodeSetParams(node, &params.memcpy), "cuGraphMemcpyNodeSetParams", index)
+            self.block_changed[self.block_of[k]] = 1
+            return
+        node = self.exec_nodes[k]
         if params.kind == 1:
             _check_at(cydriver.cuGraphExecKernelNodeSetParams(self.exec, node, &params.kernel),
                    "cuGraphExecKernelNodeSetParams", index)
@@ -895,9 +1001,10 @@ cdef class CudaEmitter:
     def emitted_graph(self) -> nx.DiGraph:
         """The CUDA graph as built, read back from the driver (cuGraphGetNodes, cuGraphGetEdges): nodes are
         command indices (a region's is its conditional node), ("join", node) for join nodes, ("indirect", command)
-        for a dispatch_indirect's setter and ("condition", command) for the node setting a region's condition, each
-        with its `type` (cuGraphNodeGetType, e.g.
-        CU_GRAPH_NODE_TYPE_KERNEL); edge u -> v: v waits for u."""
+        for a dispatch_indirect's setter, ("condition", command) for the node setting a region's condition and
+        ("nested", i) for the child graph node of the i-th nested block (its `body`: its child graph, read back the
+        same way), each with its `type` (cuGraphNodeGetType, e.g. CU_GRAPH_NODE_TYPE_KERNEL); edge u -> v: v waits
+        for u."""
         if self.graph == NULL:
             raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
                              "command buffers with slots or constant slots build at their first submit)")
@@ -906,16 +1013,26 @@ cdef class CudaEmitter:
                                               ("join", k)) for k in range(self.nodes.size())}
         name_of.update({node: ("indirect", index) for index, (_, node) in self.setters.items()})
         name_of.update({node: ("condition", index) for index, node in self.conditions.items()})
-        graph = driver.CUgraph(<uintptr_t>self.graph)
-        found, _ = call(driver.cuGraphGetNodes, graph, self.nodes.size() + len(self.setters) + len(self.conditions))
-        count = call(driver.cuGraphGetEdges, graph, 0)[-1]
-        result = call(driver.cuGraphGetEdges, graph, count)
-        emitted = nx.DiGraph()
-        for node in found:
-            emitted.add_node(name_of[int(node)], type=call(driver.cuGraphNodeGetType, node).name)
-        for u, v in zip(result[0][:count], result[1][:count]):
-            emitted.add_edge(name_of[int(u)], name_of[int(v)])
+        name_of.update({<uintptr_t>self.block_nodes[i]: ("nested", i) for i in range(self.block_nodes.size())})
+        emitted = _read_graph(<uintptr_t>self.graph, name_of)
+        for i in range(self.blocks.size()):
+            emitted.nodes[("nested", i)]["body"] = _read_graph(<uintptr_t>self.blocks[i], name_of)
         return emitted
+
+
+def _read_graph(uintptr_t handle, dict name_of) -> nx.DiGraph:
+    """The nodes (named by `name_of`, with their `type`) and edges of the CUDA graph `handle`."""
+    graph = driver.CUgraph(handle)
+    count = call(driver.cuGraphGetNodes, graph, 0)[-1]
+    found, _ = call(driver.cuGraphGetNodes, graph, count)
+    count = call(driver.cuGraphGetEdges, graph, 0)[-1]
+    result = call(driver.cuGraphGetEdges, graph, count)
+    emitted = nx.DiGraph()
+    for node in found:
+        emitted.add_node(name_of[int(node)], type=call(driver.cuGraphNodeGetType, node).name)
+    for u, v in zip(result[0][:count], result[1][:count]):
+        emitted.add_edge(name_of[int(u)], name_of[int(v)])
+    return emitted
 
 
 def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,

@@ -4,6 +4,7 @@ every dependency of the DAG, whatever the lane limit, strategy or dependency mod
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -150,3 +151,29 @@ def test_slot_users_name_the_commands_of_each_slot(host):
         cb.fill_buffer(host.allocate(16), b"\x01")
     assert cb.program.slot_users == {0: (0, 1), 2: (1,)}
     assert cb.program.slots_needed == 3
+
+
+def test_nested_names_the_commands_each_execute_commands_recorded(host):
+    exe = host.load_executable(kernels.SOURCE)
+    flag, out = host.allocate(4), host.allocate(64)
+    inner = host.create_command_buffer(mode="reusable", binding_capacity=1)
+    with inner:
+        inner.dispatch(exe, "scale", (1, 1, 1), (4, 3), (hal.slot(0),))
+        inner.execution_barrier()
+        inner.fill_buffer(hal.slot(0), np.uint32(1))
+    empty = host.create_command_buffer(mode="reusable")
+    with empty:
+        pass
+    cb = host.create_command_buffer(mode="reusable")
+    with cb:
+        cb.fill_buffer(out, np.uint32(0))
+        cb.execute_commands(inner, (out,))
+        cb.execute_commands(empty)
+        with cb.if_nonzero(flag):
+            cb.fill_buffer(out, np.uint32(2))
+            cb.execute_commands(inner, (out,))
+        cb.execute_commands(inner, (out,))
+    program = cb.program
+    assert program.nested == ((1, 3), (4, 6))
+    assert [c.kind for c in program.commands[3:]] == ["if_nonzero", "dispatch", "fill"]
+    assert program.commands[3].body.nested == ((1, 3),)
