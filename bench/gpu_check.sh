@@ -15,9 +15,9 @@
 # test suites, then bench.cuda for 1000 kernels only, bench.vulkan, and bench.indirect and bench.regions on both
 # devices (their reports and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda
 # for 10 kernels (its rebind and new-values rows are the same as at any size), bench.indirect, bench.regions,
-# bench.nested, bench.host_calls and bench.transients: the CUDA backend alone, in about a minute. `collectives`
-# runs the collectives' CUDA tests and bench.collectives (NCCL through nccl4py's wheel in .whl), for a machine with
-# several GPUs.
+# bench.nested, bench.host_calls, bench.transients and bench.decode (with hal on Vulkan and PyTorch beside it): the
+# CUDA backend, in about two minutes. `collectives` runs the collectives' CUDA tests and bench.collectives (NCCL
+# through nccl4py's wheel in .whl), for a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -95,6 +95,7 @@ if [ "$PART" = cuda ]; then
         --json "$OUT/host-calls-cuda.json"
     TIMEOUT=120 run bench.log "python -m bench.transients --device cuda" python3 -m bench.transients --device cuda \
         --json "$OUT/transients-cuda.json"
+    TIMEOUT=240 run bench.log "python -m bench.decode" python3 -m bench.decode --json "$OUT/decode.json"
     exit $status
 fi
 if [ "$PART" != bench ]; then

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from hal.errors import DeviceError, HalError, UnsupportedError, ValidationError,
 from hal.executable import Executable, ExecutableSource
 from hal.host_call import HostCallThread
 from hal.program import Emitter
+
+if TYPE_CHECKING:
+    from hal.tracing import QueueClock
 from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
@@ -293,6 +296,13 @@ class Device:
             for sem, value in signals:
                 sem.promised = value
 
+    def queue_clock(self) -> QueueClock:
+        """A clock in the queue, for hal.tracing: `mark()` queues a mark after the work queued so far; once the
+        queue passed them (synchronize), `seconds()` gives their times from the first, read where the work runs
+        (CUDA events, Vulkan timestamps, the host backend's queue thread); `close()` frees it."""
+        self.check_open()
+        return self._queue_clock()
+
     def queue_read(self, source: Buffer | BufferRef, out: np.ndarray,
                    wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                    signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
@@ -522,6 +532,11 @@ class Device:
                          signals: tuple[tuple[Semaphore, int], ...]) -> None:
         """Queue a checked host call (see hal.host_call for the GPU backends' gate)."""
         raise NotImplementedError
+
+    def _queue_clock(self) -> QueueClock:
+        """See queue_clock: here host calls, which the GPU backends replace with their own timers."""
+        from hal.tracing import HostCallClock
+        return HostCallClock(self)
 
     def _queue_signals(self, signals: tuple[tuple[Semaphore, int], ...]) -> None:
         """Under the submit lock: queue a submission that only signals (for work skipped since a wait failed)."""

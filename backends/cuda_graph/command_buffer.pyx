@@ -21,9 +21,9 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   hold a dispatch_indirect, which needs a graph.
 - dispatch_indirect: a device-updatable kernel node, and a setter node before it (backends.cuda_graph.indirect).
 - Regions: a conditional WHILE or IF node whose body graph is built from the region's Program, its condition set
-  by a kernel node (backends.cuda_graph.regions). A command buffer with regions that uses slots or constant slots
-  is built anew (instantiated again) when the table or the values change, instead of patched: updating nodes
-  inside conditional bodies in place is not done yet.
+  by a kernel node (backends.cuda_graph.regions). A new table or new constant values patch the nodes outside the
+  regions as anywhere; only when a slot or constant slot that a region uses changes is the command buffer built
+  anew (instantiated again): updating nodes inside conditional bodies in place is not done yet.
 - Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
   new table captures the work of a collective whose buffers moved again and sets it on the exec's node
   (cuGraphExecChildGraphNodeSetParams); never instantiated again.
@@ -304,6 +304,7 @@ cdef class CudaEmitter:
     cdef vector[vector[Py_ssize_t]] slot_transfers
     cdef vector[vector[Py_ssize_t]] slot_setters  # per slot, the dispatch_indirect commands whose counts it holds
     cdef vector[vector[Py_ssize_t]] slot_collectives  # per slot, the collectives that use it
+    cdef vector[char] slot_in_region, constant_in_region  # per slot and constant slot: a region uses it
     cdef dict setters  # dispatch_indirect command -> its setter's Node, and its node (in `graph`)
     cdef CUgraphNode last_static  # the latest static setter of the graph being built (NULL: none yet)
     cdef dict conditions  # region command -> the node setting its condition (top level)
@@ -361,6 +362,8 @@ cdef class CudaEmitter:
         self.slot_transfers.clear()
         self.slot_setters.clear()
         self.slot_collectives.clear()
+        self.slot_in_region.clear()
+        self.constant_in_region.clear()
         self.setters = {}
         self.conditions = {}
         self.last_static = NULL
@@ -727,8 +730,7 @@ cdef class CudaEmitter:
                 self.table_seen = table[:self.program.slots_needed]
                 self.words_seen = _words(constants, self.program.constants_needed)
                 self.looked_at.assign(len(self.program.commands), 0)
-                if not self.program.regions:  # with regions, a change builds anew (see follow)
-                    self.index_slot_words()
+                self.index_slot_words()
             self.instantiate()
         except BaseException:
             try:
@@ -795,7 +797,8 @@ cdef class CudaEmitter:
         if table == self.table_seen and words == self.words_seen:
             self.patched = 0
             return
-        if self.program.regions:  # nodes inside conditional bodies are not patched: build anew
+        # Nodes inside conditional bodies are not patched: a change there builds anew.
+        if self.program.regions and self.region_changes(table, words):
             with contextlib.suppress(HalError):
                 self.drop_graph()
             self.forget_nodes()
@@ -814,6 +817,17 @@ cdef class CudaEmitter:
                 raise
             self.build(table, constants)
             self.patched = 0
+
+    cdef bint region_changes(self, tuple table, tuple words):
+        """Does `table` or `words` change a slot or constant slot that a region uses?"""
+        cdef Py_ssize_t i
+        for i in range(len(table)):
+            if self.slot_in_region[i] and table[i] is not self.table_seen[i]:
+                return True
+        for i in range(len(words)):
+            if self.constant_in_region[i] and words[i] != self.words_seen[i]:
+                return True
+        return False
 
     @property
     def resubmits_in_one_launch(self) -> bool:
@@ -853,8 +867,8 @@ cdef class CudaEmitter:
 
     cdef void index_slot_words(self) except *:
         """After a build: for each slot and constant slot, the kernel words that follow it and the other commands
-        that use it (see patch); found through the Program's slot and constant users, not by a walk over every
-        command."""
+        that use it (see patch), or whether a region uses it (see follow); found through the Program's slot and
+        constant users, not by a walk over every command."""
         cdef Program program = self.program
         cdef Py_ssize_t i, slot, n
         cdef SlotWord w
@@ -866,10 +880,15 @@ cdef class CudaEmitter:
         self.slot_setters.resize(program.slots_needed)
         self.slot_collectives.resize(program.slots_needed)
         self.constant_words.resize(program.constants_needed)
+        self.slot_in_region.assign(program.slots_needed, 0)
+        self.constant_in_region.assign(program.constants_needed, 0)
         for slot, users in program.slot_users.items():
             for index in users:
                 c = program.commands[index]
                 w.command = index
+                if type(c) is Region:
+                    self.slot_in_region[slot] = 1
+                    continue
                 if type(c) is Collective:
                     self.slot_collectives[slot].push_back(index)
                     continue
@@ -887,6 +906,9 @@ cdef class CudaEmitter:
                         self.slot_words[slot].push_back(w)
         for slot, users in program.constant_users.items():
             for index in users:
+                if type(program.commands[index]) is Region:
+                    self.constant_in_region[slot] = 1
+                    continue
                 d = <Dispatch?>program.commands[index]
                 node = <Node>self.given[index]
                 n = len(d.bindings)

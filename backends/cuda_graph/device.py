@@ -22,6 +22,7 @@ from cuda.bindings import driver
 
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
+from backends.cuda_graph.clock import EventClock
 from backends.cuda_graph.command_buffer import CudaEmitter, launch_host_call_notice, queue_execute
 from backends.cuda_graph.communicator import CudaCommunicator
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
@@ -352,6 +353,9 @@ class CudaDevice(Device):
     # The resubmission is the hot path: queue_execute is compiled (command_buffer.queue_execute), and takes the
     # general path below for everything but an unchanged command buffer holding the device's resubmit token.
     queue_execute = queue_execute
+
+    def _queue_clock(self) -> EventClock:
+        return EventClock(self)
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[CudaSemaphore, int], ...],

@@ -30,6 +30,7 @@ from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.recording import CommandPools, Recording
 from backends.vulkan.regions import QueueDriver, run_steps
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
+from backends.vulkan.timestamps import TimestampClock
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
@@ -247,6 +248,16 @@ class VulkanDevice(Device):
         record(handle)
         check(self.fn.vkEndCommandBuffer(handle), "vkEndCommandBuffer")
         return recording
+
+    def queue_recording(self, record: Callable[[Any], None]) -> Recording:
+        """Record a small VkCommandBuffer with `record(handle)` and queue it after the work queued so far; the
+        caller keeps the Recording until the queue passed it (backends.vulkan.timestamps)."""
+        recording = self._reusable_recording(record)
+        self._submit_in_order(lambda: self._submit(recording.handle), (), ())
+        return recording
+
+    def _queue_clock(self) -> TimestampClock:
+        return TimestampClock(self)
 
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[VulkanSemaphore, int], ...],

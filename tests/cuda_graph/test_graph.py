@@ -584,3 +584,25 @@ def test_regions_are_conditional_nodes_with_their_condition_set_on_the_gpu(gpu, 
         gpu.queue_execute(cb)  # one launch per submission, whatever k
     np.testing.assert_array_equal(out.read(np.uint32)[:3], [300 + 7, 7, 0])
     assert cb.emitter.instantiations == 1
+
+
+def test_values_outside_regions_patch_and_values_inside_build_anew(gpu, exe):
+    """A command buffer with regions patches the nodes outside them for new values (one instantiation); a value a
+    region's body reads builds the graph anew."""
+    out, flag, minus_one = (gpu.upload(kernels.u32(v)) for v in ([0] * 16, [0], [0xFFFFFFFF]))
+    cb = gpu.create_command_buffer(mode="reusable", binding_capacity=1, constant_capacity=2)
+    with cb:
+        cb.dispatch(exe, "mark", (1, 1, 1), (hal.constant_slot(0),), (hal.slot(0),))
+        with cb.while_nonzero(flag):
+            cb.dispatch(exe, "mark", (2, 1, 1), (hal.constant_slot(1),), (out,))
+            cb.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
+    total = gpu.upload(kernels.u32([0] * 4))
+    for first, inside, loops in ((1, 10, 2), (2, 10, 1), (3, 10, 0)):
+        flag.write(kernels.u32([loops]))
+        gpu.queue_execute(cb, binding_table=(total,), constants=(first, inside))
+    assert (cb.emitter.instantiations, cb.emitter.patched) == (1, 1)
+    flag.write(kernels.u32([1]))
+    gpu.queue_execute(cb, binding_table=(total,), constants=(3, 100))
+    assert cb.emitter.instantiations == 2
+    np.testing.assert_array_equal(total.read(np.uint32)[:2], [1 + 2 + 3 + 3, 0])
+    np.testing.assert_array_equal(out.read(np.uint32)[:3], [30 + 100, 30 + 100, 0])

@@ -29,3 +29,18 @@ def test_module_entry_point_reports_bad_devices():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "no driver named 'nonsense'" in proc.stderr
+
+
+def test_demo_decode_checks_its_tokens(capsys):
+    assert main(["demo", "decode", "--device", "host", "--tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "k tokens per submission:" in out and "one submission per token:" in out
+    assert out.count("8 tokens match numpy") == 2
+
+
+def test_trace_writes_a_trace_and_a_picture(capsys, tmp_path):
+    assert main(["trace", "--device", "host", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "trace-demo-host.json").stat().st_size > 0
+    assert "over 10 commands" in out and "host: record" in out
+    assert (tmp_path / "graph-demo.png").exists() or "graph: not drawn" in out

@@ -1,0 +1,70 @@
+"""A clock in the Vulkan queue (hal.tracing's queue clock): each mark is a tiny submission writing a timestamp
+(vkCmdWriteTimestamp after all earlier work), read back in seconds once the queue passed it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from backends.vulkan.api import check, ffi, lib, vk
+from hal.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from backends.vulkan.device import VulkanDevice
+    from backends.vulkan.recording import Recording
+
+CAPACITY = 1 << 14  # marks a clock holds
+
+
+class TimestampClock:
+    what = "Vulkan timestamps between the commands, each command submitted alone"
+
+    def __init__(self, device: VulkanDevice) -> None:
+        physical = device.physical.handle
+        props = ffi.new("VkPhysicalDeviceProperties*")
+        lib.vkGetPhysicalDeviceProperties(physical, props)
+        count = ffi.new("uint32_t*")
+        lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, count, ffi.NULL)
+        families = ffi.new("VkQueueFamilyProperties[]", count[0])
+        lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, count, families)
+        self.valid_bits = families[device.physical.queue_family].timestampValidBits
+        if not self.valid_bits:
+            raise UnsupportedError(f"{device.name}: its compute queue writes no timestamps")
+        self.period_ns = props.limits.timestampPeriod
+        self.device = device
+        info = ffi.new("VkQueryPoolCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                                  "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": CAPACITY})
+        pool = ffi.new("VkQueryPool*")
+        check(lib.vkCreateQueryPool(device.handle, info, ffi.NULL, pool), "vkCreateQueryPool")
+        self.pool = pool[0]
+        self.recordings: list[Recording] = []  # kept until close(): the queue may still run them
+        self.count = 0
+        self._queue(lambda handle: lib.vkCmdResetQueryPool(handle, self.pool, 0, CAPACITY))
+
+    def _queue(self, record: Any) -> None:
+        self.recordings.append(self.device.queue_recording(record))
+
+    def mark(self) -> None:
+        if self.count == CAPACITY:
+            raise UnsupportedError(f"a Vulkan trace holds at most {CAPACITY - 1} commands")
+        index = self.count
+        self.count += 1
+        self._queue(lambda handle: lib.vkCmdWriteTimestamp(handle, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                                            self.pool, index))
+
+    def seconds(self) -> list[float]:
+        """The marks' times (after a synchronize), from the first."""
+        if not self.count:
+            return []
+        data = ffi.new("uint64_t[]", self.count)
+        check(lib.vkGetQueryPoolResults(self.device.handle, self.pool, 0, self.count, 8 * self.count, data, 8,
+                                        vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT),
+              "vkGetQueryPoolResults")
+        mask = (1 << self.valid_bits) - 1 if self.valid_bits < 64 else (1 << 64) - 1
+        ticks = [(data[i] - data[0]) & mask for i in range(self.count)]
+        return [t * self.period_ns * 1e-9 for t in ticks]
+
+    def close(self) -> None:
+        """Free the pool and the recordings, once the queue is done with them."""
+        self.device.synchronize()
+        lib.vkDestroyQueryPool(self.device.handle, self.pool, ffi.NULL)
+        self.recordings.clear()

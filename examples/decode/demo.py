@@ -1,0 +1,48 @@
+"""`python -m hal demo decode [--device D] [--tokens K]`: the decoder on a device, timed, its tokens checked
+against the numpy reference (exit status 1 on a mismatch)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import hal
+from examples.decode.model import random_weights, reference_generate
+from examples.decode.runner import Decoder
+
+PROMPT = [1, 2, 3, 4]
+LOGIT_TOLERANCE = 1e-3  # the largest logit difference allowed, relative to the largest logit
+
+
+def run(device: str | None, tokens: int) -> int:
+    weights = random_weights()
+    steps = len(PROMPT) - 1 + tokens
+    if steps > weights.config.max_sequence - 1:
+        raise hal.ValidationError(f"--tokens: at most {weights.config.max_sequence - len(PROMPT)} tokens fit after "
+                                  f"the {len(PROMPT)}-token prompt")
+    expected, expected_logits = reference_generate(weights, PROMPT, steps)
+    with hal.create_device(device) as dev:
+        print(f"device: {dev.driver}: {dev.name}")
+        decoder = Decoder(dev, weights)
+        ok = True
+        for mode in ("k tokens per submission", "one submission per token"):
+            decoder.reset(PROMPT)
+            dev.synchronize()
+            start = time.perf_counter()
+            if mode.startswith("k"):
+                decoder.generate(steps)
+            else:
+                for _ in range(steps):
+                    decoder.step()
+            queued = time.perf_counter()
+            got = decoder.tokens()
+            done = time.perf_counter()
+            error = float(np.max(np.abs(decoder.logits() - expected_logits)))
+            same = got == expected and error <= LOGIT_TOLERANCE * float(np.max(np.abs(expected_logits)))
+            ok = ok and same
+            print(f"{mode}: {steps / (done - start):.0f} tokens/s, host {(queued - start) / steps * 1e6:.1f} "
+                  f"us/token; {len(got) - len(PROMPT)} tokens {'match' if same else 'DIFFER FROM'} numpy "
+                  f"(largest logit difference {error:.2g})")
+        print(f"tokens: {got[len(PROMPT):]}")
+    return 0 if ok else 1

@@ -1,0 +1,81 @@
+"""The decode example on every backend present: 32 greedy tokens after a prompt identical to the numpy reference,
+the last logits within LOGIT_TOLERANCE of it (relative to the largest), in one submission (a while region) and one
+submission per position; on CUDA the loop is one graph with conditional nodes and no host nodes, instantiated once
+whatever the number of steps."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from examples.decode import Decoder, random_weights, reference_generate
+from examples.decode.demo import LOGIT_TOLERANCE, PROMPT
+from tests.conftest import open_device
+
+DEVICES = ["host", pytest.param("vulkan", marks=pytest.mark.vulkan), pytest.param("cuda", marks=pytest.mark.cuda)]
+TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return random_weights()
+
+
+@pytest.fixture(scope="module")
+def expected(weights):
+    return reference_generate(weights, PROMPT, len(PROMPT) - 1 + TOKENS)
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def decoder(request, weights):
+    dev = open_device(request.param)
+    yield Decoder(dev, weights)
+    dev.close()
+
+
+def check(decoder, expected, steps):
+    tokens, logits = expected
+    assert decoder.tokens() == tokens[:max(len(PROMPT), steps + 1)]
+    if steps == len(tokens) - 1:
+        assert np.max(np.abs(decoder.logits() - logits)) <= LOGIT_TOLERANCE * np.max(np.abs(logits))
+
+
+def test_generate_in_one_submission(decoder, expected):
+    decoder.reset(PROMPT)
+    steps = len(PROMPT) - 1 + TOKENS
+    decoder.generate(steps)
+    check(decoder, expected, steps)
+
+
+def test_one_submission_per_position_then_the_rest_at_once(decoder, expected):
+    decoder.reset(PROMPT)
+    for _ in range(6):
+        decoder.step()
+    check(decoder, expected, 6)
+    decoder.generate(len(PROMPT) - 1 + TOKENS - 6)
+    check(decoder, expected, len(PROMPT) - 1 + TOKENS)
+
+
+def test_bad_prompts_and_too_many_steps_are_refused(decoder):
+    for prompt in ([], [decoder.config.vocab], [0] * (decoder.config.max_sequence + 1)):
+        with pytest.raises(ValueError, match="a prompt is"):
+            decoder.reset(prompt)
+    decoder.reset(PROMPT)
+    with pytest.raises(ValueError, match="go past the last position"):
+        decoder.generate(decoder.config.max_sequence)
+    with pytest.raises(ValueError, match="at least 1"):
+        decoder.generate(0)
+
+
+def test_the_cuda_loop_is_one_graph_of_conditional_nodes(decoder):
+    if decoder.device.driver != "cuda":
+        pytest.skip("CUDA only: the graph read back from the driver")
+    decoder.reset(PROMPT)
+    decoder.generate(3)
+    decoder.tokens()
+    emitted = decoder.command_buffer.emitter.emitted_graph()
+    types = nx.get_node_attributes(emitted, "type")
+    assert "CU_GRAPH_NODE_TYPE_CONDITIONAL" in types.values()
+    assert "CU_GRAPH_NODE_TYPE_HOST" not in types.values()
+    assert decoder.command_buffer.emitter.instantiations == 1  # generate(k) with a new k patches the start node
