@@ -113,16 +113,16 @@ def trace(command_buffer: CommandBuffer, binding_table: Sequence[Any] = (), cons
             replay(piece, [c], _as_is)
         alone.append(piece)
     clock = dev.queue_clock()
-    gate = threading.Event()
     try:
-        dev.queue_host_call(lambda: gate.wait(GATE_SECONDS))
-        clock.mark()
-        for piece in alone:
-            dev.queue_execute(piece, binding_table=table, constants=values)
+        gate = threading.Event()
+        try:
+            dev.queue_host_call(lambda: gate.wait(GATE_SECONDS))
             clock.mark()
-    finally:
-        gate.set()
-    try:
+            for piece in alone:
+                dev.queue_execute(piece, binding_table=table, constants=values)
+                clock.mark()
+        finally:
+            gate.set()
         dev.synchronize()
         times = clock.seconds()
     finally:

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from backends.vulkan.api import check, ffi, lib, vk
-from hal.errors import UnsupportedError
+from hal.errors import HalError, UnsupportedError
 
 if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
@@ -64,7 +65,11 @@ class TimestampClock:
         return [t * self.period_ns * 1e-9 for t in ticks]
 
     def close(self) -> None:
-        """Free the pool and the recordings, once the queue is done with them."""
-        self.device.synchronize()
+        """Free the pool and the recordings, once the queue is done with them (a failure of the work queued is
+        the caller's to report: synchronize() still waits for everything before raising it)."""
+        if self.device.closed:  # nothing of it to free once the VkDevice is gone
+            return
+        with contextlib.suppress(HalError):
+            self.device.synchronize()
         lib.vkDestroyQueryPool(self.device.handle, self.pool, ffi.NULL)
         self.recordings.clear()
