@@ -27,6 +27,7 @@ cdef extern from "vulkan/vulkan.h" nogil:
         VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
         VK_STRUCTURE_TYPE_MEMORY_BARRIER
         VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
+        VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO
         VK_STRUCTURE_TYPE_SUBMIT_INFO
         VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
     ctypedef enum VkPipelineBindPoint:
@@ -75,10 +76,14 @@ cdef extern from "vulkan/vulkan.h" nogil:
         const void* pNext
         VkAccessFlags srcAccessMask
         VkAccessFlags dstAccessMask
+    ctypedef struct VkCommandBufferInheritanceInfo:
+        VkStructureType sType
+        const void* pNext
     ctypedef struct VkCommandBufferBeginInfo:
         VkStructureType sType
         const void* pNext
         VkCommandBufferUsageFlags flags
+        const VkCommandBufferInheritanceInfo* pInheritanceInfo
     ctypedef struct VkSubmitInfo:
         VkStructureType sType
         const void* pNext
@@ -106,6 +111,7 @@ cdef extern from "vulkan/vulkan.h" nogil:
     ctypedef void (*PFN_vkCmdPushConstants)(VkCommandBuffer, VkPipelineLayout, VkShaderStageFlags, uint32_t,
                                             uint32_t, const void*)
     ctypedef void (*PFN_vkCmdDispatch)(VkCommandBuffer, uint32_t, uint32_t, uint32_t)
+    ctypedef void (*PFN_vkCmdExecuteCommands)(VkCommandBuffer, uint32_t, const VkCommandBuffer*)
     ctypedef void (*PFN_vkCmdDispatchIndirect)(VkCommandBuffer, VkBuffer, VkDeviceSize)
     ctypedef void (*PFN_vkCmdFillBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, uint32_t)
     ctypedef void (*PFN_vkCmdUpdateBuffer)(VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, const void*)

@@ -100,3 +100,10 @@ def test_a_failed_end_places_the_transients_anew(monkeypatch):
         assert cb.transient_bytes == 128 and len(cb.program.transients.offsets) == 2
         dev.queue_execute(cb)
         np.testing.assert_array_equal(target.read(np.uint32), np.arange(16))
+
+
+def test_the_live_bound_sums_the_transients_each_command_holds():
+    from hal.transients import live_bound
+    assert live_bound([4, 8, 16, 32], [(0, 1), (1, 2), (3, 3), (0, -1)]) == 16  # the unused one counts nothing
+    assert live_bound([4, 8, 16], [(0, 1), (1, 2), (2, 3)]) == 24  # at command 2
+    assert live_bound([4, 8], [(0, 1), (2, 3)]) == 8  # one ends before the other starts
