@@ -965,7 +965,7 @@ cdef class CudaEmitter:
                     self.touch(w.command)
         for index in self.touched:
             self.set_node(index, <Node>self.given[index])
-            if index in self.setters:
+            if self.setters and index in self.setters:  # (most command buffers have no dispatch_indirect)
                 self.upload = True  # a device-updatable node set from the host
         for i in range(self.block_changed.size()):
             if self.block_changed[i]:
