@@ -7,8 +7,11 @@ between them are queued (so the device runs them back to back, never waiting for
 time is the time between the marks around it, read where the queue runs: CUDA events on the stream (the commands
 then run as stream launches, not as the graph; a dispatch_indirect or a region as a graph of its own), Vulkan
 timestamps (each command a submission of its own), host calls on the host backend's queue thread. Those times
-are the commands' own, plus what running each alone adds. `trace_recording(device, record)` also times the
-recording and end(). `Trace.save(path)` writes the Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev).
+are the commands' own, plus what running each alone adds. The command buffer runs twice, so work that changes
+state (a loop's counter, a cache position) is timed on the state the first run left: a while loop whose flag the
+first run cleared runs no iteration the second time. `trace_recording(device, record)` also times the recording
+and end(). `Trace.save(path)` writes the Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev): the host
+phases, then the commands, one after the other on one time line.
 
 `draw_program(program, path)` draws the dependency DAG with matplotlib: commands in columns by segment, wrapped
 into rows, regions as one box naming their body, an arrow where a command waits for another.
@@ -23,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hal.errors import UnsupportedError, ValidationError
+from hal.errors import HalError, UnsupportedError, ValidationError
 from hal.nesting import replay
 
 if TYPE_CHECKING:
@@ -36,9 +39,10 @@ GATE_SECONDS = 120  # the longest the queue waits at the gate for the commands t
 
 class QueueClock(Protocol):
     """Marks queued in a device's queue order; their times, in seconds from the first, once the queue passed
-    them. `what` says what the times are."""
+    them. `what` says what the times are; `capacity` is the most marks it holds (None: no limit)."""
 
     what: str
+    capacity: int | None
 
     def mark(self) -> None: ...
 
@@ -51,6 +55,7 @@ class HostCallClock:
     """The host backend's clock: a host call per mark, which its queue thread runs between the commands."""
 
     what = "host calls between the commands, on the host backend's queue thread"
+    capacity = None
 
     def __init__(self, device: Device) -> None:
         self.device = device
@@ -114,9 +119,17 @@ def trace(command_buffer: CommandBuffer, binding_table: Sequence[Any] = (), cons
         alone.append(piece)
     clock = dev.queue_clock()
     try:
+        if clock.capacity is not None and len(alone) + 1 > clock.capacity:
+            raise UnsupportedError(f"trace: {dev.driver} times at most {clock.capacity - 1} commands; this command "
+                                   f"buffer has {len(alone)}")
         gate = threading.Event()
+
+        def hold() -> None:
+            if not gate.wait(GATE_SECONDS):
+                raise HalError(f"trace: the commands took over {GATE_SECONDS} s to queue")
+
         try:
-            dev.queue_host_call(lambda: gate.wait(GATE_SECONDS))
+            dev.queue_host_call(hold)
             clock.mark()
             for piece in alone:
                 dev.queue_execute(piece, binding_table=table, constants=values)
@@ -152,13 +165,14 @@ def _as_is(reference: Any) -> Any:
 
 def _events(program: Program, phases: list, times: list[float], what: str, dev: Device) -> list[dict]:
     origin = phases[0][1]
+    after = (phases[-1][2] - origin) * 1e6  # the commands' run follows the host phases on the time line
     events = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"host ({dev.driver})"}},
               {"name": "process_name", "ph": "M", "pid": 2, "args": {"name": f"{dev.name}: {what}"}}]
     for name, begin, end in phases:
         events.append({"name": name, "cat": "host", "ph": "X", "pid": 1, "tid": 1, "ts": (begin - origin) * 1e6,
                        "dur": (end - begin) * 1e6})
     for c, begin, end in zip(program.commands, times, times[1:]):
-        events.append({"name": label(c), "cat": c.kind, "ph": "X", "pid": 2, "tid": 1, "ts": begin * 1e6,
+        events.append({"name": label(c), "cat": c.kind, "ph": "X", "pid": 2, "tid": 1, "ts": after + begin * 1e6,
                        "dur": (end - begin) * 1e6,
                        "args": {"segment": c.segment, "waits for": list(program.predecessors(c.index))}})
     return events
@@ -169,15 +183,19 @@ COLORS = {"dispatch": "#cfe2f3", "dispatch_indirect": "#d9d2e9", "fill": "#fff2c
           "copy": "#d9ead3", "while_nonzero": "#f4cccc", "if_nonzero": "#f4cccc"}
 
 
+FORMATS = (".png", ".svg", ".pdf")
+
+
 def draw_program(program: Program, path: str | Path, title: str | None = None) -> None:
-    """Draw `program`'s dependency DAG into `path` (PNG, SVG or PDF, by its suffix): see the module docstring."""
+    """Draw `program`'s dependency DAG into `path` (PNG, SVG or PDF, by its suffix): see the module docstring.
+    Draws on a figure of its own, leaving matplotlib's pyplot state and backend as they were."""
+    if Path(path).suffix.lower() not in FORMATS:
+        raise ValidationError(f"draw_program: {path} should end in one of {', '.join(FORMATS)}")
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
         from matplotlib.patches import FancyBboxPatch
     except ImportError as e:
-        raise UnsupportedError(f"draw_program needs matplotlib ({e}); pip install matplotlib") from None
+        raise UnsupportedError(f"draw_program needs matplotlib ({e}); pip install 'hal[bench]'") from None
     segments: dict[int, list[Any]] = {}
     for c in program.commands:
         segments.setdefault(c.segment, []).append(c)
@@ -189,7 +207,8 @@ def draw_program(program: Program, path: str | Path, title: str | None = None) -
             place[c.index] = (k % ROW * 2.2, -(k // ROW) * (tallest + 1.2) * 1.1 - j * 1.1)
     columns = min(ROW, len(order)) or 1
     rows = -(-len(order) // ROW) or 1
-    fig, ax = plt.subplots(figsize=(1.5 + 1.9 * columns, 1.0 + 1.0 * rows * (tallest + 1.2)))
+    fig = Figure(figsize=(1.5 + 1.9 * columns, 1.0 + 1.0 * rows * (tallest + 1.2)))
+    ax = fig.subplots()
     for k, segment in enumerate(order):  # a band behind each segment
         x, top = k % ROW * 2.2, -(k // ROW) * (tallest + 1.2) * 1.1
         ax.add_patch(FancyBboxPatch((x - 0.95, top - 1.1 * len(segments[segment]) + 0.45), 1.9,
@@ -220,4 +239,3 @@ def draw_program(program: Program, path: str | Path, title: str | None = None) -
     ax.set_title(title or f"{len(program.commands)} commands, {len(order)} segments ({program.dependencies})",
                  fontsize=9)
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)

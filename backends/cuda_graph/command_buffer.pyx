@@ -485,18 +485,21 @@ cdef class CudaEmitter:
         cdef bint keep = top and self.at_submit
         cdef bint blocks = top and self.block_of.size() > 0
         cdef Py_ssize_t block, dep_block, open_block = -1
-        cdef CUgraph target = graph
+        cdef CUgraph target
         cdef CUgraphNode dep
         cdef vector[CUgraphNode] outside  # the open block's dependencies outside it
         kernel.executable = NULL
         for k in range(start, stop):
             block = self.block_of[k] if blocks else -1
-            if block != open_block:  # blocks are runs of layout nodes (see find_blocks)
+            # Blocks are runs of layout nodes (see find_blocks), but for joins of the command buffer's own graph
+            # that its commands share with a block's: those go there while the block stays open.
+            if block != open_block and not (block < 0 and open_block >= 0 and program.node_command[k] < 0 and
+                                            not self.waits_for_block(program, k, open_block)):
                 if open_block >= 0:
                     self.add_block(graph, open_block, outside)
                 open_block = block
                 outside.clear()
-                target = graph if block < 0 else self.blocks[block]
+            target = graph if block < 0 else self.blocks[block]
             deps.clear()
             for d in range(program.dep_start[k], program.dep_start[k + 1]):
                 dep = nodes[program.node_deps[d]]
@@ -543,11 +546,18 @@ cdef class CudaEmitter:
 
     cdef void find_blocks(self, Program program) except *:
         """The nested command buffers' blocks of the graph about to be built: the layout nodes of each nested range
-        (Program.nested) of plain commands (fills, updates, copies, direct dispatches), each join node in the block of
-        the node after it (its first waiter: the planner puts a join just before it), so every block is one run of
-        layout nodes and nothing outside a block both follows and precedes it. Their child graphs are created empty."""
-        cdef Py_ssize_t n = program.node_command.size(), k, i, block = 0, follows = -1
+        (Program.nested) of plain commands (fills, updates, copies, direct dispatches), and the join nodes that go
+        with them. The planner puts a join just before its first waiter; a join goes in that waiter's block, unless
+        commands outside the block share it (hazards mode) and none of its dependencies is in the block: then it
+        stays in the command buffer's own graph (before the block's node: its dependencies all come before the
+        block), so those commands need not wait for the whole block. So every block is one run of layout nodes but
+        for such joins, and nothing outside a block both follows and precedes it. The child graphs are created
+        empty."""
+        cdef Py_ssize_t n = program.node_command.size(), k, i, d, block = 0, follows = -1, own
         cdef CUgraph child
+        cdef vector[Py_ssize_t] waiter_block  # per join: the block of its first waiter
+        cdef vector[char] shared_outside  # per join: a waiter outside that block
+        cdef bint inside
         self.block_of.assign(n, -1)
         for start, stop in program.nested:
             if any([type(c) is Region or type(c) is Collective or
@@ -563,13 +573,38 @@ cdef class CudaEmitter:
         if block == 0:
             self.block_of.clear()
             return
+        waiter_block.assign(n, -1)
+        shared_outside.assign(n, 0)
         for k in range(n - 1, -1, -1):
             if program.node_command[k] >= 0:
                 follows = self.block_of[k]
             else:
-                self.block_of[k] = follows
+                waiter_block[k] = follows
+        for k in range(n):
+            own = self.block_of[k] if program.node_command[k] >= 0 else waiter_block[k]
+            for i in range(program.dep_start[k], program.dep_start[k + 1]):
+                d = program.node_deps[i]
+                if program.node_command[d] < 0 and waiter_block[d] != own:
+                    shared_outside[d] = 1
+        for k in range(n):
+            if program.node_command[k] >= 0 or waiter_block[k] < 0:
+                continue
+            inside = not shared_outside[k]
+            for i in range(program.dep_start[k], program.dep_start[k + 1]):
+                if self.block_of[program.node_deps[i]] == waiter_block[k]:
+                    inside = True
+            if inside:
+                self.block_of[k] = waiter_block[k]
         self.block_nodes.resize(block)
         self.block_changed.assign(block, 0)
+
+    cdef bint waits_for_block(self, Program program, Py_ssize_t k, Py_ssize_t block):
+        """Does layout node `k` wait for a node of `block`?"""
+        cdef Py_ssize_t i
+        for i in range(program.dep_start[k], program.dep_start[k + 1]):
+            if self.block_of[program.node_deps[i]] == block:
+                return True
+        return False
 
     cdef void add_block(self, CUgraph graph, Py_ssize_t block, vector[CUgraphNode]& outside) except *:
         """Add `block`'s child graph to `graph` as one node after `outside` (the driver copies the graph)."""

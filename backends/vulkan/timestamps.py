@@ -1,13 +1,13 @@
 """A clock in the Vulkan queue (hal.tracing's queue clock): each mark is a tiny submission writing a timestamp
-(vkCmdWriteTimestamp after all earlier work), read back in seconds once the queue passed it."""
+(vkCmdWriteTimestamp after all earlier work), read back in seconds once the queue passed it. The query pool goes
+through the device's lifetime: destroyed after the work using it, or when the device closes."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 from backends.vulkan.api import check, ffi, lib, vk
-from hal.errors import HalError, UnsupportedError
+from hal.errors import UnsupportedError
 
 if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
@@ -16,8 +16,13 @@ if TYPE_CHECKING:
 CAPACITY = 1 << 14  # marks a clock holds
 
 
+def destroy_pool(device: VulkanDevice, pool: Any) -> None:
+    lib.vkDestroyQueryPool(device.handle, pool, ffi.NULL)
+
+
 class TimestampClock:
     what = "Vulkan timestamps between the commands, each command submitted alone"
+    capacity = CAPACITY
 
     def __init__(self, device: VulkanDevice) -> None:
         physical = device.physical.handle
@@ -37,7 +42,8 @@ class TimestampClock:
         pool = ffi.new("VkQueryPool*")
         check(lib.vkCreateQueryPool(device.handle, info, ffi.NULL, pool), "vkCreateQueryPool")
         self.pool = pool[0]
-        self.recordings: list[Recording] = []  # kept until close(): the queue may still run them
+        self.close = device.lifetime.track(self, destroy_pool, device, self.pool)
+        self.recordings: list[Recording] = []  # kept until the clock goes: the queue may still run them
         self.count = 0
         self._queue(lambda handle: lib.vkCmdResetQueryPool(handle, self.pool, 0, CAPACITY))
 
@@ -63,13 +69,3 @@ class TimestampClock:
         mask = (1 << self.valid_bits) - 1 if self.valid_bits < 64 else (1 << 64) - 1
         ticks = [(data[i] - data[0]) & mask for i in range(self.count)]
         return [t * self.period_ns * 1e-9 for t in ticks]
-
-    def close(self) -> None:
-        """Free the pool and the recordings, once the queue is done with them (a failure of the work queued is
-        the caller's to report: synchronize() still waits for everything before raising it)."""
-        if self.device.closed:  # nothing of it to free once the VkDevice is gone
-            return
-        with contextlib.suppress(HalError):
-            self.device.synchronize()
-        lib.vkDestroyQueryPool(self.device.handle, self.pool, ffi.NULL)
-        self.recordings.clear()

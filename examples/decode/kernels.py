@@ -1,5 +1,6 @@
 """The decoder's kernels, written three times with one meaning: CUDA C (NVRTC), GLSL (glslc) and numpy (the host
-backend's ABI). Every kernel runs workgroups of 64 invocations; the decode state is a uint32 buffer:
+backend's ABI). The kernels run workgroups of 64 invocations (attn_softmax and sample: 256); the decode state is
+a uint32 buffer:
 
     state[0] position of the token being forwarded    state[1] steps left (a while region's flag)
     state[2..4] the attention scores' workgroup counts (dispatch_indirect, dynamic)    state[5] prompt length
@@ -11,16 +12,16 @@ backend's ABI). Every kernel runs workgroups of 64 invocations; the decode state
   k and v written to the cache at the position.
 - attn_scores (q, keys, state, scores; dim, head_dim, layer offset, max sequence, scale): workgroups (positions /
   64, heads), counts from the state: scores[h, p] = q_h . k_h[p] * scale for p <= position, each workgroup's
-  keys first copied to shared memory (reads along rows, head_dim == 64).
+  keys first copied to shared memory, half at a time (reads along rows, head_dim == 64).
 - attn_softmax (scores, values, state, out; dim, head_dim, layer offset, max sequence): a workgroup of 256 per head:
   softmax over positions <= position (the exponentials kept in shared memory), then the weighted values, four
   invocations per head dimension each summing a quarter of the positions.
 - gemv_add (w, a, x; rows, cols): x += w @ a, rows (2j, 2j + 1) per workgroup.
 - swiglu (w1, w3, x, gain, g; ffn, dim): h = RMSNorm(x) * gain; g = SiLU(w1 @ h) * (w3 @ h), a row per workgroup.
 - norm_gemv (w, x, gain, y; rows, cols): y = w @ (RMSNorm(x) * gain), rows (2j, 2j + 1) per workgroup.
-- sample (logits, state, tokens; vocab, heads): one workgroup: the first index of the largest logit becomes
-  tokens[position + 1] (unless the prompt gives it), the position moves on, the steps left drop by one and the
-  counts follow the new position.
+- sample (logits, state, tokens; vocab, heads): one workgroup: numpy's argmax (the first NaN, else the first index
+  of the largest logit) becomes tokens[position + 1] (unless the prompt gives it), the position moves on, the
+  steps left drop by one and the counts follow the new position.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import hal
 from examples.decode.model import EPSILON
 
 WORKGROUP = 64
-SOFTMAX_WORKGROUP = 256  # attn_softmax's: four invocations per head dimension
+WIDE_WORKGROUP = 256  # attn_softmax's (four invocations per head dimension) and sample's
 MAX_SEQUENCE = 512  # the most positions attn_softmax holds in shared memory
 
 EXPORTS = (
@@ -39,16 +40,16 @@ EXPORTS = (
     hal.Export("embed", bindings=4, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1, 2)),
     hal.Export("qkv_rope", bindings=8, constants=3, workgroup_size=WORKGROUP, readonly=(0, 1, 2, 3, 4)),
     hal.Export("attn_scores", bindings=4, constants=5, workgroup_size=WORKGROUP, readonly=(0, 1, 2)),
-    hal.Export("attn_softmax", bindings=4, constants=4, workgroup_size=SOFTMAX_WORKGROUP, readonly=(0, 1, 2)),
+    hal.Export("attn_softmax", bindings=4, constants=4, workgroup_size=WIDE_WORKGROUP, readonly=(0, 1, 2)),
     hal.Export("gemv_add", bindings=3, constants=2, workgroup_size=WORKGROUP, readonly=(0, 1)),
     hal.Export("swiglu", bindings=5, constants=2, workgroup_size=WORKGROUP, readonly=(0, 1, 2, 3)),
     hal.Export("norm_gemv", bindings=4, constants=2, workgroup_size=WORKGROUP, readonly=(0, 1, 2)),
-    hal.Export("sample", bindings=3, constants=2, workgroup_size=WORKGROUP, readonly=(0,)),
+    hal.Export("sample", bindings=3, constants=2, workgroup_size=WIDE_WORKGROUP, readonly=(0,)),
 )
 
 CUDA_CODE = r"""
 #define WG 64
-#define SOFTMAX_WG {softmax_wg}
+#define WIDE_WG {wide_wg}
 #define MAX_SEQUENCE {max_sequence}
 #define EPSILON {epsilon}
 #define NEG_INF __int_as_float(0xff800000)
@@ -83,7 +84,19 @@ __device__ float inverse_rms(const float* x, unsigned n, float* sh) {
     return 1.0f / sqrtf(block_sum(s, sh) / n + EPSILON);
 }
 
+// attn_scores' workgroups (of WG positions each) for the positions up to `position`.
 __device__ unsigned groups_for(unsigned position) { return (position + WG) / WG; }
+
+#define NONE 0xffffffffu
+// Does logit o at index j come before logit m at index k in numpy's argmax order (the first NaN, else the first
+// largest)? NONE: no index yet.
+__device__ bool precedes(float o, unsigned j, float m, unsigned k) {
+    if (j == NONE) return false;
+    if (k == NONE) return true;
+    if (isnan(o) != isnan(m)) return isnan(o);
+    if (isnan(o)) return j < k;
+    return o > m || (o == m && j < k);
+}
 
 extern "C" __global__ void start(unsigned* state, unsigned steps, unsigned heads) {
     if (threadIdx.x == 0) {
@@ -136,36 +149,41 @@ extern "C" __global__ void qkv_rope(const float* w, const float* x, const float*
 extern "C" __global__ void attn_scores(const float* q, const float* keys, const unsigned* state, float* scores,
                                        unsigned dim, unsigned head_dim, unsigned layer, unsigned max_sequence,
                                        float scale) {
-    __shared__ float tile[WG][WG + 1];  // the workgroup's keys, a row per position (padded: no bank conflicts)
-    __shared__ float qh[WG];
+    // Half the workgroup's keys at a time, a row per position (padded: no bank conflicts; 8 KiB, within
+    // Vulkan's guaranteed 16 KiB of shared memory).
+    __shared__ float tile[WG / 2][WG + 1];
     unsigned first = blockIdx.x * WG, h = blockIdx.y, t = threadIdx.x, length = state[0] + 1;
-    qh[t] = q[h * head_dim + t];
-    for (unsigned r = 0; r < WG && first + r < length; ++r)
-        tile[r][t] = keys[layer + (first + r) * dim + h * head_dim + t];
-    __syncthreads();
-    if (first + t >= length) return;
+    const float* qh = q + h * head_dim;
     float acc = 0.0f;
-    for (unsigned i = 0; i < WG; ++i) acc += qh[i] * tile[t][i];
-    scores[h * max_sequence + first + t] = acc * scale;
+    for (unsigned part = 0; part < 2; ++part) {
+        unsigned base = first + part * (WG / 2);
+        for (unsigned r = 0; r < WG / 2 && base + r < length; ++r)
+            tile[r][t] = keys[layer + (base + r) * dim + h * head_dim + t];
+        __syncthreads();
+        if (t / (WG / 2) == part && first + t < length)
+            for (unsigned i = 0; i < WG; ++i) acc += qh[i] * tile[t % (WG / 2)][i];
+        __syncthreads();
+    }
+    if (first + t < length) scores[h * max_sequence + first + t] = acc * scale;
 }
 
 extern "C" __global__ void attn_softmax(const float* scores, const float* values, const unsigned* state, float* out,
                                         unsigned dim, unsigned head_dim, unsigned layer, unsigned max_sequence) {
-    __shared__ float sh[SOFTMAX_WG];
+    __shared__ float sh[WIDE_WG];
     __shared__ float e[MAX_SEQUENCE];  // exp(score - max) per position
     unsigned h = blockIdx.x, t = threadIdx.x, length = state[0] + 1;
     const float* s = scores + h * max_sequence;
     float m = NEG_INF;
-    for (unsigned p = t; p < length; p += SOFTMAX_WG) m = fmaxf(m, s[p]);
+    for (unsigned p = t; p < length; p += WIDE_WG) m = fmaxf(m, s[p]);
     m = block_max(m, sh);
     float total = 0.0f;
-    for (unsigned p = t; p < length; p += SOFTMAX_WG) {
+    for (unsigned p = t; p < length; p += WIDE_WG) {
         e[p] = expf(s[p] - m);
         total += e[p];
     }
     total = block_sum(total, sh);  // (its barriers also publish e)
     // Invocation t sums dimension t % head_dim over the positions p = t / head_dim (mod the parts).
-    unsigned d = t % head_dim, part = t / head_dim, parts = SOFTMAX_WG / head_dim;
+    unsigned d = t % head_dim, part = t / head_dim, parts = WIDE_WG / head_dim;
     const float* v = values + layer + h * head_dim + d;
     float acc = 0.0f;
     for (unsigned p = part; p < length; p += parts) acc += e[p] * v[p * dim];
@@ -230,24 +248,22 @@ extern "C" __global__ void norm_gemv(const float* w, const float* x, const float
 
 extern "C" __global__ void sample(const float* logits, unsigned* state, unsigned* tokens, unsigned vocab,
                                   unsigned heads) {
-    __shared__ float best[WG];
-    __shared__ unsigned at[WG];
-    float m = NEG_INF;
-    unsigned k = 0xffffffffu;
-    for (unsigned c = threadIdx.x; c < vocab; c += WG) {
-        if (logits[c] > m) { m = logits[c]; k = c; }
+    __shared__ float best[WIDE_WG];
+    __shared__ unsigned at[WIDE_WG];
+    unsigned t = threadIdx.x;
+    float m = t < vocab ? logits[t] : 0.0f;
+    unsigned k = t < vocab ? t : NONE;
+    for (unsigned c = t + WIDE_WG; c < vocab; c += WIDE_WG) {  // (indices grow: a tie keeps the first)
+        float v = logits[c];
+        if (v > m || (isnan(v) && !isnan(m))) { m = v; k = c; }
     }
-    best[threadIdx.x] = m;
-    at[threadIdx.x] = k;
+    best[t] = m;
+    at[t] = k;
     __syncthreads();
-    for (unsigned s = WG / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            float o = best[threadIdx.x + s];
-            unsigned j = at[threadIdx.x + s];
-            if (o > best[threadIdx.x] || (o == best[threadIdx.x] && j < at[threadIdx.x])) {
-                best[threadIdx.x] = o;
-                at[threadIdx.x] = j;
-            }
+    for (unsigned s = WIDE_WG / 2; s > 0; s >>= 1) {
+        if (t < s && precedes(best[t + s], at[t + s], best[t], at[t])) {
+            best[t] = best[t + s];
+            at[t] = at[t + s];
         }
         __syncthreads();
     }
@@ -261,7 +277,7 @@ extern "C" __global__ void sample(const float* logits, unsigned* state, unsigned
         state[4] = 1;
     }
 }
-""".replace("{epsilon}", repr(EPSILON)).replace("{softmax_wg}", str(SOFTMAX_WORKGROUP)).replace(
+""".replace("{epsilon}", repr(EPSILON)).replace("{wide_wg}", str(WIDE_WORKGROUP)).replace(
     "{max_sequence}", str(MAX_SEQUENCE))
 
 def _head(workgroup: int = WORKGROUP) -> str:
@@ -325,7 +341,8 @@ def _buffers(*specs: str) -> str:
     return "".join(out)
 
 
-_GROUPS = "uint groups_for(uint position) { return (position + WG) / WG; }\n"
+# attn_scores' workgroups (of WORKGROUP positions each, whatever the workgroup of the shader using it).
+_GROUPS = f"uint groups_for(uint position) {{ return (position + {WORKGROUP}u) / {WORKGROUP}u; }}\n"
 
 GLSL = {
     "start": _GLSL_HEAD + _buffers("rw uint state") + """
@@ -378,21 +395,24 @@ void main() {
     "attn_scores": _GLSL_HEAD + _buffers("readonly float q", "readonly float keys", "readonly uint state",
                                          "writeonly float scores") + """
 layout(push_constant) uniform P { uint dim; uint head_dim; uint layer; uint max_sequence; float scale; } p;
-shared float tile[WG][WG + 1u];
-shared float qh[WG];
+shared float tile[WG / 2u][WG + 1u];
 void main() {
     uint first = gl_WorkGroupID.x * WG, h = gl_WorkGroupID.y, t = gl_LocalInvocationID.x, length = state[0] + 1u;
-    qh[t] = q[h * p.head_dim + t];
-    for (uint r = 0u; r < WG && first + r < length; ++r)
-        tile[r][t] = keys[p.layer + (first + r) * p.dim + h * p.head_dim + t];
-    barrier();
-    if (first + t >= length) return;
+    uint qh = h * p.head_dim;
     float acc = 0.0;
-    for (uint i = 0u; i < WG; ++i) acc += qh[i] * tile[t][i];
-    scores[h * p.max_sequence + first + t] = acc * p.scale;
+    for (uint part = 0u; part < 2u; ++part) {
+        uint base = first + part * (WG / 2u);
+        for (uint r = 0u; r < WG / 2u && base + r < length; ++r)
+            tile[r][t] = keys[p.layer + (base + r) * p.dim + h * p.head_dim + t];
+        barrier();
+        if (t / (WG / 2u) == part && first + t < length)
+            for (uint i = 0u; i < WG; ++i) acc += q[qh + i] * tile[t % (WG / 2u)][i];
+        barrier();
+    }
+    if (first + t < length) scores[h * p.max_sequence + first + t] = acc * p.scale;
 }
 """,
-    "attn_softmax": _head(SOFTMAX_WORKGROUP) + _buffers("readonly float scores", "readonly float vals",
+    "attn_softmax": _head(WIDE_WORKGROUP) + _buffers("readonly float scores", "readonly float vals",
                                                         "readonly uint state", "writeonly float o") + f"""
 layout(push_constant) uniform P {{ uint dim; uint head_dim; uint layer; uint max_sequence; }} p;
 shared float e[{MAX_SEQUENCE}];
@@ -471,27 +491,34 @@ void main() {
     if (gl_LocalInvocationID.x == 0u) { y[r] = u; y[r + 1u] = v; }
 }
 """,
-    "sample": _GLSL_HEAD + _buffers("readonly float logits", "rw uint state", "rw uint tokens") + """
+    "sample": _head(WIDE_WORKGROUP) + _buffers("readonly float logits", "rw uint state", "rw uint tokens") + """
 layout(push_constant) uniform P { uint vocab; uint heads; } p;
 shared float best[WG];
 shared uint at[WG];
 """ + _GROUPS + """
+#define NONE 0xffffffffu
+// Does logit o at index j come before logit m at index k in numpy's argmax order (the first NaN, else the first
+// largest)? NONE: no index yet.
+bool precedes(float o, uint j, float m, uint k) {
+    if (j == NONE) return false;
+    if (k == NONE) return true;
+    if (isnan(o) != isnan(m)) return isnan(o);
+    if (isnan(o)) return j < k;
+    return o > m || (o == m && j < k);
+}
 void main() {
     uint t = gl_LocalInvocationID.x;
-    float m = -INFINITY;
-    uint k = 0xffffffffu;
-    for (uint c = t; c < p.vocab; c += WG) {
-        if (logits[c] > m) { m = logits[c]; k = c; }
+    float m = t < p.vocab ? logits[t] : 0.0;
+    uint k = t < p.vocab ? t : NONE;
+    for (uint c = t + WG; c < p.vocab; c += WG) {  // (indices grow: a tie keeps the first)
+        float v = logits[c];
+        if (v > m || (isnan(v) && !isnan(m))) { m = v; k = c; }
     }
     best[t] = m;
     at[t] = k;
     barrier();
     for (uint s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            float o = best[t + s];
-            uint j = at[t + s];
-            if (o > best[t] || (o == best[t] && j < at[t])) { best[t] = o; at[t] = j; }
-        }
+        if (t < s && precedes(best[t + s], at[t + s], best[t], at[t])) { best[t] = best[t + s]; at[t] = at[t + s]; }
         barrier();
     }
     if (t == 0u) {

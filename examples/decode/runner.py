@@ -29,9 +29,11 @@ class Decoder:
 
     def __init__(self, device: hal.Device, weights: Weights) -> None:
         c = weights.config
-        if c.head_dim != WORKGROUP or c.dim % (2 * WORKGROUP) or c.vocab % 2 or c.max_sequence > MAX_SEQUENCE:
-            raise ValueError(f"the kernels need a head_dim of {WORKGROUP}, a dim that is a multiple of "
-                             f"{2 * WORKGROUP}, an even vocab and at most {MAX_SEQUENCE} positions; got {c}")
+        if c.dim != c.heads * c.head_dim or c.head_dim != WORKGROUP or c.dim % (2 * WORKGROUP) or c.vocab % 2 or \
+                c.max_sequence > MAX_SEQUENCE:
+            raise hal.ValidationError(f"the kernels need dim = heads x {WORKGROUP} (the head_dim), a dim that is a "
+                                      f"multiple of {2 * WORKGROUP}, an even vocab and at most {MAX_SEQUENCE} "
+                                      f"positions; got {c}")
         self.device, self.config = device, c
         self.exe = device.load_executable(SOURCE)
         self.weights = {name: device.upload(np.ascontiguousarray(getattr(weights, name), np.float32))
@@ -99,7 +101,7 @@ class Decoder:
         """Start a sequence at `prompt` (at least one token)."""
         c = self.config
         if not 1 <= len(prompt) <= c.max_sequence or not all(0 <= t < c.vocab for t in prompt):
-            raise ValueError(f"a prompt is 1 to {c.max_sequence} tokens below {c.vocab}; got {prompt!r}")
+            raise hal.ValidationError(f"a prompt is 1 to {c.max_sequence} tokens below {c.vocab}; got {prompt!r}")
         tokens = np.zeros(c.max_sequence, np.uint32)
         tokens[:len(prompt)] = prompt
         self.token_buffer.write(tokens)
@@ -108,7 +110,7 @@ class Decoder:
 
     def check_room(self, steps: int) -> None:
         if self.position + steps > self.config.max_sequence - 1:
-            raise ValueError(f"{steps} more steps from position {self.position} go past the last position, "
+            raise hal.ValidationError(f"{steps} more steps from position {self.position} go past the last position, "
                              f"{self.config.max_sequence - 1}")
 
     def step(self) -> None:
@@ -118,7 +120,7 @@ class Decoder:
     def generate(self, steps: int) -> None:
         """Queue `steps` positions in one submission."""
         if steps < 1:
-            raise ValueError(f"generate: steps must be at least 1, got {steps}")
+            raise hal.ValidationError(f"generate: steps must be at least 1, got {steps}")
         self.check_room(steps)
         self.device.queue_execute(self.command_buffer, constants=(steps,))
         self.position += steps

@@ -66,3 +66,11 @@ def test_the_picture_of_a_program_with_a_region(dev, exe, tmp_path):
         draw_program(cb.program, path)
         assert path.stat().st_size > 1000
     assert b"while_nonzero" in (tmp_path / "graph.svg").read_bytes()
+
+
+def test_a_picture_needs_a_format_matplotlib_writes(dev, tmp_path):
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        cb.fill_buffer(dev.allocate(16), np.uint32(0))
+    with pytest.raises(hal.ValidationError, match="should end in one of .png, .svg, .pdf"):
+        draw_program(cb.program, tmp_path / "graph.txt")

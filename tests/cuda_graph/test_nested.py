@@ -109,3 +109,26 @@ def test_a_nested_block_with_a_region_or_an_indirect_dispatch_stays_inline(gpu, 
     gpu.queue_execute(cb)
     assert not [n for n in cb.emitter.emitted_graph() if isinstance(n, tuple) and n[0] == "nested"]
     np.testing.assert_array_equal(out.read(np.uint32)[:2], [2, 0])
+
+
+def test_a_command_sharing_a_join_with_a_nested_block_does_not_wait_for_the_block(gpu, exe):
+    """Hazards mode: the nested add and the add after it both wait for the two fills only, through one join node;
+    the join stays in the outer graph, so the later add does not wait for the child graph."""
+    a, b, first, second = (gpu.allocate(4 * N) for _ in range(4))
+    inner = gpu.create_command_buffer(mode="reusable", binding_capacity=3)
+    with inner:
+        inner.dispatch(exe, "add", groups(N), (N,), (hal.slot(0), hal.slot(1), hal.slot(2)))
+    cb = gpu.create_command_buffer(mode="reusable", dependencies="hazards")
+    with cb:
+        cb.fill_buffer(a, np.uint32(1))
+        cb.fill_buffer(b, np.uint32(2))
+        cb.execution_barrier()
+        cb.execute_commands(inner, (a, b, first))
+        cb.dispatch(exe, "add", groups(N), (N,), (a, b, second))
+    assert set(cb.dependency_graph().edges) == {(0, 2), (1, 2), (0, 3), (1, 3)}
+    gpu.queue_execute(cb)
+    emitted = cb.emitter.emitted_graph()
+    assert ("nested", 0) in emitted and ("nested", 0) not in nx.ancestors(emitted, 3)
+    assert {0, 1} <= nx.ancestors(emitted, 3) and {0, 1} <= nx.ancestors(emitted, ("nested", 0))
+    for out in (first, second):
+        np.testing.assert_array_equal(out.read(np.uint32), u32([3] * N))

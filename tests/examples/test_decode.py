@@ -9,6 +9,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+import hal
 from examples.decode import Decoder, random_weights, reference_generate
 from examples.decode.demo import LOGIT_TOLERANCE, PROMPT
 from tests.conftest import open_device
@@ -59,12 +60,12 @@ def test_one_submission_per_position_then_the_rest_at_once(decoder, expected):
 
 def test_bad_prompts_and_too_many_steps_are_refused(decoder):
     for prompt in ([], [decoder.config.vocab], [0] * (decoder.config.max_sequence + 1)):
-        with pytest.raises(ValueError, match="a prompt is"):
+        with pytest.raises(hal.ValidationError, match="a prompt is"):
             decoder.reset(prompt)
     decoder.reset(PROMPT)
-    with pytest.raises(ValueError, match="go past the last position"):
+    with pytest.raises(hal.ValidationError, match="go past the last position"):
         decoder.generate(decoder.config.max_sequence)
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(hal.ValidationError, match="at least 1"):
         decoder.generate(0)
 
 
@@ -79,3 +80,36 @@ def test_the_cuda_loop_is_one_graph_of_conditional_nodes(decoder):
     assert "CU_GRAPH_NODE_TYPE_CONDITIONAL" in types.values()
     assert "CU_GRAPH_NODE_TYPE_HOST" not in types.values()
     assert decoder.command_buffer.emitter.instantiations == 1  # generate(k) with a new k patches the start node
+
+
+def test_ties_and_nan_logits_give_numpy_s_argmax(decoder, weights):
+    """The argmax follows numpy's, the first NaN, else the first of the largest, so the token fed back is always
+    one of the vocabulary's, whatever the logits."""
+    c = decoder.config
+    for nan_row, expected in ((None, 0), (5, 5)):
+        output = np.zeros((c.vocab, c.dim), np.float32)  # every logit 0: a tie, the first index wins
+        if nan_row is not None:
+            output[nan_row] = np.nan
+        decoder.weights["output"].write(output)
+        decoder.reset(PROMPT)
+        decoder.generate(len(PROMPT) + 2)
+        assert decoder.tokens()[len(PROMPT):] == [expected] * 3
+    decoder.weights["output"].write(np.ascontiguousarray(weights.output))
+
+
+def test_configurations_the_kernels_cannot_run_are_refused(decoder):
+    from examples.decode import Config
+    for config in (Config(dim=4224, heads=65), Config(max_sequence=1024), Config(vocab=4095)):
+        with pytest.raises(hal.ValidationError, match="the kernels need"):
+            Decoder(decoder.device, random_weights(config))
+
+
+def test_one_submission_across_several_attention_workgroups(decoder, weights):
+    """70 positions in one submission: the attention scores' workgroup counts, kept on the device from step to
+    step, grow past one workgroup of 64 positions."""
+    steps = 70
+    expected_tokens, expected_logits = reference_generate(weights, PROMPT, steps)
+    decoder.reset(PROMPT)
+    decoder.generate(steps)
+    assert decoder.tokens() == expected_tokens
+    assert np.max(np.abs(decoder.logits() - expected_logits)) <= LOGIT_TOLERANCE * np.max(np.abs(expected_logits))
