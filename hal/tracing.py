@@ -226,11 +226,12 @@ def draw_program(program: Program, path: str | Path, title: str | None = None) -
             ax.annotate("", end, start, zorder=1, arrowprops={"arrowstyle": "->", "color": "#888888", "lw": 0.8})
     for c in program.commands:
         x, y = place[c.index]
-        text = label(c)
+        kind = "dispatch_indirect" if getattr(c, "parameters", None) is not None else c.kind
+        text = label(c).replace(" (indirect)", "\n(indirect)")
         if c.kind in ("while_nonzero", "if_nonzero"):
             text += f"\nbody: {len(c.body.commands)} commands"
         ax.add_patch(FancyBboxPatch((x - 0.8, y - 0.4), 1.6, 0.8, boxstyle="round,pad=0.03",
-                                    fc=COLORS.get(c.kind, "#eeeeee"), ec="#444444", lw=0.8, zorder=2,
+                                    fc=COLORS.get(kind, "#eeeeee"), ec="#444444", lw=0.8, zorder=2,
                                     ls="--" if c.kind in ("while_nonzero", "if_nonzero") else "-"))
         ax.text(x, y, text, ha="center", va="center", fontsize=7, zorder=3)
     ax.set_xlim(-1.2, (columns - 1) * 2.2 + 1.2)
