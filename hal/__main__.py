@@ -22,6 +22,7 @@ from hal.device import driver_status
 
 EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 N = 16384  # elements: one update_buffer (64 KiB) fills a whole vector
+BUFFERS = ("x", "y", "t", "u", "v", "w", "out", "result", "y_copy")  # what record() uses, N floats each
 
 
 def _axpy(ctx):
@@ -142,8 +143,7 @@ def demo(device: str | None, iterations: int) -> int:
     with hal.create_device(device) as dev:
         print(f"device: {dev.driver}: {dev.name}")
         exe = dev.load_executable(SOURCE)
-        names = ("x", "y", "t", "u", "v", "w", "out", "result", "y_copy")
-        b = {name: dev.allocate(4 * N) for name in names}
+        b = {name: dev.allocate(4 * N) for name in BUFFERS}
         y = np.linspace(-1.0, 1.0, N, dtype=np.float32)
 
         for mode in ("barriers", "hazards"):
@@ -200,7 +200,7 @@ def trace_command(example: str | None, device: str | None, out: str) -> int:
                                          constant_capacity=1)
         else:
             exe = dev.load_executable(SOURCE)
-            b = {name: dev.allocate(4 * N) for name in ("x", "y", "t", "u", "v", "w", "out", "result", "y_copy")}
+            b = {name: dev.allocate(4 * N) for name in BUFFERS}
             y = np.linspace(-1.0, 1.0, N, dtype=np.float32)
             name, title = "demo", "the demo program (python -m hal demo)"
             result, cb = trace_recording(dev, lambda cb: record(cb, exe, b, y))

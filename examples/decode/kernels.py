@@ -84,6 +84,19 @@ __device__ float inverse_rms(const float* x, unsigned n, float* sh) {
     return 1.0f / sqrtf(block_sum(s, sh) / n + EPSILON);
 }
 
+// The dots of the rows `first` and `second` (n floats each) with RMSNorm(x) * gain, summed over the workgroup.
+__device__ void normed_rows(const float* first, const float* second, const float* x, const float* gain, unsigned n,
+                            float* sh, float* a, float* b) {
+    float inv = inverse_rms(x, n, sh), u = 0.0f, v = 0.0f;
+    for (unsigned c = threadIdx.x; c < n; c += WG) {
+        float h = x[c] * inv * gain[c];
+        u += first[c] * h;
+        v += second[c] * h;
+    }
+    *a = block_sum(u, sh);
+    *b = block_sum(v, sh);
+}
+
 // attn_scores' workgroups (of WG positions each) for the positions up to `position`.
 __device__ unsigned groups_for(unsigned position) { return (position + WG) / WG; }
 
@@ -117,16 +130,9 @@ extern "C" __global__ void qkv_rope(const float* w, const float* x, const float*
                                     const unsigned* state, float* q, float* keys, float* values, unsigned dim,
                                     unsigned head_dim, unsigned layer) {
     __shared__ float sh[WG];
-    float inv = inverse_rms(x, dim, sh);
     unsigned r = 2 * blockIdx.x;
-    float a = 0.0f, b = 0.0f;
-    for (unsigned c = threadIdx.x; c < dim; c += WG) {
-        float h = x[c] * inv * gain[c];
-        a += w[r * dim + c] * h;
-        b += w[(r + 1) * dim + c] * h;
-    }
-    a = block_sum(a, sh);
-    b = block_sum(b, sh);
+    float a, b;
+    normed_rows(w + r * dim, w + (r + 1) * dim, x, gain, dim, sh, &a, &b);
     if (threadIdx.x != 0) return;
     unsigned position = state[0];
     if (r < 2 * dim) {
@@ -214,35 +220,21 @@ extern "C" __global__ void gemv_add(const float* w, const float* a, float* x, un
 extern "C" __global__ void swiglu(const float* w1, const float* w3, const float* x, const float* gain, float* g,
                                   unsigned ffn, unsigned dim) {
     __shared__ float sh[WG];
-    float inv = inverse_rms(x, dim, sh);
     unsigned r = blockIdx.x;
-    float a = 0.0f, b = 0.0f;
-    for (unsigned c = threadIdx.x; c < dim; c += WG) {
-        float h = x[c] * inv * gain[c];
-        a += w1[r * dim + c] * h;
-        b += w3[r * dim + c] * h;
-    }
-    a = block_sum(a, sh);
-    b = block_sum(b, sh);
+    float a, b;
+    normed_rows(w1 + r * dim, w3 + r * dim, x, gain, dim, sh, &a, &b);
     if (threadIdx.x == 0) g[r] = a / (1.0f + expf(-a)) * b;
 }
 
 extern "C" __global__ void norm_gemv(const float* w, const float* x, const float* gain, float* y, unsigned rows,
                                      unsigned cols) {
     __shared__ float sh[WG];
-    float inv = inverse_rms(x, cols, sh);
     unsigned r = 2 * blockIdx.x;
-    float u = 0.0f, v = 0.0f;
-    for (unsigned c = threadIdx.x; c < cols; c += WG) {
-        float h = x[c] * inv * gain[c];
-        u += w[r * cols + c] * h;
-        v += w[(r + 1) * cols + c] * h;
-    }
-    u = block_sum(u, sh);
-    v = block_sum(v, sh);
+    float a, b;
+    normed_rows(w + r * cols, w + (r + 1) * cols, x, gain, cols, sh, &a, &b);
     if (threadIdx.x == 0) {
-        y[r] = u;
-        y[r + 1] = v;
+        y[r] = a;
+        y[r + 1] = b;
     }
 }
 
@@ -321,12 +313,22 @@ float block_max(float v) {
 """
 
 
-def _inverse_rms(x: str, n: str) -> str:
+def _normed_rows(first: str, second: str, n: str) -> str:
+    """GLSL (after _SUM) of normed_rows: the dots of two rows of n floats, given as the buffer indices `first` and
+    `second` of element c, with RMSNorm(x) * gain, summed over the workgroup (a GLSL function cannot take a buffer,
+    so each shader gets its own copy, naming its rows)."""
     return f"""
-float inverse_rms() {{
+void normed_rows(out float a, out float b) {{
     float s = 0.0;
-    for (uint c = gl_LocalInvocationID.x; c < {n}; c += WG) s += {x}[c] * {x}[c];
-    return 1.0 / sqrt(block_sum(s) / float({n}) + EPSILON);
+    for (uint c = gl_LocalInvocationID.x; c < {n}; c += WG) s += x[c] * x[c];
+    float inv = 1.0 / sqrt(block_sum(s) / float({n}) + EPSILON), u = 0.0, v = 0.0;
+    for (uint c = gl_LocalInvocationID.x; c < {n}; c += WG) {{
+        float h = x[c] * inv * gain[c];
+        u += {first} * h;
+        v += {second} * h;
+    }}
+    a = block_sum(u);
+    b = block_sum(v);
 }}
 """
 
@@ -366,18 +368,12 @@ void main() {
                                       "readonly float rope", "readonly uint state", "writeonly float q",
                                       "writeonly float keys", "writeonly float vals") + """
 layout(push_constant) uniform P { uint dim; uint head_dim; uint layer; } p;
-""" + _SUM + _inverse_rms("x", "p.dim") + """
+""" + _SUM + _normed_rows("w[2u * gl_WorkGroupID.x * p.dim + c]", "w[(2u * gl_WorkGroupID.x + 1u) * p.dim + c]",
+                           "p.dim") + """
 void main() {
-    float inv = inverse_rms();
     uint r = 2u * gl_WorkGroupID.x;
-    float a = 0.0, b = 0.0;
-    for (uint c = gl_LocalInvocationID.x; c < p.dim; c += WG) {
-        float h = x[c] * inv * gain[c];
-        a += w[r * p.dim + c] * h;
-        b += w[(r + 1u) * p.dim + c] * h;
-    }
-    a = block_sum(a);
-    b = block_sum(b);
+    float a, b;
+    normed_rows(a, b);
     if (gl_LocalInvocationID.x != 0u) return;
     uint position = state[0];
     if (r < 2u * p.dim) {
@@ -458,37 +454,23 @@ void main() {
     "swiglu": _GLSL_HEAD + _buffers("readonly float w1", "readonly float w3", "readonly float x",
                                     "readonly float gain", "writeonly float g") + """
 layout(push_constant) uniform P { uint ffn; uint dim; } p;
-""" + _SUM + _inverse_rms("x", "p.dim") + """
+""" + _SUM + _normed_rows("w1[gl_WorkGroupID.x * p.dim + c]", "w3[gl_WorkGroupID.x * p.dim + c]", "p.dim") + """
 void main() {
-    float inv = inverse_rms();
-    uint r = gl_WorkGroupID.x;
-    float a = 0.0, b = 0.0;
-    for (uint c = gl_LocalInvocationID.x; c < p.dim; c += WG) {
-        float h = x[c] * inv * gain[c];
-        a += w1[r * p.dim + c] * h;
-        b += w3[r * p.dim + c] * h;
-    }
-    a = block_sum(a);
-    b = block_sum(b);
-    if (gl_LocalInvocationID.x == 0u) g[r] = a / (1.0 + exp(-a)) * b;
+    float a, b;
+    normed_rows(a, b);
+    if (gl_LocalInvocationID.x == 0u) g[gl_WorkGroupID.x] = a / (1.0 + exp(-a)) * b;
 }
 """,
     "norm_gemv": _GLSL_HEAD + _buffers("readonly float w", "readonly float x", "readonly float gain",
                                        "writeonly float y") + """
 layout(push_constant) uniform P { uint rows; uint cols; } p;
-""" + _SUM + _inverse_rms("x", "p.cols") + """
+""" + _SUM + _normed_rows("w[2u * gl_WorkGroupID.x * p.cols + c]", "w[(2u * gl_WorkGroupID.x + 1u) * p.cols + c]",
+                           "p.cols") + """
 void main() {
-    float inv = inverse_rms();
     uint r = 2u * gl_WorkGroupID.x;
-    float u = 0.0, v = 0.0;
-    for (uint c = gl_LocalInvocationID.x; c < p.cols; c += WG) {
-        float h = x[c] * inv * gain[c];
-        u += w[r * p.cols + c] * h;
-        v += w[(r + 1u) * p.cols + c] * h;
-    }
-    u = block_sum(u);
-    v = block_sum(v);
-    if (gl_LocalInvocationID.x == 0u) { y[r] = u; y[r + 1u] = v; }
+    float a, b;
+    normed_rows(a, b);
+    if (gl_LocalInvocationID.x == 0u) { y[r] = a; y[r + 1u] = b; }
 }
 """,
     "sample": _head(WIDE_WORKGROUP) + _buffers("readonly float logits", "rw uint state", "rw uint tokens") + """
