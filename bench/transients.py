@@ -86,9 +86,10 @@ def program_shape() -> tuple[list[int], list[int], list[int]]:
     return sizes, skips, last_use
 
 
-def record_program(cb: hal.CommandBuffer, exe: hal.Executable, source: hal.Buffer, refs: list) -> None:
-    """Step i adds step i - 1's output and its skip connection's into its own (`refs`), a barrier after each."""
-    _, skips, _ = program_shape()
+def record_program(cb: hal.CommandBuffer, exe: hal.Executable, source: hal.Buffer, refs: list,
+                   skips: list[int]) -> None:
+    """Step i adds step i - 1's output and its skip connection's (`skips`) into its own (`refs`), a barrier after
+    each."""
     for i in range(PROGRAM_COMMANDS):
         inputs = (source, source) if i == 0 else (refs[i - 1], refs[skips[i]])
         cb.dispatch(exe, "add", (1, 1, 1), (ELEMENTS,), (*inputs, refs[i]))
@@ -99,7 +100,7 @@ def plan_row(dev: hal.Device, exe: hal.Executable) -> dict:
     """A 100-command program of transients (a chain, each step also reading a skip connection from up to 8 steps
     back, sizes 1 to 16 KiB): cb.alloca's peak against the sum of the transients and against the most bytes live
     in one segment (a lower bound of any placement), and what planning adds to end()."""
-    sizes, _, last_use = program_shape()
+    sizes, skips, last_use = program_shape()
     source = dev.upload(np.arange(ELEMENTS, dtype=np.uint32))
     targets = [dev.allocate(size) for size in sizes]
     ends = {}
@@ -108,7 +109,7 @@ def plan_row(dev: hal.Device, exe: hal.Executable) -> dict:
         for _ in range(REPEATS):
             cb = dev.create_command_buffer(mode="reusable")
             cb.begin()
-            record_program(cb, exe, source, [cb.alloca(size) for size in sizes] if transient else targets)
+            record_program(cb, exe, source, [cb.alloca(size) for size in sizes] if transient else targets, skips)
             t0 = time.perf_counter()
             cb.end()
             best = min(best, time.perf_counter() - t0)
@@ -136,7 +137,7 @@ def graph_memory_row(dev: hal.Device, exe: hal.Executable) -> dict:
     source = dev.upload(np.arange(ELEMENTS, dtype=np.uint32))
     cb = dev.create_command_buffer(mode="reusable")
     with cb:
-        record_program(cb, exe, source, [cb.alloca(size) for size in sizes])
+        record_program(cb, exe, source, [cb.alloca(size) for size in sizes], skips)
     arena = [[r.buffer.address + r.offset for r in c.bindings] for c in cb.program.commands]
     dev.activate()
     stream, device = driver.CUstream(dev.stream_handle), check(driver.cuCtxGetDevice())
