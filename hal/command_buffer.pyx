@@ -181,8 +181,8 @@ cdef class CommandBuffer:
                 self.planner.plan(segments)
             self.check_released("end", commands)
             slot_users, constant_users = _users(self.slot_commands, self.constant_commands)
-            self.slots_needed = max(slot_users, default=-1) + 1
-            self.constants_needed = max(constant_users, default=-1) + 1
+            self.slots_needed = _needed(slot_users)
+            self.constants_needed = _needed(constant_users)
             self.recorded = self.planner.finish(commands, slot_users, self.slots_needed, constant_users,
                                                 self.constants_needed, tuple(self.indirect_commands),
                                                 tuple(self.region_commands), tuple(self.collective_commands),
@@ -668,9 +668,8 @@ cdef class CommandBuffer:
         planner = Planner(self.dependencies, self.emitter.lanes, False)
         planner.plan(segments)
         slot_users, constant_users = _users(body_slots, body_constants)
-        body = planner.finish(commands, slot_users, max(slot_users, default=-1) + 1, constant_users,
-                              max(constant_users, default=-1) + 1, tuple(body_indirect), tuple(body_regions), (),
-                              tuple(body_nested))
+        body = planner.finish(commands, slot_users, _needed(slot_users), constant_users, _needed(constant_users),
+                              tuple(body_indirect), tuple(body_regions), (), tuple(body_nested))
         accessed = {(condition, False): None}
         for c in commands:
             refs, writes = refs_and_writes(c)
@@ -1114,9 +1113,11 @@ class RegionScope:
             self.cb._close_region(exc_type is None)
 
 
-def _users(list slot_commands, list constant_commands) -> tuple:
+cdef tuple _users(list slot_commands, list constant_commands):
     """slot -> the commands using it and constant slot -> the commands reading it (see _users_by_slot); a region
     uses the slots its body (or its condition) uses."""
+    if not slot_commands and not constant_commands:
+        return {}, {}
     slot_uses, constant_uses = [], []
     for c in slot_commands:
         for r in refs_and_writes(c)[0]:
@@ -1129,6 +1130,11 @@ def _users(list slot_commands, list constant_commands) -> tuple:
             constant_uses.extend([((<ConstantSlot>v).index, (<Command>c).index) for v in (<Dispatch>c).constants
                                   if type(v) is ConstantSlot])
     return _users_by_slot(slot_uses), _users_by_slot(constant_uses)
+
+
+cdef Py_ssize_t _needed(dict users):
+    """How many slots a table (or constants) must hold for `users`: 1 + the highest slot used."""
+    return max(users) + 1 if users else 0
 
 
 def _dispatches(commands):

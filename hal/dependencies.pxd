@@ -33,6 +33,9 @@ cdef class Planner:
 
     cpdef add(self, Command command)
     cpdef plan(self, list segments)
+    cpdef Program finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
+                         Py_ssize_t constants_needed, tuple indirect=*, tuple regions=*, tuple collectives=*,
+                         tuple nested=*)
     cdef void dag(self, Command command)
     cdef void lay_out(self, Command command, Py_ssize_t size, bint shared)
     cdef void fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared)

@@ -262,9 +262,9 @@ cdef class Planner:
         self.joins[group] = join
         deps.push_back(join)
 
-    def finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
-               Py_ssize_t constants_needed, tuple indirect=(), tuple regions=(), tuple collectives=(),
-               tuple nested=()) -> Program:
+    cpdef Program finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
+                         Py_ssize_t constants_needed, tuple indirect=(), tuple regions=(), tuple collectives=(),
+                         tuple nested=()):
         """Freeze the program: `commands` in recording order, which commands use each slot and constant slot, the
         indirect dispatches, the regions, the collectives and the nested command buffers' ranges."""
         self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed, indirect, regions,

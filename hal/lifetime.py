@@ -16,7 +16,6 @@ taken in queue order, so the first unfinished one means every later one is unfin
 from __future__ import annotations
 
 import collections
-import itertools
 import threading
 import weakref
 from collections.abc import Callable
@@ -39,23 +38,22 @@ class Lifetime:
         self._mark, self._finished, self._forget = mark, finished, forget
         self._on_release = on_release
         self._lock = threading.RLock()  # reentrant: a finalizer may run inside the collector, anywhere
-        self._keys = itertools.count()
-        self._live: dict[int, tuple[Destroy, bool]] = {}  # what owners hold: (destroy, ordered)
+        self._live: dict[int, tuple[Destroy, bool, weakref.ref]] = {}  # what owners hold: (destroy, ordered,
+        # the owner's weak reference), by the reference's id
         self._released: list[tuple[Destroy, bool]] = []  # let go, not yet stamped with a mark
         self._graves: collections.deque[tuple[Any, list[Destroy]]] = collections.deque()  # (mark, what waits on it)
         self.closed = False
 
-    def track(self, owner: object, destroy: Callable[..., None], *args: Any,
-              ordered: bool = False) -> weakref.finalize:
-        """Run destroy(*args) once `owner` is released (call the returned finalizer) or collected and the work
+    def track(self, owner: object, destroy: Callable[..., None], *args: Any, ordered: bool = False) -> Release:
+        """Run destroy(*args) once `owner` is released (call the returned Release) or collected and the work
         submitted until then has finished, or at close(). `ordered`: destroy() is itself ordered after the
         work queued so far (a stream-ordered free), so it runs at the next collect() without a mark."""
-        key = next(self._keys)
+        # The weak reference lives in the table, not in the owner: one the owner alone held would die with it in
+        # a collected cycle, and its callback with it.
+        ref = weakref.ref(owner, self._collected)
         with self._lock:
-            self._live[key] = ((destroy, args), ordered)
-        finalizer = weakref.finalize(owner, self._let_go, key)
-        finalizer.atexit = False
-        return finalizer
+            self._live[id(ref)] = ((destroy, args), ordered, ref)
+        return Release(self, ref)
 
     def retire(self, destroy: Callable[..., None], *args: Any) -> None:
         """Run destroy(*args) once the work submitted so far has finished (at the next collect() that sees it)."""
@@ -121,7 +119,7 @@ class Lifetime:
         with self._lock:
             graves, self._graves = list(self._graves), collections.deque()
             items = [item for item, _ in self._released] + [item for _, batch in graves for item in batch]
-            items += [item for item, _ in self._live.values()]
+            items += [item for item, _, _ in self._live.values()]
             self._released, self._live = [], {}
         for item in items:
             try:
@@ -135,16 +133,30 @@ class Lifetime:
                 except HalError:
                     pass
 
-    def _let_go(self, key: int) -> None:
+    def _collected(self, ref: weakref.ref) -> None:
         with self._lock:
-            entry = self._live.pop(key, None)
+            entry = self._live.pop(id(ref), None)
             if entry is not None:
                 self._notify()  # before it is pending: no resubmission may pass the check in between
-                self._released.append(entry)
+                self._released.append(entry[:2])
 
     def _notify(self) -> None:
         if self._on_release is not None:
             self._on_release()
+
+
+class Release:
+    """What Lifetime.track returns: calling it lets the owner's object go now, as if the owner were collected
+    (its destroy still waits for the work submitted until then); later calls, or the owner's collection, do
+    nothing more."""
+
+    __slots__ = ("lifetime", "ref")
+
+    def __init__(self, lifetime: Lifetime, ref: weakref.ref) -> None:
+        self.lifetime, self.ref = lifetime, ref  # holding the reference keeps its id, the key, its own
+
+    def __call__(self) -> None:
+        self.lifetime._collected(self.ref)
 
 
 def _destroy(items: list[Destroy]) -> None:

@@ -219,6 +219,7 @@ cdef class Program:
 cdef void _running_sum(vector[Py_ssize_t]& counts):
     """counts[i] becomes counts[0] + ... + counts[i]: counts kept one place up (item i's at i + 1) become
     where each item's run starts in one flat array."""
+    cdef size_t i
     for i in range(1, counts.size()):
         counts[i] += counts[i - 1]
 

@@ -13,7 +13,6 @@ import contextlib
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,7 +34,7 @@ from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationEr
 from hal.executable import ExecutableSource
 from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
-from hal.lifetime import Lifetime
+from hal.lifetime import Lifetime, Release
 from hal.semaphore import Semaphore
 
 A = driver.CUdevice_attribute
@@ -147,6 +146,14 @@ class CudaDevice(Device):
         self._gate: CudaSemaphore | None = None  # host calls' gate (hal.host_call), made on first use
         self.host_signalled = threading.Condition()  # notified at each host write of a semaphore value
         self._gates = 0  # host calls queued: the gate value the last one opens
+        self._destroyers = {  # per kind of handle track() takes: how to free one, and whether that is stream-ordered
+            "memory": (self._free_memory, True),  # cuMemFreeAsync is ordered after the work submitted so far
+            "exec": (self._destroy_exec, True),  # an exec in flight is freed by the driver when it is done
+            "graph": (self._destroy_graph, True),
+            "host": (self._free_host, False),
+            "module": (self._unload_module, False),
+            "owner": (_keep, False),
+        }
         self.lifetime = Lifetime(mark=self._mark, finished=lambda event: driver.cuEventQuery(event)[0] != NOT_READY,
                                  forget=driver.cuEventDestroy, on_release=self._replace_token)
         self._lost: HalError | None = None
@@ -175,18 +182,11 @@ class CudaDevice(Device):
             call(driver.cuCtxSetCurrent, self.context)
             _current.device = self
 
-    def track(self, owner: object, kind: str, handle: Any) -> weakref.finalize:
+    def track(self, owner: object, kind: str, handle: Any) -> Release:
         """Free `handle` (kind: memory, host, module, graph, exec, or owner: an imported buffer's owner object,
         kept alive) once `owner` is released (call the result) or collected, when the work submitted until then
         no longer needs it; or at close (hal.lifetime)."""
-        destroy, ordered = {
-            "memory": (self._free_memory, True),  # cuMemFreeAsync is ordered after the work submitted so far
-            "exec": (self._destroy_exec, True),  # an exec in flight is freed by the driver when it is done
-            "graph": (self._destroy_graph, True),
-            "host": (self._free_host, False),
-            "module": (self._unload_module, False),
-            "owner": (_keep, False),
-        }[kind]
+        destroy, ordered = self._destroyers[kind]
         return self.lifetime.track(owner, destroy, handle, ordered=ordered)
 
     def collect(self) -> None:

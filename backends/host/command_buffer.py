@@ -43,11 +43,12 @@ class HostEmitter:
     def end(self, program: Program) -> None:
         self.order = program.topological_order()
         self.static, self.bodies = [], {}
-        self.plan(program)
+        if program.indirect or program.regions:
+            self.plan(program)
 
     def plan(self, program: Program) -> None:
         """Note the static dispatch_indirect commands and the regions' orders of `program` and its regions."""
-        self.static += [c for c in (program.commands[i] for i in program.indirect) if not c.dynamic]
+        self.static += [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
         for i in program.regions:
             region = program.commands[i]
             self.bodies[region] = region.body.topological_order()

@@ -102,6 +102,7 @@ class VulkanDevice(Device):
         self._driver = QueueDriver(self)
         self._route_lock = threading.Lock()  # a submission goes to the queue or to the QueueDriver, in order
         self._empty: Recording | None = None
+        self._reached = 0  # the latest timeline value _completed() read
         self.lifetime = Lifetime(mark=lambda: self._driver if self._driver.busy() else self._submitter.submitted,
                                  finished=self._finished, on_release=self._replace_token)
         # A command buffer holding this token resubmits as one vkQueueSubmit (queue_execute): replaced whenever
@@ -181,7 +182,8 @@ class VulkanDevice(Device):
     def live_objects(self) -> dict[str, int]:
         """Vulkan objects this device holds now, by type (the leak tests compare these)."""
         with self._lock:
-            return {k: v for k, v in self._objects.items() if v}
+            held = self._objects + collections.Counter(VkCommandPool=self.command_pools.in_use)
+        return {k: v for k, v in held.items() if v}
 
     def memory_stats(self) -> dict[str, int]:
         """Device memory: allocations, bytes allocated from the driver, bytes in use by buffers."""
@@ -213,7 +215,7 @@ class VulkanDevice(Device):
     def _finished(self, mark: Any) -> bool:
         if mark is self._driver:
             return mark.finished_with(self._completed())
-        return mark <= self._completed()
+        return mark <= self._reached or mark <= self._completed()
 
     @property
     def submitted(self) -> int:
@@ -363,9 +365,11 @@ class VulkanDevice(Device):
         return int(out[0])
 
     def _completed(self) -> int:
-        """The timeline value the GPU has reached (submissions up to it are done)."""
+        """The timeline value the GPU has reached (submissions up to it are done); kept in `_reached`, which a
+        mark already behind needs no driver call to pass."""
         done = self._value(self._timeline)
         with self._lock:
+            self._reached = max(self._reached, done)
             pending = self._pending
             while pending and pending[0][0] <= done:
                 pending.popleft()

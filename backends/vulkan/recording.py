@@ -2,9 +2,10 @@
 
 Each encoding owns its pool while it lives, so retiring one never touches a pool another thread may be
 recording into; retired recordings are given back once the GPU is done with them (the device's lifetime).
-A pool given back is reset and kept for the next recording (up to KEEP of them): encoding into memory the
-driver already holds costs much less than into a fresh pool (on lavapipe, a fresh pool's first pages are
-page faults: about 1 µs a dispatch of a 1000-dispatch chain, against 0.5 µs reused).
+A pool given back is kept for the next recording (up to KEEP of them): encoding into memory the driver already
+holds costs much less than into a fresh pool (on lavapipe, a fresh pool's first pages are page faults: about
+1 µs a dispatch of a 1000-dispatch chain, against 0.5 µs reused). Its command buffer is reset by the next
+vkBeginCommandBuffer (the pools allow that), not by a call of its own when given back.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ KEEP = 16  # reset pools a device keeps for reuse
 
 
 class CommandPools:
-    """A device's VkCommandPools, each with its one VkCommandBuffer: handed out to recordings, given back reset.
-    `cached` is how many wait for reuse now (at most KEEP); live_objects counts only those in use."""
+    """A device's VkCommandPools, each with its one VkCommandBuffer: handed out to recordings, given back.
+    `cached` is how many wait for reuse now (at most KEEP); `in_use` how many recordings hold (the device's
+    live_objects counts those)."""
 
     def __init__(self, device: VulkanDevice) -> None:
         self.device = device
         self.free: list[tuple[Any, int]] = []  # (VkCommandPool, VkCommandBuffer as an integer)
+        self.in_use = 0
         self.lock = threading.Lock()
 
     @property
@@ -42,17 +45,17 @@ class CommandPools:
             kept = self.free.pop() if self.free else None
         if kept is None:
             kept = self._create()
-        self.device.count_objects("VkCommandPool", 1)
+        with self.lock:
+            self.in_use += 1
         return kept
 
     def give(self, pool: Any, command_buffer: int) -> None:
-        """Take back a pool whose command buffer the GPU is done with: reset and kept, or destroyed beyond KEEP."""
-        self.device.count_objects("VkCommandPool", -1)
-        if lib.vkResetCommandPool(self.device.handle, pool, 0) == vk.VK_SUCCESS:
-            with self.lock:
-                if len(self.free) < KEEP:
-                    self.free.append((pool, command_buffer))
-                    return
+        """Take back a pool whose command buffer the GPU is done with: kept, or destroyed beyond KEEP."""
+        with self.lock:
+            self.in_use -= 1
+            if len(self.free) < KEEP:
+                self.free.append((pool, command_buffer))
+                return
         lib.vkDestroyCommandPool(self.device.handle, pool, ffi.NULL)  # frees its command buffer too
 
     def close(self) -> None:

@@ -112,3 +112,30 @@ def test_close_destroys_what_is_held_and_what_waits_and_never_raises():
     assert sorted(destroyed) == ["held", "waiting"] and life.closed
     life.collect()  # a no-op once closed
     life.close()
+
+
+def test_an_owner_collected_in_a_cycle_with_its_release_is_still_released():
+    queue, destroyed = Queue(), []
+    life = queue.lifetime()
+    owner = Owner()
+    owner.release = life.track(owner, destroyed.append, "in a cycle")  # owner -> release -> its weak reference
+    owner.itself = owner
+    del owner
+    gc.collect()
+    life.collect()
+    assert destroyed == ["in a cycle"] and not life.pending
+
+
+def test_a_release_outliving_many_others_still_releases_only_its_own():
+    queue, destroyed = Queue(), []
+    life = queue.lifetime()
+    keep = Owner()
+    release = life.track(keep, destroyed.append, "kept")
+    for i in range(1000):  # owners come and go: their keys must never become the kept one's
+        life.track(Owner(), destroyed.append, i)
+    life.collect()
+    assert destroyed == list(range(1000))
+    release()
+    release()
+    life.collect()
+    assert destroyed == [*range(1000), "kept"]
