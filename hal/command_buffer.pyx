@@ -155,7 +155,7 @@ cdef class CommandBuffer:
             raise ValidationError(f"begin: the command buffer is {self.state}; call reset() to record it again")
         self.phase = RECORDING
         self.live_token = self.device.release_token
-        self.planner = Planner(self.dependencies, self.emitter.lanes, self.single_pass)
+        self.planner = Planner(self.dependencies, self.emitter.lanes, self.single_pass, self.emitter.graph_layout)
         if self.single_pass:
             self.recorded = self.planner.program
             self.emitter.begin(self.recorded)
@@ -200,7 +200,7 @@ cdef class CommandBuffer:
                 self.transient_plan = None
             self.direct_buffers = self.dispatched = None
             if not self.single_pass:
-                self.planner = Planner(self.dependencies, self.emitter.lanes, False)
+                self.planner = Planner(self.dependencies, self.emitter.lanes, False, self.emitter.graph_layout)
                 self.recorded = None
             raise
         self.phase = ENDED
@@ -665,7 +665,7 @@ cdef class CommandBuffer:
         if not commands:
             raise ValidationError(f"command {self.count} ({what}): the region holds no command; record one in it "
                                   f"or leave the region out")
-        planner = Planner(self.dependencies, self.emitter.lanes, False)
+        planner = Planner(self.dependencies, self.emitter.lanes, False, self.emitter.graph_layout)
         planner.plan(segments)
         slot_users, constant_users = _users(body_slots, body_constants)
         body = planner.finish(commands, slot_users, _needed(slot_users), constant_users, _needed(constant_users),

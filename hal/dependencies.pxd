@@ -12,6 +12,7 @@ cdef class Planner:
     cdef readonly Program program
     cdef bint hazards
     cdef bint single_pass
+    cdef bint layout_now  # lay the graph out while planning (else on first use: Program.need_layout)
     cdef Py_ssize_t lanes  # the lane limit (0: none)
     cdef HazardTracker tracker  # hazards mode
     # Hazards mode: predecessors (ascending) -> group; per command, the group of it alone (-1: none yet).
@@ -36,6 +37,7 @@ cdef class Planner:
     cpdef Program finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
                          Py_ssize_t constants_needed, tuple indirect=*, tuple regions=*, tuple collectives=*,
                          tuple nested=*)
+    cdef void lay_out_segments(self, list segments) except *
     cdef void dag(self, Command command)
     cdef void lay_out(self, Command command, Py_ssize_t size, bint shared)
     cdef void fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared)

@@ -89,12 +89,17 @@ cdef class Planner:
     """Builds a Program: `add()` command by command (single_pass), or `plan()` whole segments at end()
     (deferred); `program` is the result."""
 
-    def __init__(self, str dependencies, Py_ssize_t lanes, bint single_pass):
+    def __init__(self, str dependencies, Py_ssize_t lanes, bint single_pass, bint layout=True):
+        """`layout`: lay the graph out while planning (a backend building a graph wants it at end()); else the
+        Program lays it out on first use, the same way."""
         if dependencies not in ("barriers", "hazards"):
             raise ValidationError(f"dependencies must be 'barriers' or 'hazards', got {dependencies!r}")
         self.program = Program(dependencies, lanes)
         self.hazards = dependencies == "hazards"
         self.single_pass = single_pass
+        self.layout_now = layout
+        if not layout:
+            self.program.layout_source = self
         self.lanes = lanes
         self.tracker = HazardTracker() if self.hazards else None
         self.dag_segment = self.barrier_segment = self.layout_segment = -1
@@ -118,7 +123,8 @@ cdef class Planner:
         if needs:
             self.fence = command.index
         program.barrier.push_back(needs)
-        self.lay_out(command, -1, True)
+        if self.layout_now:
+            self.lay_out(command, -1, True)
 
     cpdef plan(self, list segments):
         """deferred: plan every command of `segments` (lists of commands, in order) at once."""
@@ -148,6 +154,31 @@ cdef class Planner:
             program.barrier.push_back(needs)
             for _ in range(len(commands) - 1):
                 program.barrier.push_back(False)
+        if self.layout_now:
+            self.lay_out_segments(segments)
+
+    def lay_out_program(self) -> None:
+        """The graph layout of the whole Program, as planning would have laid it out (Program.need_layout)."""
+        cdef Program program = self.program
+        cdef tuple commands = program.commands
+        cdef Py_ssize_t start = 0, i
+        if self.single_pass:
+            for c in commands:
+                self.lay_out(c, -1, True)
+            return
+        segments = []
+        for i in range(1, len(commands) + 1):  # a segment's commands are consecutive
+            if i == len(commands) or (<Command>commands[i]).segment != (<Command>commands[start]).segment:
+                segments.append(list(commands[start:i]))
+                start = i
+        self.lay_out_segments(segments)
+
+    cdef void lay_out_segments(self, list segments) except *:
+        """deferred: the graph layout, each segment seen whole."""
+        cdef Program program = self.program
+        cdef list commands
+        cdef Command c
+        cdef Py_ssize_t g
         self.uses.resize(program.group_last.size())
         for g in program.group_of:
             if g >= 0:

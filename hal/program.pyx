@@ -8,7 +8,8 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
 - `barriers`: where a replay in recording order (Vulkan) puts an execution barrier;
 - the graph layout (`nodes`, `node_dependencies(k)`, `lanes`): graph nodes in an order in which every
   node comes after the nodes it waits for: one per command plus empty join nodes where a shared group
-  has several members, with the commands of a wide segment spread over `lane_limit` lanes;
+  has several members, with the commands of a wide segment spread over `lane_limit` lanes. Laid out at
+  end() for a backend that builds a graph (its emitter's `graph_layout`), else on first use;
 - `slot_users`: binding-table slot -> the commands that use it (what a new table touches);
 - `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
 - `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard;
@@ -47,10 +48,17 @@ cdef class Program:
         self.nested = ()
         self.transients = None
         self.frozen = False
+        self.layout_source = None
         self.group_start.push_back(0)
         self.dep_start.push_back(0)
 
     # Filled in by the planner.
+    cdef void need_layout(self) except *:
+        """Lay the graph out now if the planner left it for first use."""
+        if self.layout_source is not None:
+            source, self.layout_source = self.layout_source, None
+            source.lay_out_program()
+
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds):
         cdef Py_ssize_t p, last = -1
         for p in preds:
@@ -181,25 +189,30 @@ cdef class Program:
     def nodes(self) -> tuple:
         """Per graph node, in an order where each comes after what it waits for: the command index it
         runs, or None for an empty join node."""
+        self.need_layout()
         return tuple(None if c < 0 else c for c in self.node_command)
 
     def node_dependencies(self, Py_ssize_t node) -> tuple:
         """The graph nodes node `node` waits for."""
+        self.need_layout()
         if not 0 <= node < <Py_ssize_t>self.node_command.size():
             raise IndexError(f"no node {node}; the layout has {self.node_command.size()}")
         return _tuple(self.node_deps, self.dep_start[node], self.dep_start[node + 1])
 
     def node_of(self, Py_ssize_t index) -> int:
         """The graph node of command `index`."""
+        self.need_layout()
         return self.command_node[index]
 
     @property
     def lanes(self) -> tuple:
         """Per non-empty segment: (its first command, the lanes its commands run in)."""
+        self.need_layout()
         return tuple(zip(self.segment_start, self.segment_width))
 
     def graph(self) -> nx.DiGraph:
         """The graph layout as networkx: nodes are command indices and ("join", node) for join nodes."""
+        self.need_layout()
         def name(k):
             c = self.node_command[k]
             return ("join", k) if c < 0 else c
@@ -212,6 +225,7 @@ cdef class Program:
         return graph
 
     def __repr__(self) -> str:
+        self.need_layout()
         return (f"<Program {len(self.commands)} commands, {self.group_last.size()} dependency groups, "
                 f"{self.node_command.size() - len(self.commands)} join nodes, {self.dependencies}>")
 
@@ -237,10 +251,12 @@ class Emitter(Protocol):
     `begin` and `command` serve single_pass recording, where the backend may emit each command as it comes
     (`program` is then still growing: the planner has added the command's nodes and barrier flag); `end`
     gets the frozen Program. Submission goes through the backend's device, which calls its own emitter.
-    `lanes` is the most chains the planner may spread a segment over (0: no limit, or no graph to lay out).
+    `lanes` is the most chains the planner may spread a segment over (0: no limit, or no graph to lay out);
+    `graph_layout` whether end() reads the graph layout (else the Program lays it out only if asked for it).
     """
 
     lanes: int
+    graph_layout: bool
 
     def begin(self, program: Program) -> None: ...
 

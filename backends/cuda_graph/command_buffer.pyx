@@ -282,6 +282,7 @@ cdef class CudaEmitter:
     cdef CUcontext context
     cdef CUstream stream
     cdef readonly Py_ssize_t lanes
+    cdef readonly bint graph_layout
     cdef bint one_shot, single_pass
     cdef bint slots_possible  # a binding or constant capacity: single_pass cannot build while recording
     cdef bint at_submit  # the recording uses slots or constant slots: resolved at each submit
@@ -330,6 +331,7 @@ cdef class CudaEmitter:
         self.context = <CUcontext><uintptr_t>device.context_handle
         self.stream = <CUstream><uintptr_t>device.stream_handle
         self.lanes = device.graph_lanes
+        self.graph_layout = True  # the graph's nodes and edges
         self.one_shot = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
         self.slots_possible = binding_capacity > 0 or constant_capacity > 0

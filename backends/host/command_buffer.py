@@ -28,6 +28,7 @@ class HostEmitter:
     """The host's side of a command buffer (hal.program.Emitter): the order its commands run in."""
 
     lanes = 0  # the host runs commands one at a time: no graph to lay out in lanes
+    graph_layout = False
 
     def __init__(self) -> None:
         self.order: list[Command] = []

@@ -353,6 +353,7 @@ cdef class VulkanEmitter:
     cdef DeviceCommands fn
     cdef Submitter submitter
     cdef readonly Py_ssize_t lanes
+    cdef readonly bint graph_layout
     cdef bint one_time, single_pass
     cdef bint slots_possible  # a binding or constant capacity: single_pass cannot encode while recording
     cdef Program program
@@ -374,6 +375,7 @@ cdef class VulkanEmitter:
         self.fn = fn
         self.submitter = submitter
         self.lanes = 0  # replayed in recording order: no graph to lay out
+        self.graph_layout = False
         self.one_time = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
         self.slots_possible = binding_capacity > 0 or constant_capacity > 0

@@ -42,9 +42,10 @@ def record(host, sizes, fills, dependencies):
     return cb
 
 
-def plan(cb, lanes, strategy):
-    """The Program of `cb`'s recording, planned again with a lane limit of `lanes`."""
-    planner = Planner(cb.dependencies, lanes, strategy == "single_pass")
+def plan(cb, lanes, strategy, layout=True):
+    """The Program of `cb`'s recording, planned again with a lane limit of `lanes`; `layout`: laid out while
+    planning, else on first use."""
+    planner = Planner(cb.dependencies, lanes, strategy == "single_pass", layout)
     segments = [list(seg.commands) for seg in cb.segments()]
     if strategy == "single_pass":
         for commands in segments:
@@ -89,6 +90,21 @@ def test_the_layout_keeps_every_dependency_in_lanes(device, sizes, lanes, fills,
         else:
             assert all(cb.commands[order[d]].segment != c.segment for c in seg.commands
                        for d in program.node_dependencies(program.node_of(c.index)) if d in order)
+
+
+@given(sizes=st.lists(st.integers(0, 12), min_size=1, max_size=7), lanes=st.integers(0, 5),
+       fills=st.sets(st.integers(0, 60)), dependencies=st.sampled_from(["barriers", "hazards"]),
+       strategy=st.sampled_from(["deferred", "single_pass"]))
+@settings(max_examples=60, deadline=None)
+def test_a_layout_left_for_first_use_is_the_one_planning_lays_out(device, sizes, lanes, fills, dependencies,
+                                                                 strategy):
+    """A backend without a graph (host, Vulkan) has the planner skip the layout; asked for, it is the same."""
+    cb = record(device, sizes, fills, dependencies)
+    now, later = plan(cb, lanes, strategy), plan(cb, lanes, strategy, layout=False)
+    assert later.nodes == now.nodes and later.lanes == now.lanes
+    assert [later.node_dependencies(k) for k in range(len(now.nodes))] == \
+        [now.node_dependencies(k) for k in range(len(now.nodes))]
+    assert later.barriers == now.barriers and later.groups == now.groups
 
 
 @given(sizes=st.lists(st.integers(0, 8), min_size=1, max_size=7), fills=st.sets(st.integers(0, 40)),
