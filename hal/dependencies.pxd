@@ -13,6 +13,8 @@ cdef class Planner:
     cdef bint hazards
     cdef bint single_pass
     cdef bint layout_now  # lay the graph out while planning (else on first use: Program.need_layout)
+    cdef bint after_earlier, only_segment  # deferred, hazards mode: the segment being planned has non-empty
+    # segments before it; it is the only non-empty one
     cdef Py_ssize_t lanes  # the lane limit (0: none)
     cdef HazardTracker tracker  # hazards mode
     # Hazards mode: predecessors (ascending) -> group; per command, the group of it alone (-1: none yet).
@@ -22,6 +24,7 @@ cdef class Planner:
     cdef Py_ssize_t dag_segment
     cdef Py_ssize_t open_start
     cdef Py_ssize_t open_group
+    cdef vector[Py_ssize_t] previous  # scratch: the previous segment's commands, kept to reuse its memory
     # Barrier placement: the first command after the last barrier, and the last command's segment.
     cdef Py_ssize_t fence
     cdef Py_ssize_t barrier_segment
@@ -97,7 +100,7 @@ cdef class HazardTracker:
     cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
     cdef vector[Py_ssize_t] kept_readers
 
-    cdef int add(self, Command command, Program program) except -1
+    cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1
     cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
     cdef int share(self) except -1
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1

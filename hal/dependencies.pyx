@@ -97,6 +97,7 @@ cdef class Planner:
         self.program = Program(dependencies, lanes)
         self.hazards = dependencies == "hazards"
         self.single_pass = single_pass
+        self.after_earlier, self.only_segment = True, False  # single_pass: what comes later is not known
         self.layout_now = layout
         if not layout:
             self.program.layout_source = self
@@ -133,7 +134,18 @@ cdef class Planner:
         cdef Command c
         cdef Py_ssize_t g
         cdef bint needs, first = True
-        for commands in segments:
+        cdef Py_ssize_t k, first_used = -1, last_used = -1
+        for k in range(len(segments)):
+            if segments[k]:
+                last_used = k
+                if first_used < 0:
+                    first_used = k
+        for k in range(len(segments)):
+            # Hazards mode: commands of the first segment wait for nothing; those of the only one note nothing
+            # either (else a command's entries matter to the later ones of its own segment too, which may find
+            # more candidates through pieces it merged: single_pass must find the same).
+            self.after_earlier, self.only_segment = k > first_used, first_used == last_used
+            commands = segments[k]
             for c in commands:
                 self.dag(c)
         for commands in segments:
@@ -189,11 +201,10 @@ cdef class Planner:
 
     cdef void dag(self, Command command):
         cdef Program program = self.program
-        cdef vector[Py_ssize_t] preds
         cdef Py_ssize_t i, g = -1
         cdef map[vector[Py_ssize_t], Py_ssize_t].iterator known
         if self.hazards:
-            self.tracker.add(command, program)
+            self.tracker.add(command, program, self.after_earlier, self.only_segment)
             self.lone_group.push_back(-1)
             if self.tracker.preds.size() == 1:  # a chain: look the group up by its member
                 i = self.tracker.preds[0]
@@ -211,9 +222,10 @@ cdef class Planner:
             return
         if command.segment != self.dag_segment:  # the first command of a new non-empty segment
             if self.dag_segment >= 0:
+                self.previous.clear()
                 for i in range(self.open_start, command.index):
-                    preds.push_back(i)
-                self.open_group = program.add_group(preds)
+                    self.previous.push_back(i)
+                self.open_group = program.add_group(self.previous)
             self.open_start = command.index
             self.dag_segment = command.segment
         program.group_of.push_back(self.open_group)
@@ -328,8 +340,10 @@ cdef class HazardTracker:
         self.universe = -1
         self.marks = 0
 
-    cdef int add(self, Command command, Program program) except -1:
-        """Set `preds` to the predecessors of `command` (the next in recording order), in recording order."""
+    cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1:
+        """Set `preds` to the predecessors of `command` (the next in recording order), in recording order.
+        `earlier`: an earlier segment holds commands (else it waits for nothing); `alone`: its segment is the
+        only one with commands (nothing to wait for, and no entry in the maps matters)."""
         cdef Py_ssize_t segment = command.segment, i
         cdef Tracked tracked
         cdef Range touch
@@ -337,6 +351,11 @@ cdef class HazardTracker:
         tracked.found_by = tracked.visited_by = tracked.mark = -1
         tracked.first_touch = self.touches.size()
         self.current = command.index
+        if alone:
+            tracked.end_touch = tracked.first_touch
+            self.tracked.push_back(tracked)
+            self.preds.clear()
+            return 0
         _accesses(command, self.accesses)
         if self.universe < 0:
             for i in range(self.accesses.size()):
@@ -347,7 +366,8 @@ cdef class HazardTracker:
         for i in range(self.accesses.size()):
             touch.map = self.map_for(self.accesses[i].buffer)
             touch.start, touch.end = self.accesses[i].start, self.accesses[i].end
-            self.collect(touch, self.accesses[i].write, segment)
+            if earlier:
+                self.collect(touch, self.accesses[i].write, segment)
             self.touches.push_back(touch)
         tracked.end_touch = self.touches.size()
         self.tracked.push_back(tracked)

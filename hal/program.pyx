@@ -24,7 +24,7 @@ A backend's side of a command buffer is its emitter (see `Emitter`): the command
 Program, never its own fields, and the backend never re-derives dependencies.
 """
 
-from libcpp.queue cimport priority_queue
+from libcpp.algorithm cimport sort
 
 from typing import Any, Protocol
 
@@ -155,25 +155,34 @@ cdef class Program:
                 feeds[fill[i]] = g
                 fill[i] += 1
         fill = waiter_start
-        cdef priority_queue[Py_ssize_t] ready  # the largest index first
+        # The ready commands, ascending: the one run next is the last. A command made ready waits for the one
+        # just run, the largest of the ready ones, so it is larger than every other: the newly ready (sorted)
+        # go on top and the stack stays in order, with no heap.
+        cdef vector[Py_ssize_t] ready
+        cdef size_t batch
         for i in range(n):
             g = self.group_of[i]
             if g < 0:
-                ready.push(i)
+                ready.push_back(i)
             else:
                 waiters[fill[g]] = i
                 fill[g] += 1
-        cdef list order = []
+        cdef list order = [None] * n
+        cdef Py_ssize_t done = 0
         while not ready.empty():
-            i = ready.top()
-            ready.pop()
-            order.append(self.commands[i])
+            i = ready.back()
+            ready.pop_back()
+            order[done] = self.commands[i]
+            done += 1
+            batch = ready.size()
             for k in range(feed_start[i], feed_start[i + 1]):
                 g = feeds[k]
                 waiting[g] -= 1
                 if waiting[g] == 0:
                     for j in range(waiter_start[g], waiter_start[g + 1]):
-                        ready.push(waiters[j])
+                        ready.push_back(waiters[j])
+            if ready.size() - batch > 1:
+                sort(ready.begin() + batch, ready.end())
         return order
 
     # Replay in recording order.

@@ -3,6 +3,8 @@ every dependency of the DAG, whatever the lane limit, strategy or dependency mod
 
 from __future__ import annotations
 
+import heapq
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -105,6 +107,25 @@ def test_a_layout_left_for_first_use_is_the_one_planning_lays_out(device, sizes,
     assert [later.node_dependencies(k) for k in range(len(now.nodes))] == \
         [now.node_dependencies(k) for k in range(len(now.nodes))]
     assert later.barriers == now.barriers and later.groups == now.groups
+
+
+@given(sizes=st.lists(st.integers(0, 12), min_size=1, max_size=7), fills=st.sets(st.integers(0, 60)),
+       dependencies=st.sampled_from(["barriers", "hazards"]))
+@settings(max_examples=60, deadline=None)
+def test_the_topological_order_runs_the_latest_ready_command_first(device, sizes, fills, dependencies):
+    cb = record(device, sizes, fills, dependencies)
+    graph = cb.dependency_graph()
+    waiting = {v: graph.in_degree(v) for v in graph}
+    ready, expected = [-v for v in graph if not waiting[v]], []
+    heapq.heapify(ready)
+    while ready:  # the reference: a heap of the ready commands, the largest index first
+        u = -heapq.heappop(ready)
+        expected.append(u)
+        for v in graph.successors(u):
+            waiting[v] -= 1
+            if not waiting[v]:
+                heapq.heappush(ready, -v)
+    assert [c.index for c in cb.program.topological_order()] == expected
 
 
 @given(sizes=st.lists(st.integers(0, 8), min_size=1, max_size=7), fills=st.sets(st.integers(0, 40)),
