@@ -630,8 +630,8 @@ def report(result: dict) -> str:
                          f"{_verdict(total / (ref['record'] + ref['end']), RECORD_END_TARGET)}; resubmit "
                          f"{ours['submit']:.2f} vs cuGraphLaunch {ref['submit']:.2f} µs: "
                          f"{_verdict(ours['submit'] / ref['submit'], RESUBMIT_TARGET)}; gpu per node / reference "
-                         f"{ours['gpu'] / ref['gpu']:.2f}; the least record+end could be (hal's record, then no "
-                         f"more than the reference's driver work): "
+                         f"{ours['gpu'] / ref['gpu']:.2f}; hal's record and then the reference's driver work (about "
+                         f"the least hal's record+end can cost): "
                          f"{(ours['record'] + ref['record'] + ref['end']) / (ref['record'] + ref['end']):.2f}x")
             if torch is not None:
                 line += (f"; record+end vs torch capture+instantiate {torch['record']:.2f} µs/kernel "
