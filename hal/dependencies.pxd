@@ -40,6 +40,7 @@ cdef class Planner:
     cpdef Program finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
                          Py_ssize_t constants_needed, tuple indirect=*, tuple regions=*, tuple collectives=*,
                          tuple nested=*)
+    cdef void lay_out_program(self) except *
     cdef void lay_out_segments(self, list segments) except *
     cdef void dag(self, Command command)
     cdef void lay_out(self, Command command, Py_ssize_t size, bint shared)

@@ -99,8 +99,8 @@ cdef class Planner:
         self.single_pass = single_pass
         self.after_earlier, self.only_segment = True, False  # single_pass: what comes later is not known
         self.layout_now = layout
-        if not layout:
-            self.program.layout_source = self
+        if not layout:  # a function, not this planner: the Program must not keep its planner (nor it alive)
+            self.program.layout_source = _lay_out_single_pass if single_pass else _lay_out_deferred
         self.lanes = lanes
         self.tracker = HazardTracker() if self.hazards else None
         self.dag_segment = self.barrier_segment = self.layout_segment = -1
@@ -169,7 +169,7 @@ cdef class Planner:
         if self.layout_now:
             self.lay_out_segments(segments)
 
-    def lay_out_program(self) -> None:
+    cdef void lay_out_program(self) except *:
         """The graph layout of the whole Program, as planning would have laid it out (Program.need_layout)."""
         cdef Program program = self.program
         cdef tuple commands = program.commands
@@ -313,6 +313,21 @@ cdef class Planner:
         self.program.freeze(commands, slot_users, slots_needed, constant_users, constants_needed, indirect, regions,
                             collectives, nested)
         return self.program
+
+
+def _lay_out_deferred(Program program) -> None:
+    _lay_out_later(program, False)
+
+
+def _lay_out_single_pass(Program program) -> None:
+    _lay_out_later(program, True)
+
+
+cdef void _lay_out_later(Program program, bint single_pass) except *:
+    """The graph layout of a Program planned without it, by a planner of the same kind."""
+    cdef Planner planner = Planner(program.dependencies, program.lane_limit, single_pass)
+    planner.program = program
+    planner.lay_out_program()
 
 
 cdef Py_ssize_t _segment_of(Program program, Py_ssize_t index):

@@ -36,7 +36,7 @@ cdef class Program:
     # Non-empty segments: their first command and the lanes they run in.
     cdef vector[Py_ssize_t] segment_start
     cdef vector[Py_ssize_t] segment_width
-    cdef object layout_source  # the planner that lays the graph out on first use (None: laid out)
+    cdef object layout_source  # the function that lays the graph out on first use (None: laid out)
 
     cdef void need_layout(self) except *
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds)

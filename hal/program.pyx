@@ -57,7 +57,7 @@ cdef class Program:
         """Lay the graph out now if the planner left it for first use."""
         if self.layout_source is not None:
             source, self.layout_source = self.layout_source, None
-            source.lay_out_program()
+            source(self)
 
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds):
         cdef Py_ssize_t p, last = -1

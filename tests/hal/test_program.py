@@ -3,6 +3,7 @@ every dependency of the DAG, whatever the lane limit, strategy or dependency mod
 
 from __future__ import annotations
 
+import gc
 import heapq
 
 import networkx as nx
@@ -214,3 +215,29 @@ def test_nested_names_the_commands_each_execute_commands_recorded(host):
     assert program.nested == ((1, 3), (4, 6))
     assert [c.kind for c in program.commands[3:]] == ["if_nonzero", "dispatch", "fill"]
     assert program.commands[3].body.nested == ((1, 3),)
+
+
+@pytest.mark.parametrize("dependencies", ["barriers", "hazards"])
+def test_a_dropped_command_buffer_leaves_nothing_for_the_cycle_collector(device, dependencies):
+    """A recording of thousands of commands is freed when its command buffer goes, not at the next collection
+    (the Program must not hold its planner, which holds it)."""
+    exe = device.load_executable(kernels.SOURCE)
+    out = device.allocate(1024)
+    flag = device.allocate(4)
+    gc.collect()
+    gc.disable()
+    try:
+        for layout in (False, True):
+            cb = device.create_command_buffer(dependencies=dependencies)
+            with cb:
+                for k in range(4):
+                    cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (hal.ref(out, 256 * k, 256),))
+                    cb.execution_barrier()
+                with cb.if_nonzero(flag):
+                    cb.fill_buffer(out, b"\x01")
+            if layout:
+                assert cb.program.nodes and cb.program.commands[-1].body.nodes
+            del cb
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
