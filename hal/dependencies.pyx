@@ -452,7 +452,6 @@ cdef class HazardTracker:
         cdef vector[Piece]* pieces = &self.maps[access.map]
         cdef Py_ssize_t index = self.current, lo = _split(deref(pieces), access.start)
         cdef Py_ssize_t hi = _split(deref(pieces), access.end), j, low, c, k, cursor
-        cdef Piece fresh
         cdef Piece* piece
         if write:
             # Keep what commands of this segment can still see: accesses of this segment (a race when
@@ -476,7 +475,7 @@ cdef class HazardTracker:
             # The pieces become the first one (a new one if none), its lists swapped with the kept ones: the
             # scratch lists take the old ones' memory, reused next time.
             if lo == hi:
-                pieces.insert(pieces.begin() + lo, move(fresh))
+                _insert_empty(deref(pieces), lo)
             else:
                 pieces.erase(pieces.begin() + lo + 1, pieces.begin() + hi)
             piece = &deref(pieces)[lo]
@@ -660,14 +659,19 @@ cdef inline Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) 
 cdef inline Py_ssize_t _split(vector[Piece]& pieces, Py_ssize_t x) except -1:
     """Make x a piece boundary; returns the index of the first piece starting at or after x."""
     cdef Py_ssize_t i = _first_ending_after(pieces, x)
-    cdef Piece tail
     if i < <Py_ssize_t>pieces.size() and pieces[i].start < x:
-        tail = pieces[i]
-        tail.start = x
-        pieces[i].end = x
-        pieces.insert(pieces.begin() + i + 1, move(tail))
+        _cut(pieces, i, x)
         return i + 1
     return i
+
+
+cdef int _cut(vector[Piece]& pieces, Py_ssize_t i, Py_ssize_t x) except -1:
+    """Cut piece i in two at x (apart from _split, whose common case then makes no Piece)."""
+    cdef Piece tail = pieces[i]
+    tail.start = x
+    pieces[i].end = x
+    pieces.insert(pieces.begin() + i + 1, move(tail))
+    return 0
 
 
 cdef int _absorb(vector[Piece]& pieces, vector[Piece]& other) except -1:
@@ -695,6 +699,13 @@ cdef int _absorb(vector[Piece]& pieces, vector[Piece]& other) except -1:
             rest = theirs
             rest.start = cursor
             pieces.insert(pieces.begin() + j, rest)
+    return 0
+
+
+cdef int _insert_empty(vector[Piece]& pieces, Py_ssize_t i) except -1:
+    """Insert an empty piece at i (apart from HazardTracker.record, whose common case then makes no Piece)."""
+    cdef Piece fresh
+    pieces.insert(pieces.begin() + i, move(fresh))
     return 0
 
 
