@@ -99,8 +99,9 @@ class FloorRecorder:
         self._segment += 1
 
 
-def reference_us(program, recorder: Callable[[], FloorRecorder], f: Fixture, n: int, repeats: int) -> float:
-    """Best-of-`repeats` µs per command for a reference recorder."""
+def reference_us(program, recorder: Callable[[], FloorRecorder], f: object, n: int, repeats: int) -> float:
+    """Best-of-`repeats` µs per command for a reference recorder taking program(recorder, f, n) (`f`: the
+    program's fixture)."""
     best = float("inf")
     for _ in range(repeats):
         r = recorder()

@@ -40,7 +40,7 @@ import numpy as np
 import hal
 from bench import emit, scaling
 from bench.native import reference
-from bench.record import FloorRecorder
+from bench.record import FloorRecorder, reference_us
 from tests.kernels import GLSL, WORKGROUP
 
 # Without the `vulkan` package or the Vulkan loader this module still imports; run() then stops at
@@ -312,7 +312,8 @@ def against_reference(dev: hal.Device, gate: Gate) -> list[dict]:
         for _ in range(7):  # in turns, so that a drift of the host's speed lands on all three alike
             times["hal_record_end"] = min(times["hal_record_end"], record_end_us(dev, record, fixture))
             times["reference_record"] = min(times["reference_record"], ref.record_us(cb, 1))
-            times["floor_record"] = min(times["floor_record"], floor_us(record, fixture))
+            times["floor_record"] = min(times["floor_record"],
+                                        reference_us(record, FloorRecorder, fixture, RECORD_DISPATCHES, 1))
         rows.append(dict(program=program, **times,
                          hal_submit=min(resubmit_host_us(dev, gate, cb) for _ in range(3)),
                          reference_submit=min(ref.submit_us(cb) for _ in range(3))))
@@ -329,15 +330,6 @@ def record_end_us(dev: hal.Device, record: Callable, fixture: scaling.Fixture) -
     cb.begin()
     record(cb, fixture, RECORD_DISPATCHES)
     cb.end()
-    return (time.perf_counter() - t0) / RECORD_DISPATCHES * 1e6
-
-
-def floor_us(record: Callable, fixture: scaling.Fixture) -> float:
-    """µs per dispatch for the plain-Python recorder that checks nothing (bench.record.FloorRecorder) to take
-    the same calls, once: the least any recording API in Python costs, before a single vkCmd* call."""
-    recorder = FloorRecorder()
-    t0 = time.perf_counter()
-    record(recorder, fixture, RECORD_DISPATCHES)
     return (time.perf_counter() - t0) / RECORD_DISPATCHES * 1e6
 
 

@@ -135,16 +135,18 @@ cdef class Planner:
         cdef Py_ssize_t g
         cdef bint needs, first = True
         cdef Py_ssize_t k, first_used = -1, last_used = -1
+        if self.hazards:  # the first and last segments with commands (see below)
+            for k in range(len(segments)):
+                if segments[k]:
+                    last_used = k
+                    if first_used < 0:
+                        first_used = k
+            # Commands of the first segment wait for nothing; those of the only one note nothing either (else a
+            # command's entries matter to the later ones of its own segment too, which may find more candidates
+            # through pieces it merged: single_pass must find the same).
+            self.only_segment = first_used == last_used
         for k in range(len(segments)):
-            if segments[k]:
-                last_used = k
-                if first_used < 0:
-                    first_used = k
-        for k in range(len(segments)):
-            # Hazards mode: commands of the first segment wait for nothing; those of the only one note nothing
-            # either (else a command's entries matter to the later ones of its own segment too, which may find
-            # more candidates through pieces it merged: single_pass must find the same).
-            self.after_earlier, self.only_segment = k > first_used, first_used == last_used
+            self.after_earlier = k > first_used
             commands = segments[k]
             for c in commands:
                 self.dag(c)
