@@ -1,6 +1,7 @@
 cimport cython
 from libcpp.map cimport map
 from libcpp.unordered_map cimport unordered_map
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 from hal.buffer cimport Buffer, BufferRef
@@ -70,6 +71,8 @@ cdef struct Piece:
 
 cdef struct Tracked:  # what HazardTracker keeps of each command
     Py_ssize_t segment
+    Py_ssize_t first  # the first command of its segment
+    Py_ssize_t reach  # it reaches (waits, through its predecessors) for every command in [reach, first)
     Py_ssize_t first_touch  # its accesses are touches[first_touch:end_touch]
     Py_ssize_t end_touch
     Py_ssize_t found_by  # the last command that found it as a candidate, at position found_at
@@ -86,6 +89,7 @@ cdef class HazardTracker:
     cdef unordered_map[Py_ssize_t, Py_ssize_t] map_of  # Buffer.serial -> ident of its map
     cdef Py_ssize_t universe
     cdef vector[Tracked] tracked  # per command
+    cdef Py_ssize_t segment, segment_first  # the last command's segment and its first command
     cdef vector[Range] touches  # every command's accesses, in recording order
     # The command being added: its index and accesses, and its candidates in the order found, each with the
     # ranges it alone last wrote (regions[i] for found[i]).
@@ -98,9 +102,11 @@ cdef class HazardTracker:
     cdef Py_ssize_t marks  # unique(): calls so far
     cdef vector[char] dropped  # prune_read_writers(): per candidate
     cdef vector[Py_ssize_t] stack  # reduce(): the search
+    cdef vector[pair[Py_ssize_t, Py_ssize_t]] spans  # reach_of_preds(): (end, start) of what each reaches
     cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
     cdef vector[Py_ssize_t] kept_readers
 
+    cdef int reserve(self, Py_ssize_t commands) except -1
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1
     cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
     cdef int share(self) except -1
@@ -108,6 +114,8 @@ cdef class HazardTracker:
     cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1
     cdef int unique(self, vector[Py_ssize_t]& commands) except -1
+    cdef int drop_reached(self) except -1
+    cdef Py_ssize_t reach_of_preds(self, Py_ssize_t first) except -1
     cdef int prune_read_writers(self) except -1
     cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept
     cdef int reduce(self, Program program) except -1

@@ -134,10 +134,11 @@ cdef class Planner:
         cdef Command c
         cdef Py_ssize_t g
         cdef bint needs, first = True
-        cdef Py_ssize_t k, first_used = -1, last_used = -1
+        cdef Py_ssize_t k, first_used = -1, last_used = -1, total = 0
         if self.hazards:  # the first and last segments with commands (see below)
             for k in range(len(segments)):
                 if segments[k]:
+                    total += len(<list>segments[k])
                     last_used = k
                     if first_used < 0:
                         first_used = k
@@ -145,6 +146,7 @@ cdef class Planner:
             # command's entries matter to the later ones of its own segment too, which may find more candidates
             # through pieces it merged: single_pass must find the same).
             self.only_segment = first_used == last_used
+            self.tracker.reserve(total)
         for k in range(len(segments)):
             self.after_earlier = k > first_used
             commands = segments[k]
@@ -356,6 +358,13 @@ cdef class HazardTracker:
     def __init__(self):
         self.universe = -1
         self.marks = 0
+        self.segment = -1
+
+    cdef int reserve(self, Py_ssize_t commands) except -1:
+        """Room for `commands` more commands (deferred: known at end()), so the tables grow once."""
+        self.tracked.reserve(self.tracked.size() + commands)
+        self.touches.reserve(self.touches.size() + 3 * commands)  # three accesses each: a typical dispatch
+        return 0
 
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1:
         """Set `preds` to the predecessors of `command` (the next in recording order), in recording order.
@@ -364,7 +373,10 @@ cdef class HazardTracker:
         cdef Py_ssize_t segment = command.segment, i
         cdef Tracked tracked
         cdef Range touch
+        if segment != self.segment:
+            self.segment, self.segment_first = segment, command.index
         tracked.segment = segment
+        tracked.first = tracked.reach = self.segment_first
         tracked.found_by = tracked.visited_by = tracked.mark = -1
         tracked.first_touch = self.touches.size()
         self.current = command.index
@@ -391,8 +403,12 @@ cdef class HazardTracker:
         for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
             self.record(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
         if self.found.size() > 1:
+            self.drop_reached()
+        if self.found.size() > 1:
             self.prune_read_writers()
-        return self.reduce(program)
+        self.reduce(program)
+        self.tracked.back().reach = self.reach_of_preds(tracked.first)
+        return 0
 
     cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1:
         """The map tracking the buffer of serial `buffer`, made on first use (the shared one once a slot
@@ -526,6 +542,48 @@ cdef class HazardTracker:
         commands.resize(kept)
         return 0
 
+    cdef int drop_reached(self) except -1:
+        """Drop the candidates that the latest one already waits for: those below its segment down to its
+        `reach`. In a chain (each command waiting for the one before) this settles every candidate at once."""
+        cdef Py_ssize_t n = self.found.size(), a, c, latest = self.found[0], kept = 0
+        for a in range(1, n):
+            latest = max(latest, self.found[a])
+        cdef Py_ssize_t low = self.tracked[latest].reach, high = self.tracked[latest].first
+        for a in range(n):
+            c = self.found[a]
+            if low <= c < high:
+                continue
+            if kept != a:
+                self.found[kept] = c
+                self.regions[kept].swap(self.regions[a])
+            kept += 1
+        self.found.resize(kept)
+        return 0
+
+    cdef Py_ssize_t reach_of_preds(self, Py_ssize_t first) except -1:
+        """The `reach` of the command just added, whose segment starts at `first`: the lowest x such that
+        its predecessors (`preds`) and what they reach cover every command in [x, first)."""
+        cdef Py_ssize_t p, i, reach = first
+        cdef Tracked* t
+        if self.preds.size() == 1:  # a chain: no sort
+            p = self.preds[0]
+            t = &self.tracked[p]
+            if p + 1 != first:
+                return first
+            return t.reach if t.first == p else p
+        self.spans.clear()
+        for p in self.preds:
+            t = &self.tracked[p]
+            self.spans.push_back(pair[Py_ssize_t, Py_ssize_t](p + 1, p))
+            if t.reach < t.first:
+                self.spans.push_back(pair[Py_ssize_t, Py_ssize_t](t.first, t.reach))
+        sort(self.spans.begin(), self.spans.end())
+        for i in range(<Py_ssize_t>self.spans.size() - 1, -1, -1):  # by end, descending: extend while touching
+            if self.spans[i].first < reach:
+                break
+            reach = min(reach, self.spans[i].second)
+        return reach
+
     cdef int prune_read_writers(self) except -1:
         """Drop writer w when another candidate d, recorded after w in a later segment, touched a range
         that w alone last wrote: d then waited for w. This settles in O(candidates) the common long-range
@@ -574,7 +632,7 @@ cdef class HazardTracker:
         """
         self.preds.clear()
         if self.found.size() < 2:
-            self.preds = self.found
+            self.preds.assign(self.found.begin(), self.found.end())
             return 0
         sort(self.found.begin(), self.found.end())
         cdef Py_ssize_t lowest = self.found.front(), budget = SEARCH_BUDGET, d, g, p, i, k
