@@ -36,6 +36,7 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   cuGraphLaunch after a few identity checks.
 """
 
+cimport cython
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memset
@@ -270,15 +271,34 @@ cdef void _check_at(CUresult result, str what, Py_ssize_t command) except *:
         raise fail(driver.CUresult(<int>result), f"{what} (command {command})")
 
 
+@cython.final
+cdef class Resubmission:
+    """A device's leave for one-launch resubmissions (queue_execute below): an emitter holding the current
+    `token` may resubmit as one cuGraphLaunch; the device replaces the token (`revoke`) whenever that stops
+    being safe for all of them (something to free or released, the device lost or closing). Compiled and
+    referenced by every emitter, so the resubmission's check reads no Python attribute."""
+
+    cdef readonly object token
+
+    def __init__(self):
+        self.token = object()
+
+    def revoke(self) -> None:
+        self.token = object()
+
+
 cdef class CudaEmitter:
     """The CUDA side of one command buffer (hal.program.Emitter): its graph, exec and pinned update data.
 
     `instantiations` counts the graphs instantiated (a re-recording that updates the exec adds none),
     `updates` the re-recordings absorbed by cuGraphExecUpdate, `patched` the nodes the latest submit patched.
-    `token`: the device's resubmit token while a resubmission is one launch (see queue_execute below).
+    `token`: the device's resubmit token while a resubmission is one launch (see queue_execute below), given
+    with the table it was last submitted with.
     """
 
     cdef object device
+    cdef Resubmission resubmission  # the device's
+    cdef tuple submitted  # the table of the latest submit
     cdef CUcontext context
     cdef CUstream stream
     cdef readonly Py_ssize_t lanes
@@ -328,6 +348,7 @@ cdef class CudaEmitter:
 
     def __init__(self, device, str mode, str strategy, Py_ssize_t binding_capacity, Py_ssize_t constant_capacity):
         self.device = device
+        self.resubmission = device.resubmission
         self.context = <CUcontext><uintptr_t>device.context_handle
         self.stream = <CUstream><uintptr_t>device.stream_handle
         self.lanes = device.graph_lanes
@@ -814,6 +835,7 @@ cdef class CudaEmitter:
     def submit(self, tuple table, tuple constants) -> None:
         """Queue the recorded work on the device's stream, resolved through `table` and the constant slot values
         `constants` (both already checked)."""
+        self.submitted = table
         if self.stream_launch:
             self.launch_on_stream(table, constants)
             return
@@ -1097,8 +1119,9 @@ def _read_graph(uintptr_t handle, dict name_of) -> nx.DiGraph:
 def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,
                   constants=NO_CONSTANTS):
     """CudaDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
-    the device's `resubmit_token` (given by the general path: reusable, built, without slots or constant slots,
-    nothing to free, the device neither lost nor closing), submitted again with its last table, no semaphores and
+    the device's resubmission token (given by the general path: reusable, built, without slots or constant slots,
+    nothing to free, the device neither lost nor closing; revoked at every release), submitted again with the very
+    table it was last submitted with, no semaphores and
     no constants, from a thread where the device's context is current, is one cuGraphLaunch: one token check
     stands for the general path's checks. The check and the launch run without releasing the GIL, so no other
     thread's close() or release comes between them. Anything else takes the general path."""
@@ -1111,9 +1134,9 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
         cb = <CommandBuffer>command_buffer
         if type(cb.emitter) is CudaEmitter:
             emitter = <CudaEmitter>cb.emitter
-            if emitter.token is device.resubmit_token and emitter.device is device and \
-                    cydriver.cuCtxGetCurrent(&current) == cydriver.CUDA_SUCCESS and current == emitter.context and \
-                    cb.accepts(binding_table, device.release_token):
+            if emitter.token is emitter.resubmission.token and emitter.device is device and \
+                    binding_table is emitter.submitted and \
+                    cydriver.cuCtxGetCurrent(&current) == cydriver.CUDA_SUCCESS and current == emitter.context:
                 err = cydriver.cuGraphLaunch(emitter.exec, emitter.stream)
                 if err != cydriver.CUDA_SUCCESS:
                     device.raise_failure(fail(driver.CUresult(<int>err), "cuGraphLaunch"))

@@ -22,7 +22,7 @@ from cuda.bindings import driver
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
 from backends.cuda_graph.clock import EventClock
-from backends.cuda_graph.command_buffer import CudaEmitter, launch_host_call_notice, queue_execute
+from backends.cuda_graph.command_buffer import CudaEmitter, Resubmission, launch_host_call_notice, queue_execute
 from backends.cuda_graph.communicator import CudaCommunicator
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.semaphore import CudaSemaphore
@@ -31,7 +31,7 @@ from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
 from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
-from hal.executable import ExecutableSource
+from hal.executable import Executable, ExecutableSource
 from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime, Release
@@ -157,10 +157,15 @@ class CudaDevice(Device):
         self.lifetime = Lifetime(mark=self._mark, finished=lambda event: driver.cuEventQuery(event)[0] != NOT_READY,
                                  forget=driver.cuEventDestroy, on_release=self._replace_token)
         self._lost: HalError | None = None
-        # A command buffer holding this token resubmits as one launch (queue_execute): replaced whenever
-        # that stops being safe for all of them (something to free, the device lost or closing), and given
-        # again to one by a submission that finds it safe.
-        self.resubmit_token = object()
+        # A command buffer holding its token resubmits as one launch (queue_execute): revoked whenever that stops
+        # being safe for all of them (something to free or released, the device lost or closing), and given again
+        # to one by a submission that finds it safe.
+        self.resubmission = Resubmission()
+
+    @property
+    def resubmit_token(self) -> object:
+        """The token a command buffer's emitter holds while its resubmission is one launch."""
+        return self.resubmission.token
 
     @property
     def graph_lanes(self) -> int:
@@ -223,7 +228,17 @@ class CudaDevice(Device):
 
     def _replace_token(self) -> None:
         """Something is left to free: the next submission must take the general path, which collects."""
-        self.resubmit_token = object()
+        self.resubmission.revoke()
+
+    def buffer_released(self) -> None:
+        """A buffer was released: a table holding it must be checked again, by the general path."""
+        super().buffer_released()
+        self.resubmission.revoke()
+
+    def executable_released(self, executable: Executable) -> None:
+        """An executable was released: command buffers using it are checked again, by the general path."""
+        super().executable_released(executable)
+        self.resubmission.revoke()
 
     # Memory.
     def _allocate(self, nbytes: int, usage: BufferUsage) -> CudaBuffer:
@@ -362,7 +377,7 @@ class CudaDevice(Device):
                        signals: tuple[tuple[CudaSemaphore, int], ...], constants: tuple) -> None:
         """The general path: a first submission, a new table or constants, semaphores (queue_execute takes the
         resubmission)."""
-        token = self.resubmit_token  # before the checks: a loss, a release or a close while this runs replaces it
+        token = self.resubmission.token  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
             self.check_lost()
         if waits:
@@ -460,7 +475,7 @@ class CudaDevice(Device):
     def _remember_lost(self, error: HalError) -> HalError:
         """Fail every later call with `error`; returns it."""
         self._lost = error
-        self.resubmit_token = object()
+        self.resubmission.revoke()
         return error
 
     def _done_mark(self) -> int:
@@ -538,7 +553,7 @@ class CudaDevice(Device):
 
     def _close(self) -> None:
         with self._submit_lock:  # a general submission under way ends first
-            self.resubmit_token = object()  # no resubmission starts after
+            self.resubmission.revoke()  # no resubmission starts after
         with contextlib.suppress(HalError):
             self.activate()
         self.host_calls.drain()  # a function still running ends first; those not reached fail
