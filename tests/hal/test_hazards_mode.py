@@ -240,6 +240,34 @@ def test_a_chain_reaches_what_is_below_it_however_deep(host):
 
 
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_a_ladder_reaches_what_is_below_it_however_deep(host, strategy):
+    """Segments of two steps, each reading both outputs of the segment before and its own slice of the weights:
+    a step waits for the two before it, which together reach everything below, so no edge from the weights'
+    writer stays past the first segment, past any search budget."""
+    from hal.dependencies import SEARCH_BUDGET
+
+    def k(ctx):
+        pass
+    exe = host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=4,
+                                                                                 readonly=(0, 1, 2))]))
+    segments = SEARCH_BUDGET + 50
+    weights = host.allocate(32 * segments)
+    outputs = [(host.allocate(64), host.allocate(64)) for _ in range(2)]
+    cb = host.create_command_buffer(dependencies="hazards", strategy=strategy)
+    with cb:
+        cb.fill_buffer(weights, np.uint8(1))
+        cb.execution_barrier()
+        for s in range(segments):
+            (a, b), out = outputs[(s + 1) % 2], outputs[s % 2]
+            for lane in range(2):
+                cb.dispatch(exe, "k", 1, (), (hal.ref(weights, 32 * s + 16 * lane, 16), a, b, out[lane]))
+            cb.execution_barrier()
+    expected = [(0, 1), (0, 2)] + [(2 * s + 1 + i, 2 * s + 3 + j) for s in range(segments - 1)
+                                   for i in range(2) for j in range(2)]
+    assert sorted(cb.dependency_graph().edges) == sorted(expected)
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
 def test_a_search_past_the_budget_keeps_a_redundant_edge_but_never_drops_an_order(host, strategy):
     """Two chains taking turns, each step reading its own slice of the weights: a step reaches the weights'
     writer only down its own chain (it waits for no run of consecutive commands), so the writer's redundancy
