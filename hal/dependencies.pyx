@@ -8,7 +8,7 @@ command as it is recorded (the backend may emit it at once). Three things come o
   a set share one group, so an m-to-n barrier step costs m + n, not m * n.
   - barriers mode (Vulkan semantics): a command waits for every command of the previous non-empty segment.
   - hazards mode (XLA style): a command waits for an earlier command of an earlier segment only if their
-    byte ranges overlap and one writes; the result is transitively reduced. Ranges are indexed per buffer
+    byte ranges overlap and one writes; the result is transitively reduced (see HazardTracker). Ranges are indexed per buffer
     in interval maps holding, for each piece of a buffer, its last writers and the readers since, so the
     work per command depends on what it overlaps, not on the length of the program. Slot references may
     be bound to any buffer, so once one appears every range is tracked in one shared map (conservative).
@@ -353,6 +353,11 @@ cdef class HazardTracker:
     writers and the readers since. `floor` of a piece: the segment of the last write that covered it.
     Entries of segments below it are ordered before that write, so commands of later segments may skip
     them; commands of the floor segment itself are not ordered after that write and still see them.
+
+    Each command also keeps its `reach`: the commands below its segment, down to `reach`, that it waits for,
+    every one (through its predecessors, whose reaches it joins). A candidate within the latest candidate's reach
+    is dropped at once; in a chain that settles every candidate, however long the chain (the reduction's search,
+    which has a budget, is for what remains).
     """
 
     def __init__(self):
