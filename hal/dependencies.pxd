@@ -100,7 +100,7 @@ cdef class HazardTracker:
     cdef vector[Py_ssize_t] preds  # the result: the predecessors of the last command added, ascending
     # Scratch space, kept to reuse its memory.
     cdef Py_ssize_t marks  # unique(): calls so far
-    cdef vector[char] dropped  # prune_read_writers(): per candidate
+    cdef vector[char] dropped  # prune(): per candidate
     cdef vector[Py_ssize_t] stack  # reduce(): the search
     cdef vector[pair[Py_ssize_t, Py_ssize_t]] spans  # reach_of_preds(): (end, start) of what each reaches
     cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
@@ -114,9 +114,8 @@ cdef class HazardTracker:
     cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1
     cdef int unique(self, vector[Py_ssize_t]& commands) except -1
-    cdef int drop_reached(self) except -1
     cdef Py_ssize_t reach_of_preds(self, Py_ssize_t first) except -1
-    cdef int prune_read_writers(self) except -1
+    cdef int prune(self) except -1
     cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept
     cdef int reduce(self, Program program) except -1
 

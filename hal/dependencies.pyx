@@ -408,9 +408,7 @@ cdef class HazardTracker:
         for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
             self.record(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
         if self.found.size() > 1:
-            self.drop_reached()
-        if self.found.size() > 1:
-            self.prune_read_writers()
+            self.prune()
         self.reduce(program)
         self.tracked.back().reach = self.reach_of_preds(tracked.first)
         return 0
@@ -442,7 +440,7 @@ cdef class HazardTracker:
 
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1:
         """Add to the candidates the commands of earlier segments that an access must wait for; a writer
-        comes with the ranges it alone last wrote (see prune_read_writers)."""
+        comes with the ranges it alone last wrote (see prune)."""
         cdef vector[Piece]* pieces = &self.maps[access.map]
         cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, w, r, k, sw, position
         cdef Piece* piece
@@ -547,24 +545,6 @@ cdef class HazardTracker:
         commands.resize(kept)
         return 0
 
-    cdef int drop_reached(self) except -1:
-        """Drop the candidates that the latest one already waits for: those below its segment down to its
-        `reach`. In a chain (each command waiting for the one before) this settles every candidate at once."""
-        cdef Py_ssize_t n = self.found.size(), a, c, latest = self.found[0], kept = 0
-        for a in range(1, n):
-            latest = max(latest, self.found[a])
-        cdef Py_ssize_t low = self.tracked[latest].reach, high = self.tracked[latest].first
-        for a in range(n):
-            c = self.found[a]
-            if low <= c < high:
-                continue
-            if kept != a:
-                self.found[kept] = c
-                self.regions[kept].swap(self.regions[a])
-            kept += 1
-        self.found.resize(kept)
-        return 0
-
     cdef Py_ssize_t reach_of_preds(self, Py_ssize_t first) except -1:
         """The `reach` of the command just added, whose segment starts at `first`: the lowest x such that
         its predecessors (`preds`) and what they reach cover every command in [x, first)."""
@@ -589,23 +569,35 @@ cdef class HazardTracker:
             reach = min(reach, self.spans[i].second)
         return reach
 
-    cdef int prune_read_writers(self) except -1:
-        """Drop writer w when another candidate d, recorded after w in a later segment, touched a range
-        that w alone last wrote: d then waited for w. This settles in O(candidates) the common long-range
-        case (weights written once, read by every step of a long chain) that a graph search would have to
-        walk the whole chain for. Candidates are looked at in the order found, a dropped one no longer
-        counting as d."""
-        cdef Py_ssize_t n = self.found.size(), a, b, w, d, sw, kept = 0
+    cdef int prune(self) except -1:
+        """Drop, without a search, the candidates that another one already waits for:
+        - those within the latest candidate's reach: in a chain (each command waiting for the one before) that
+          settles every candidate at once;
+        - writer w when another candidate d, recorded after w in a later segment, touched a range that w alone last
+          wrote: d then waited for w. This settles in O(candidates) the common long-range case (weights written
+          once, read by every step of a long chain) that a graph search would have to walk the whole chain for.
+          Any candidate serves as d, a dropped one too: it waited for w all the same.
+        The latest candidate always stays (nothing is recorded after it, nor reaches it)."""
+        cdef Py_ssize_t n = self.found.size(), a, b, w, d, sw, latest = self.found[0], left = 0, kept = 0
+        for a in range(1, n):
+            latest = max(latest, self.found[a])
+        cdef Py_ssize_t low = self.tracked[latest].reach, high = self.tracked[latest].first
+        for a in range(n):
+            left += not (low <= self.found[a] < high)
+        if left == 1:  # the latest alone
+            self.found.assign(1, latest)
+            return 0
         self.dropped.assign(n, False)
         for a in range(n):
-            if self.regions[a].empty():
+            self.dropped[a] = low <= self.found[a] < high
+        for a in range(n):
+            if self.dropped[a] or self.regions[a].empty():
                 continue
             w = self.found[a]
             sw = self.tracked[w].segment
             for b in range(n):
                 d = self.found[b]
-                if not self.dropped[b] and d > w and self.tracked[d].segment > sw and \
-                        self.touches_any(d, self.regions[a]):
+                if d > w and self.tracked[d].segment > sw and self.touches_any(d, self.regions[a]):
                     self.dropped[a] = True
                     break
         for a in range(n):

@@ -220,7 +220,8 @@ def _slice_reader(host):
     return host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=3, readonly=(0, 1))]))
 
 
-def test_a_chain_reaches_what_is_below_it_however_deep(host):
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_a_chain_reaches_what_is_below_it_however_deep(host, strategy):
     """Steps reading distinct slices of the weights: the weights' writer is a candidate of every step, and
     the step before reaches everything below it (a chain), so no edge from the writer stays, past any search
     budget."""
@@ -229,7 +230,7 @@ def test_a_chain_reaches_what_is_below_it_however_deep(host):
     exe = _slice_reader(host)
     steps = SEARCH_BUDGET + 50
     weights, a, b = host.allocate(16 * steps), host.allocate(64), host.allocate(64)
-    cb = host.create_command_buffer(dependencies="hazards")
+    cb = host.create_command_buffer(dependencies="hazards", strategy=strategy)
     with cb:
         cb.fill_buffer(weights, np.uint8(1))
         cb.execution_barrier()
@@ -265,6 +266,36 @@ def test_a_ladder_reaches_what_is_below_it_however_deep(host, strategy):
     expected = [(0, 1), (0, 2)] + [(2 * s + 1 + i, 2 * s + 3 + j) for s in range(segments - 1)
                                    for i in range(2) for j in range(2)]
     assert sorted(cb.dependency_graph().edges) == sorted(expected)
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_a_reader_within_the_reach_still_shows_the_writer_it_waited_for(host, strategy):
+    """A reader of the weights (command 2) lies within the latest candidate's reach, which drops it; it still
+    shows that the weights' writer (command 0, far below that reach) is waited for: no edge from the writer
+    stays, though a search would run out of budget down the chain before finding it."""
+    from hal.dependencies import SEARCH_BUDGET
+
+    exe = _slice_reader(host)
+    weights, gap, d, a, b, x, z = (host.allocate(64) for _ in range(7))  # z is never written
+    steps = SEARCH_BUDGET + 50
+    cb = host.create_command_buffer(dependencies="hazards", strategy=strategy)
+    with cb:
+        cb.fill_buffer(weights, np.uint8(1))
+        cb.fill_buffer(gap, np.uint8(1))  # a command below the reach
+        cb.execution_barrier()
+        cb.dispatch(exe, "k", 1, (), (weights, z, d))  # 2: reads the weights
+        cb.execution_barrier()
+        cb.fill_buffer(a, np.uint8(1))  # 3: a chain starts
+        cb.execution_barrier()
+        for i in range(steps):
+            cb.dispatch(exe, "k", 1, (), ((a, b)[i % 2], z, (b, a)[i % 2]))
+            cb.execution_barrier()
+        cb.dispatch(exe, "k", 1, (), (d, (a, b)[steps % 2], x))  # waits for 2 and the chain's end
+        cb.execution_barrier()
+        cb.dispatch(exe, "k", 1, (), (x, z, weights))  # candidates: 0 (overwritten), 2 (read it), the one before
+    g = cb.dependency_graph()
+    last = max(g.nodes)
+    assert list(g.predecessors(last)) == [last - 1]
 
 
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
