@@ -8,10 +8,11 @@ command as it is recorded (the backend may emit it at once). Three things come o
   a set share one group, so an m-to-n barrier step costs m + n, not m * n.
   - barriers mode (Vulkan semantics): a command waits for every command of the previous non-empty segment.
   - hazards mode (XLA style): a command waits for an earlier command of an earlier segment only if their
-    byte ranges overlap and one writes; the result is transitively reduced (see HazardTracker). Ranges are indexed per buffer
-    in interval maps holding, for each piece of a buffer, its last writers and the readers since, so the
-    work per command depends on what it overlaps, not on the length of the program. Slot references may
-    be bound to any buffer, so once one appears every range is tracked in one shared map (conservative).
+    byte ranges overlap and one writes; the result is transitively reduced (see HazardTracker). Ranges are
+    indexed per buffer in interval maps holding, for each piece of a buffer, its last writers and the readers
+    since, so the work per command depends on what it overlaps, not on the length of the program. Slot
+    references may be bound to any buffer, so once one appears every range is tracked in one shared map
+    (conservative).
 - barrier flags for a replay in recording order: before a command (deferred: a segment) that waits for
   one recorded since the last barrier;
 - the graph layout: the commands of a segment run in at most `lanes` chains (command j waits for command
