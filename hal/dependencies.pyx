@@ -583,14 +583,13 @@ cdef class HazardTracker:
         for a in range(1, n):
             latest = max(latest, self.found[a])
         cdef Py_ssize_t low = self.tracked[latest].reach, high = self.tracked[latest].first
+        self.dropped.resize(n)
         for a in range(n):
-            left += not (low <= self.found[a] < high)
+            self.dropped[a] = low <= self.found[a] < high
+            left += not self.dropped[a]
         if left == 1:  # the latest alone
             self.found.assign(1, latest)
             return 0
-        self.dropped.assign(n, False)
-        for a in range(n):
-            self.dropped[a] = low <= self.found[a] < high
         for a in range(n):
             if self.dropped[a] or self.regions[a].empty():
                 continue

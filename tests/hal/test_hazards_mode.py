@@ -214,10 +214,12 @@ def test_weights_read_by_every_step_of_a_long_chain_need_no_edge_past_the_first(
     assert sorted(cb.dependency_graph().edges) == [(i, i + 1) for i in range(steps)]
 
 
-def _slice_reader(host):
+def _slice_reader(host, bindings=3):
+    """A kernel doing nothing that reads every binding but the last, which it writes."""
     def k(ctx):
         pass
-    return host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=3, readonly=(0, 1))]))
+    export = hal.Export("k", bindings=bindings, readonly=tuple(range(bindings - 1)))
+    return host.load_executable(hal.ExecutableSource.python({"k": k}, [export]))
 
 
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
@@ -247,10 +249,7 @@ def test_a_ladder_reaches_what_is_below_it_however_deep(host, strategy):
     writer stays past the first segment, past any search budget."""
     from hal.dependencies import SEARCH_BUDGET
 
-    def k(ctx):
-        pass
-    exe = host.load_executable(hal.ExecutableSource.python({"k": k}, [hal.Export("k", bindings=4,
-                                                                                 readonly=(0, 1, 2))]))
+    exe = _slice_reader(host, bindings=4)
     segments = SEARCH_BUDGET + 50
     weights = host.allocate(32 * segments)
     outputs = [(host.allocate(64), host.allocate(64)) for _ in range(2)]
