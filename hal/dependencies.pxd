@@ -69,16 +69,20 @@ cdef struct Piece:
     vector[Py_ssize_t] readers
 
 
+cdef struct Wrote:  # a range that a candidate writer alone last wrote (see HazardTracker.settle)
+    Py_ssize_t writer
+    Range range
+
+
 cdef struct Tracked:  # what HazardTracker keeps of each command
     Py_ssize_t segment
     Py_ssize_t first  # the first command of its segment
     Py_ssize_t reach  # it reaches (waits, through its predecessors) for every command in [reach, first)
     Py_ssize_t first_touch  # its accesses are touches[first_touch:end_touch]
     Py_ssize_t end_touch
-    Py_ssize_t found_by  # the last command that found it as a candidate, at position found_at
-    Py_ssize_t found_at
+    Py_ssize_t found_at  # its position among the candidates of the command being added, once settled
     Py_ssize_t visited_by  # the last command whose reduction search reached it
-    Py_ssize_t mark  # the last `unique` call that met it
+    Py_ssize_t mark  # the last `unique` or `settle` call that met it
 
 
 @cython.final  # its methods are called directly
@@ -87,20 +91,22 @@ cdef class HazardTracker:
     # shared one (`universe`, -1 until a slot reference appears; from then on every range goes there).
     cdef vector[vector[Piece]] maps
     cdef unordered_map[Py_ssize_t, Py_ssize_t] map_of  # Buffer.serial -> ident of its map
+    cdef vector[Py_ssize_t] map_seen  # per map: the last command that accessed it
     cdef Py_ssize_t universe
     cdef vector[Tracked] tracked  # per command
     cdef Py_ssize_t segment, segment_first  # the last command's segment and its first command
     cdef vector[Range] touches  # every command's accesses, in recording order
-    # The command being added: its index and accesses, and its candidates in the order found, each with the
-    # ranges it alone last wrote (regions[i] for found[i]).
+    # The command being added: its index and accesses; its candidates as found (repeats too), and the ranges
+    # that candidate writers alone last wrote.
     cdef Py_ssize_t current
     cdef vector[Access] accesses
     cdef vector[Py_ssize_t] found
-    cdef vector[vector[Range]] regions
+    cdef vector[Wrote] wrote
+    cdef Py_ssize_t latest  # the latest candidate (-1: none)
     cdef vector[Py_ssize_t] preds  # the result: the predecessors of the last command added, ascending
     # Scratch space, kept to reuse its memory.
-    cdef Py_ssize_t marks  # unique(): calls so far
-    cdef vector[char] dropped  # prune(): per candidate
+    cdef Py_ssize_t marks  # unique() and settle(): calls so far
+    cdef vector[char] dropped  # settle(): per candidate
     cdef vector[Py_ssize_t] stack  # reduce(): the search
     cdef vector[pair[Py_ssize_t, Py_ssize_t]] spans  # reach_of_preds(): (end, start) of what each reaches
     cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
@@ -110,13 +116,16 @@ cdef class HazardTracker:
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1
     cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
     cdef int share(self) except -1
+    cdef int visit(self, Range& access, bint write, Py_ssize_t segment, bint earlier) except -1
+    cdef inline int add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) except -1
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
-    cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1
+    cdef int keep_visible(self, vector[Py_ssize_t]& commands, Py_ssize_t low, Py_ssize_t high,
+                          Py_ssize_t other) except -1
     cdef int unique(self, vector[Py_ssize_t]& commands) except -1
     cdef Py_ssize_t reach_of_preds(self, Py_ssize_t first) except -1
-    cdef int prune(self) except -1
-    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept
+    cdef bint settle(self) except -1
+    cdef bint overlaps(self, Py_ssize_t command, Range& written) noexcept
     cdef int reduce(self, Program program) except -1
 
 

@@ -358,7 +358,8 @@ cdef class HazardTracker:
     Each command also keeps its `reach`: the commands below its segment, down to `reach`, that it waits for,
     every one (through its predecessors, whose reaches it joins). A candidate within the latest candidate's reach
     is dropped at once; in a chain that settles every candidate, however long the chain (the reduction's search,
-    which has a budget, is for what remains).
+    which has a budget, is for what remains). So the candidates are gathered as met, repeats and all, and
+    sorted out once (`settle`).
     """
 
     def __init__(self):
@@ -383,13 +384,13 @@ cdef class HazardTracker:
             self.segment, self.segment_first = segment, command.index
         tracked.segment = segment
         tracked.first = tracked.reach = self.segment_first
-        tracked.found_by = tracked.visited_by = tracked.mark = -1
+        tracked.visited_by = tracked.mark = -1
         tracked.first_touch = self.touches.size()
         self.current = command.index
+        self.preds.clear()
         if alone:
             tracked.end_touch = tracked.first_touch
             self.tracked.push_back(tracked)
-            self.preds.clear()
             return 0
         _accesses(command, self.accesses)
         if self.universe < 0:
@@ -398,20 +399,33 @@ cdef class HazardTracker:
                     self.share()
                     break
         self.found.clear()
+        self.wrote.clear()
+        self.latest = -1
+        cdef bint distinct = True  # no two accesses share a map
         for i in range(self.accesses.size()):
             touch.map = self.map_for(self.accesses[i].buffer)
             touch.start, touch.end = self.accesses[i].start, self.accesses[i].end
-            if earlier:
-                self.collect(touch, self.accesses[i].write, segment)
             self.touches.push_back(touch)
+            if self.map_seen[touch.map] == self.current:
+                distinct = False
+            self.map_seen[touch.map] = self.current
         tracked.end_touch = self.touches.size()
         self.tracked.push_back(tracked)
-        for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
-            self.record(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
-        if self.found.size() > 1:
-            self.prune()
-        self.reduce(program)
-        self.tracked.back().reach = self.reach_of_preds(tracked.first)
+        if distinct:  # an access's entries are then met by no other access of the command: one pass each
+            for i in range(self.accesses.size()):
+                self.visit(self.touches[tracked.first_touch + i], self.accesses[i].write, segment, earlier)
+        else:
+            if earlier:
+                for i in range(self.accesses.size()):
+                    self.collect(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
+            for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
+                self.record(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
+        if not self.found.empty():
+            if self.settle():
+                self.reduce(program)
+            else:
+                self.preds.push_back(self.latest)
+            self.tracked.back().reach = self.reach_of_preds(tracked.first)
         return 0
 
     cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1:
@@ -424,6 +438,7 @@ cdef class HazardTracker:
             return deref(it).second
         self.map_of[buffer] = self.maps.size()
         self.maps.resize(self.maps.size() + 1)
+        self.map_seen.push_back(-1)
         return self.maps.size() - 1
 
     cdef int share(self) except -1:
@@ -436,36 +451,93 @@ cdef class HazardTracker:
             self.maps[m].clear()
         self.universe = self.maps.size()
         self.maps.push_back(move(merged))
+        self.map_seen.push_back(-1)
         self.map_of.clear()
         return 0
 
-    cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1:
-        """Add to the candidates the commands of earlier segments that an access must wait for; a writer
-        comes with the ranges it alone last wrote (see prune)."""
+    cdef int visit(self, Range& access, bint write, Py_ssize_t segment, bint earlier) except -1:
+        """collect (when `earlier`) and record an access that no other access of the command shares a map with,
+        in one pass over the lists when it covers exactly one piece (a whole buffer, the common case)."""
         cdef vector[Piece]* pieces = &self.maps[access.map]
-        cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, w, r, k, sw, position
+        cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, c, sc, kept
         cdef Piece* piece
-        cdef Range region
-        region.map = access.map
+        if i == <Py_ssize_t>pieces.size() or deref(pieces)[i].start != access.start or \
+                deref(pieces)[i].end != access.end:
+            if earlier:
+                self.collect(access, write, segment)
+            return self.record(access, write, segment)
+        piece = &deref(pieces)[i]
+        low = 0 if piece.floor == segment else piece.floor
+        if not write:
+            if earlier:
+                for c in piece.writers:
+                    if low <= self.tracked[c].segment < segment:
+                        self.add_candidate(c, piece, access)
+            piece.readers.push_back(self.current)  # the command's own entries are in no list yet
+            return 0
+        # A write: the lists keep what record() keeps, in place.
+        kept = 0
+        for c in piece.writers:
+            sc = self.tracked[c].segment
+            if earlier and low <= sc < segment:
+                self.add_candidate(c, piece, access)
+            if low <= sc <= segment:
+                piece.writers[kept] = c
+                kept += 1
+        piece.writers.resize(kept)
+        kept = 0
+        for c in piece.readers:
+            sc = self.tracked[c].segment
+            if earlier and low <= sc < segment:
+                self.found.push_back(c)
+                self.latest = max(self.latest, c)
+            if low <= sc <= segment:
+                piece.readers[kept] = c
+                kept += 1
+        piece.readers.resize(kept)
+        piece.writers.push_back(self.current)
+        piece.floor = segment
+        return 0
+
+    cdef inline int add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) except -1:
+        """visit(): a writer found in `piece`, which `access` covers exactly."""
+        cdef Wrote wrote
+        self.found.push_back(writer)
+        self.latest = max(self.latest, writer)
+        if piece.writers.size() == 1 and piece.floor == self.tracked[writer].segment:  # see collect
+            wrote.writer = writer
+            wrote.range = access
+            self.wrote.push_back(wrote)
+        return 0
+
+    cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1:
+        """Add to the candidates the commands of earlier segments that an access must wait for, and the ranges
+        that writers among them alone last wrote (see settle)."""
+        cdef vector[Piece]* pieces = &self.maps[access.map]
+        cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, w, r, sw
+        cdef Piece* piece
+        cdef Wrote wrote
+        wrote.range.map = access.map
         while i < <Py_ssize_t>pieces.size() and deref(pieces)[i].start < access.end:
             piece = &deref(pieces)[i]
             low = 0 if piece.floor == segment else piece.floor
-            for k in range(piece.writers.size()):
-                w = piece.writers[k]
+            for w in piece.writers:
                 sw = self.tracked[w].segment
                 if low <= sw < segment:
-                    position = self.candidate(w)
+                    self.found.push_back(w)
+                    self.latest = max(self.latest, w)
                     # Only a lone writer that set the piece's floor wrote all of it; entries kept
                     # through merges may have written only part of the merged range.
                     if piece.writers.size() == 1 and piece.floor == sw:
-                        region.start = max(access.start, piece.start)
-                        region.end = min(access.end, piece.end)
-                        self.regions[position].push_back(region)
+                        wrote.writer = w
+                        wrote.range.start = max(access.start, piece.start)
+                        wrote.range.end = min(access.end, piece.end)
+                        self.wrote.push_back(wrote)
             if write:
-                for k in range(piece.readers.size()):
-                    r = piece.readers[k]
+                for r in piece.readers:
                     if low <= self.tracked[r].segment < segment:
-                        self.candidate(r)
+                        self.found.push_back(r)
+                        self.latest = max(self.latest, r)
             i += 1
         return 0
 
@@ -473,27 +545,34 @@ cdef class HazardTracker:
         """Enter an access of the command being added into its map."""
         cdef vector[Piece]* pieces = &self.maps[access.map]
         cdef Py_ssize_t index = self.current, lo = _split(deref(pieces), access.start)
-        cdef Py_ssize_t hi = _split(deref(pieces), access.end), j, low, c, k, cursor
+        cdef Py_ssize_t hi = _split(deref(pieces), access.end), j, low, cursor, c
         cdef Piece* piece
         if write:
             # Keep what commands of this segment can still see: accesses of this segment (a race when
             # not validated) and the earlier ones this write hides only from later segments.
-            self.kept_writers.assign(1, index)
+            piece = &deref(pieces)[lo] if lo < hi else NULL
+            if hi - lo == 1 and piece.start == access.start and piece.end == access.end:
+                # One piece, exactly the range (the common case): its lists are kept in place.
+                low = 0 if piece.floor == segment else piece.floor
+                self.keep_visible(piece.writers, low, segment + 1, index)
+                self.keep_visible(piece.readers, low, segment + 1, -1)
+                piece.writers.push_back(index)
+                piece.floor = segment
+                return 0
+            self.kept_writers.clear()
             self.kept_readers.clear()
             for j in range(lo, hi):
                 piece = &deref(pieces)[j]
                 low = 0 if piece.floor == segment else piece.floor
-                for k in range(piece.writers.size()):
-                    c = piece.writers[k]
+                for c in piece.writers:
                     if c != index and low <= self.tracked[c].segment <= segment:
                         self.kept_writers.push_back(c)
-                for k in range(piece.readers.size()):
-                    c = piece.readers[k]
+                for c in piece.readers:
                     if low <= self.tracked[c].segment <= segment:
                         self.kept_readers.push_back(c)
-            if hi - lo > 1:  # pieces share entries: without this, merged lists could double each time
-                self.unique(self.kept_writers)
-                self.unique(self.kept_readers)
+            self.unique(self.kept_writers)  # pieces share entries: without this, merged lists could double
+            self.unique(self.kept_readers)
+            self.kept_writers.push_back(index)
             # The pieces become the first one (a new one if none), its lists swapped with the kept ones: the
             # scratch lists take the old ones' memory, reused next time.
             if lo == hi:
@@ -520,19 +599,17 @@ cdef class HazardTracker:
             pieces.insert(pieces.begin() + j, _read_piece(cursor, access.end, index))
         return 0
 
-    cdef inline Py_ssize_t candidate(self, Py_ssize_t command) except -1:
-        """The position of `command` among the new command's candidates, added (with no ranges) if new."""
-        cdef Tracked* tracked = &self.tracked[command]
-        if tracked.found_by == self.current:
-            return tracked.found_at
-        tracked.found_by = self.current
-        tracked.found_at = self.found.size()
-        self.found.push_back(command)
-        if self.regions.size() < self.found.size():
-            self.regions.resize(self.found.size())
-        else:
-            self.regions[tracked.found_at].clear()
-        return tracked.found_at
+    cdef int keep_visible(self, vector[Py_ssize_t]& commands, Py_ssize_t low, Py_ssize_t high,
+                          Py_ssize_t other) except -1:
+        """Keep, in order, the commands of segments in [low, high), but `other`."""
+        cdef Py_ssize_t c, kept = 0, segment
+        for c in commands:
+            segment = self.tracked[c].segment
+            if c != other and low <= segment < high:
+                commands[kept] = c
+                kept += 1
+        commands.resize(kept)
+        return 0
 
     cdef int unique(self, vector[Py_ssize_t]& commands) except -1:
         """Drop the repeats from `commands`, keeping first occurrences in order."""
@@ -570,8 +647,9 @@ cdef class HazardTracker:
             reach = min(reach, self.spans[i].second)
         return reach
 
-    cdef int prune(self) except -1:
-        """Drop, without a search, the candidates that another one already waits for:
+    cdef bint settle(self) except -1:
+        """Drop the candidates that another one already waits for, found without a search; False when only the
+        latest remains (`found` is then left as it is), else True with each remaining candidate once in `found`:
         - those within the latest candidate's reach: in a chain (each command waiting for the one before) that
           settles every candidate at once;
         - writer w when another candidate d, recorded after w in a later segment, touched a range that w alone last
@@ -579,25 +657,35 @@ cdef class HazardTracker:
           once, read by every step of a long chain) that a graph search would have to walk the whole chain for.
           Any candidate serves as d, a dropped one too: it waited for w all the same.
         The latest candidate always stays (nothing is recorded after it, nor reaches it)."""
-        cdef Py_ssize_t n = self.found.size(), a, b, w, d, sw, latest = self.found[0], left = 0, kept = 0
-        for a in range(1, n):
-            latest = max(latest, self.found[a])
+        cdef Py_ssize_t n = 0, a, b, c, w, d, sw, latest = self.latest, kept = 0
+        cdef Tracked* t
+        cdef Wrote wrote
         cdef Py_ssize_t low = self.tracked[latest].reach, high = self.tracked[latest].first
-        self.dropped.resize(n)
-        for a in range(n):
-            self.dropped[a] = low <= self.found[a] < high
-            left += not self.dropped[a]
-        if left == 1:  # the latest alone
-            self.found.assign(1, latest)
-            return 0
-        for a in range(n):
-            if self.dropped[a] or self.regions[a].empty():
+        for c in self.found:
+            if c != latest and not low <= c < high:
+                break
+        else:  # a chain
+            return False
+        self.marks += 1
+        self.dropped.resize(self.found.size())
+        for c in self.found:
+            t = &self.tracked[c]
+            if t.mark != self.marks:
+                t.mark = self.marks
+                t.found_at = n
+                self.found[n] = c
+                self.dropped[n] = low <= c < high
+                n += 1
+        self.found.resize(n)
+        for wrote in self.wrote:
+            w = wrote.writer
+            a = self.tracked[w].found_at
+            if self.dropped[a]:
                 continue
-            w = self.found[a]
             sw = self.tracked[w].segment
             for b in range(n):
                 d = self.found[b]
-                if d > w and self.tracked[d].segment > sw and self.touches_any(d, self.regions[a]):
+                if d > w and self.tracked[d].segment > sw and self.overlaps(d, wrote.range):
                     self.dropped[a] = True
                     break
         for a in range(n):
@@ -605,17 +693,16 @@ cdef class HazardTracker:
                 self.found[kept] = self.found[a]
                 kept += 1
         self.found.resize(kept)
-        return 0
+        return True
 
-    cdef bint touches_any(self, Py_ssize_t command, vector[Range]& ranges) noexcept:
-        """Does one of `command`'s accesses overlap one of `ranges` (in the same map)?"""
+    cdef bint overlaps(self, Py_ssize_t command, Range& written) noexcept:
+        """Does one of `command`'s accesses overlap `written` (in the same map)?"""
         cdef Py_ssize_t i
-        cdef Range t, s
+        cdef Range t
         for i in range(self.tracked[command].first_touch, self.tracked[command].end_touch):
             t = self.touches[i]
-            for s in ranges:
-                if t.map == s.map and s.start < t.end and t.start < s.end:
-                    return True
+            if t.map == written.map and written.start < t.end and t.start < written.end:
+                return True
         return False
 
     cdef int reduce(self, Program program) except -1:
