@@ -140,6 +140,12 @@ class Lifetime:
                 self._notify()  # before it is pending: no resubmission may pass the check in between
                 self._released.append(entry[:2])
 
+    def _destroy_now(self, ref: weakref.ref) -> None:
+        with self._lock:
+            entry = self._live.pop(id(ref), None)
+        if entry is not None:
+            _destroy([entry[0]])
+
     def _notify(self) -> None:
         if self._on_release is not None:
             self._on_release()
@@ -157,6 +163,11 @@ class Release:
 
     def __call__(self) -> None:
         self.lifetime._collected(self.ref)
+
+    def now(self) -> None:
+        """Let the owner's object go and destroy it at once, for one that no submitted work uses (a recording
+        never submitted): nothing to wait for. Later calls, or the owner's collection, do nothing more."""
+        self.lifetime._destroy_now(self.ref)
 
 
 def _destroy(items: list[Destroy]) -> None:

@@ -387,7 +387,7 @@ cdef class VulkanEmitter:
         self.program = program
         self.driven = False
         if self.single_pass and not self.slots_possible:
-            self.open = Recording(self.device)
+            self.open = Recording(self.device, submitted=False)
             self.begin_recording(self.open.handle)
             self.encoder = Encoder(self.fn, self.open.handle, (), (), self.open.arena)
 
@@ -425,7 +425,7 @@ cdef class VulkanEmitter:
     def reset(self) -> None:
         for rec in [self.recorded, self.open, *self.by_table.values()]:
             if rec is not None:
-                rec.finalizer()
+                rec.release()
         if self.guard is not None:
             self.guard.release()
         if self.flags is not None:
@@ -440,7 +440,7 @@ cdef class VulkanEmitter:
         """Give up single_pass's VkCommandBuffer (a region came: the Program becomes Steps), ended first: one
         still recording must not go back to the pool."""
         _check(self.fn.end(<VkCommandBuffer><uintptr_t>self.open.handle), "vkEndCommandBuffer")
-        self.open.finalizer()
+        self.open.release()
         self.open = self.encoder = None
 
     cdef object indirect_guard(self):
@@ -460,13 +460,14 @@ cdef class VulkanEmitter:
     cdef object encode(self, tuple table, tuple constants):
         """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`; the
         guards of its static dispatch_indirect commands first (Encoder.guard_static)."""
-        return self.encode_range(self.program, 0, len(self.program.commands), table, constants, True)
+        return self.encode_range(self.program, 0, len(self.program.commands), table, constants, True, False)
 
     cdef object encode_range(self, Program program, Py_ssize_t start, Py_ssize_t stop, tuple table,
-                             tuple constants, bint static_first=False):
+                             tuple constants, bint static_first=False, bint submitted=True):
         """A new Recording of `program`'s commands [start, stop) (no region among them); `static_first`: guard the
-        static dispatch_indirect commands at its start."""
-        rec = Recording(self.device)
+        static dispatch_indirect commands at its start; `submitted`: see Recording (False: command_buffer() hands
+        it out)."""
+        rec = Recording(self.device, submitted)
         cdef Encoder encoder
         cdef Py_ssize_t i
         try:
@@ -483,7 +484,7 @@ cdef class VulkanEmitter:
             encoder.finish()
             _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
         except BaseException:
-            rec.finalizer()
+            rec.release()
             raise
         self.encodings += 1
         self.counts = encoder.counts()
@@ -502,7 +503,7 @@ cdef class VulkanEmitter:
         try:
             self.add_steps(steps, self.program, table, constants)
         except BaseException:
-            steps.finalizer()
+            steps.release()
             raise
         return steps
 
@@ -535,7 +536,7 @@ cdef class VulkanEmitter:
                                      VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &self.fn.host_barrier, 0, NULL, 0, NULL)
             _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
         except BaseException:
-            rec.finalizer()
+            rec.release()
             raise
         return rec
 
@@ -548,17 +549,23 @@ cdef class VulkanEmitter:
         """The VkCommandBuffer (as an integer) to submit with `table` and constant slot values `constants`
         (already checked), encoded now if needed; for a driven command buffer, its Steps."""
         if self.recorded is not None:
-            return self.recorded if self.driven else self.recorded.handle
+            if self.driven:
+                return self.recorded
+            self.recorded.submitted = True
+            return self.recorded.handle
         words = tuple([checked_word(constants[i]) for i in self.program.constant_users])
         key = (table[:self.program.slots_needed], words)
         rec = self.by_table.pop(key, None)  # put back last: the least recently used goes first
         if rec is None:
             if len(self.by_table) >= TABLE_CACHE:
                 oldest = next(iter(self.by_table))
-                self.by_table.pop(oldest).finalizer()
+                self.by_table.pop(oldest).release()
             rec = self.steps(table, constants) if self.driven else self.encode(table, constants)
         self.by_table[key] = rec
-        return rec if self.driven else rec.handle
+        if self.driven:
+            return rec
+        rec.submitted = True
+        return rec.handle
 
 
 cdef class Submitter:

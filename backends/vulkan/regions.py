@@ -46,14 +46,14 @@ class Steps:
         self.items.append(("region", loop, readback, word, body))
         return body
 
-    def finalizer(self) -> None:
+    def release(self) -> None:
         """Retire every VkCommandBuffer of the steps (once the work submitted so far is done)."""
         for item in self.items:
             if item[0] == "run":
-                item[1].finalizer()
+                item[1].release()
             else:
-                item[2].finalizer()
-                item[4].finalizer()
+                item[2].release()
+                item[4].release()
 
 
 def run_steps(device: VulkanDevice, steps: Steps, waits: tuple, signals: tuple) -> None:

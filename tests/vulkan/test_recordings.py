@@ -1,0 +1,91 @@
+"""Vulkan recordings' lifecycle: a VkCommandBuffer never submitted gives its pool back as soon as it is let go;
+one submitted waits for the queue (the device's lifetime)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import hal
+from tests import kernels
+from tests.conftest import backend_or_skip
+
+backend_or_skip("vulkan")
+
+pytestmark = pytest.mark.vulkan
+
+
+def ended(dev, exe, out, **options):
+    cb = dev.create_command_buffer(mode="reusable", **options)
+    with cb:
+        cb.fill_buffer(out, np.uint32(1))
+        cb.execution_barrier()
+        cb.dispatch(exe, "scale", (1, 1, 1), (1, 3), (out,))
+    return cb
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_a_recording_never_submitted_gives_its_pool_back_when_dropped(fresh, strategy):
+    dev = fresh()
+    exe, out = dev.load_executable(kernels.SOURCE), dev.allocate(1024)
+    dev.synchronize()
+    dev.lifetime.collect()
+    held, cached = dev.command_pools.in_use, dev.command_pools.cached
+    cb = ended(dev, exe, out, strategy=strategy)
+    assert dev.command_pools.in_use == held + 1
+    del cb
+    gc.collect()
+    assert dev.command_pools.in_use == held  # at once: no collect(), nothing waits for the queue
+    assert dev.command_pools.cached == max(cached, 1)
+    assert not dev.lifetime.pending
+
+
+def test_a_reset_gives_a_recording_never_submitted_back_and_one_submitted_after_the_queue(fresh):
+    dev = fresh()
+    exe, out = dev.load_executable(kernels.SOURCE), dev.allocate(1024)
+    cb = ended(dev, exe, out)
+    held = dev.command_pools.in_use
+    cb.reset()
+    assert dev.command_pools.in_use == held - 1
+    cb = ended(dev, exe, out)
+    dev.queue_execute(cb)
+    held = dev.command_pools.in_use
+    del cb
+    gc.collect()
+    assert dev.lifetime.pending  # let go, waiting for the work submitted before
+    assert dev.command_pools.in_use == held
+    dev.synchronize()
+    dev.lifetime.collect()
+    assert dev.command_pools.in_use == held - 1
+    np.testing.assert_array_equal(out.read(np.uint32)[:1], [3])
+
+
+def test_recordings_encoded_for_binding_tables_wait_for_the_queue(fresh):
+    dev = fresh()
+    a, b = dev.allocate(1024), dev.allocate(1024)
+    cb = dev.create_command_buffer(mode="reusable", binding_capacity=1)
+    with cb:
+        cb.fill_buffer(hal.slot(0), np.uint32(2))
+    held = dev.command_pools.in_use
+    dev.queue_execute(cb, binding_table=(a,))  # encoded now, for this table
+    dev.queue_execute(cb, binding_table=(b,))
+    dev.synchronize()
+    assert dev.command_pools.in_use == held + 2
+    del cb
+    gc.collect()
+    assert dev.command_pools.in_use == held + 2 and dev.lifetime.pending
+    dev.lifetime.collect()
+    assert dev.command_pools.in_use == held
+    np.testing.assert_array_equal(b.read(np.uint32)[:1], [2])
+
+
+def test_dropping_an_unsubmitted_command_buffer_after_its_device_closed(fresh):
+    dev = fresh()
+    exe, out = dev.load_executable(kernels.SOURCE), dev.allocate(1024)
+    cb = ended(dev, exe, out)
+    dev.close()  # destroys the pool the recording holds
+    del cb  # gives nothing back a second time
+    gc.collect()
+    assert dev.command_pools.in_use == 0
