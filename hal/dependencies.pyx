@@ -356,10 +356,10 @@ cdef class HazardTracker:
     them; commands of the floor segment itself are not ordered after that write and still see them.
 
     Each command also keeps its `reach`: the commands below its segment, down to `reach`, that it waits for,
-    every one (through its predecessors, whose reaches it joins). A candidate within the latest candidate's reach
-    is dropped at once; in a chain that settles every candidate, however long the chain (the reduction's search,
-    which has a budget, is for what remains). So the candidates are gathered as met, repeats and all, and
-    sorted out once (`settle`).
+    every one (through its predecessors, whose reaches it joins). The candidates are gathered as met, repeats and
+    all, and sorted out once (`settle`): one within the latest candidate's reach is dropped without a search; in a
+    chain that settles every candidate, however long the chain (the reduction's search, which has a budget, is for
+    what remains).
     """
 
     def __init__(self):

@@ -140,11 +140,11 @@ class Lifetime:
                 self._notify()  # before it is pending: no resubmission may pass the check in between
                 self._released.append(entry[:2])
 
-    def _destroy_now(self, ref: weakref.ref) -> None:
+    def _unused(self, ref: weakref.ref) -> None:
         with self._lock:
             entry = self._live.pop(id(ref), None)
-        if entry is not None:
-            _destroy([entry[0]])
+            if entry is not None:
+                self._released.append((entry[0], True))  # no submitted work to wait for: no mark
 
     def _notify(self) -> None:
         if self._on_release is not None:
@@ -164,10 +164,10 @@ class Release:
     def __call__(self) -> None:
         self.lifetime._collected(self.ref)
 
-    def now(self) -> None:
-        """Let the owner's object go and destroy it at once, for one that no submitted work uses (a recording
-        never submitted): nothing to wait for. Later calls, or the owner's collection, do nothing more."""
-        self.lifetime._destroy_now(self.ref)
+    def unused(self) -> None:
+        """Let the owner's object go, as one that no submitted work uses (a recording never submitted): destroyed at
+        the next collect(), without waiting for the queue. Later calls, or the owner's collection, do nothing more."""
+        self.lifetime._unused(self.ref)
 
 
 def _destroy(items: list[Destroy]) -> None:

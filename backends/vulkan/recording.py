@@ -1,8 +1,9 @@
 """One encoded VkCommandBuffer with its own VkCommandPool (and, without push descriptors, its descriptor sets).
 
 Each encoding owns its pool while it lives, so retiring one never touches a pool another thread may be
-recording into; retired recordings are given back once the GPU is done with them (the device's lifetime), or
-at once if they were never submitted (a command buffer ended and dropped, or reset, unsubmitted).
+recording into; retired recordings are given back once the GPU is done with them (the device's lifetime), at its
+next collect(); those never submitted (a command buffer ended and dropped, or reset, unsubmitted) without a
+mark of the queue to wait for.
 A pool given back is kept for the next recording (up to KEEP of them): encoding into memory the driver already
 holds costs much less than into a fresh pool (on lavapipe, a fresh pool's first pages are page faults: about
 1 µs a dispatch of a 1000-dispatch chain, against 0.5 µs reused). Its command buffer is reset by the next
@@ -32,8 +33,7 @@ class CommandPools:
         self.device = device
         self.free: list[tuple[Any, int]] = []  # (VkCommandPool, VkCommandBuffer as an integer)
         self.in_use = 0
-        self.lock = threading.RLock()  # reentrant: a recording never submitted gives its pool back when
-        # collected, which may happen anywhere
+        self.lock = threading.Lock()
 
     @property
     def cached(self) -> int:
@@ -87,15 +87,19 @@ class CommandPools:
 
 class Recording:
     """`handle`: the VkCommandBuffer as an integer; `arena`: its descriptor sets (None with push descriptors).
-    `submitted`: a queue may have it (set before its first submission); `release()`, or its collection, retires
-    it: once the queue is done with it, or at once if it was never submitted."""
+    `submitted`: a queue may have it (set before its first submission). `release()`, or its collection, retires it:
+    given back at a collect() once the queue is done with it, or, never submitted, at the next collect()."""
 
     __slots__ = ("handle", "arena", "submitted", "_release", "__weakref__")
 
     def __init__(self, device: VulkanDevice, submitted: bool = True) -> None:
-        self.submitted = True  # until tracked: a failed construction gives nothing back in __del__
+        self.submitted = True  # until tracked: __del__ has nothing to let go
         pool, self.handle = device.command_pools.take()
-        self.arena = None if device.push_descriptors else DescriptorArena(device)
+        try:
+            self.arena = None if device.push_descriptors else DescriptorArena(device)
+        except BaseException:
+            device.command_pools.give(pool, self.handle)
+            raise
         self._release = device.lifetime.track(self, retire_recording, device, pool, self.handle, self.arena)
         self.submitted = submitted
 
@@ -103,11 +107,11 @@ class Recording:
         if self.submitted:
             self._release()
         else:
-            self._release.now()
+            self._release.unused()
 
     def __del__(self) -> None:
-        if not self.submitted:
-            self._release.now()
+        if not self.submitted:  # (its collection as part of a cycle may reach the lifetime first: then it waits)
+            self._release.unused()
 
 
 def retire_recording(device: VulkanDevice, pool: Any, handle: int, arena: DescriptorArena | None) -> None:
