@@ -98,6 +98,9 @@ class Device:
         self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
         self._read_lock = threading.Lock()
         self._readbacks: list[tuple[Buffer, np.ndarray]] = []  # queue_read's staging, kept for reuse
+        # A lock of its own: a read's host call gives its staging back while another read, holding _read_lock, may
+        # wait on a driver call for the queue, which waits for that host call.
+        self._readbacks_lock = threading.Lock()
         self._transients: weakref.WeakSet[Buffer] = weakref.WeakSet()  # queue_alloca's buffers
 
     # Memory.
@@ -346,14 +349,15 @@ class Device:
 
     def _take_readback(self, nbytes: int) -> tuple[Buffer, np.ndarray]:
         """Staging for queue_read: a kept one that fits, else a new one (a power of two from 64 KiB)."""
-        for i, (buffer, _) in enumerate(self._readbacks):
-            if buffer.size >= nbytes:
-                return self._readbacks.pop(i)
+        with self._readbacks_lock:
+            for i, (buffer, _) in enumerate(self._readbacks):
+                if buffer.size >= nbytes:
+                    return self._readbacks.pop(i)
         return self._readback_buffer(max(READBACK_BYTES, 1 << (nbytes - 1).bit_length()))
 
     def _give_readback(self, buffer: Buffer, view: np.ndarray) -> None:
         """Keep `buffer` for the next queue_read (a few, and not huge ones), or release it."""
-        with self._read_lock:
+        with self._readbacks_lock:
             if buffer.size <= KEPT_READBACK_BYTES and len(self._readbacks) < KEPT_READBACKS and not self._closed:
                 self._readbacks.append((buffer, view))
                 return
@@ -445,7 +449,7 @@ class Device:
             return
         self._closed = True
         self._executables.clear()
-        with self._read_lock:
+        with self._readbacks_lock:
             self._readbacks.clear()  # freed with the device
         self._close()
 

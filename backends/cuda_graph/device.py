@@ -146,6 +146,8 @@ class CudaDevice(Device):
         self._gate: CudaSemaphore | None = None  # host calls' gate (hal.host_call), made on first use
         self.host_signalled = threading.Condition()  # notified at each host write of a semaphore value
         self._gates = 0  # host calls queued: the gate value the last one opens
+        self._host_frees: list[int] = []  # pinned memory done with, freed once the stream is idle (_free_host)
+        self._host_frees_lock = threading.Lock()
         self._destroyers = {  # per kind of handle track() takes: how to free one, and whether that is stream-ordered
             "memory": (self._free_memory, True),  # cuMemFreeAsync is ordered after the work submitted so far
             "exec": (self._destroy_exec, True),  # an exec in flight is freed by the driver when it is done
@@ -198,6 +200,8 @@ class CudaDevice(Device):
         """Free what was released or collected and what retired work has finished with (a safe point)."""
         if self.lifetime.pending:
             self.lifetime.collect()
+        if self._host_frees:
+            self._free_hosts_if_idle()
 
     def _free_memory(self, address: int) -> None:
         self.activate()
@@ -212,8 +216,31 @@ class CudaDevice(Device):
         call(driver.cuGraphDestroy, driver.CUgraph(handle))
 
     def _free_host(self, address: int) -> None:
+        """cuMemFreeHost waits for everything on the stream, which may be stopped at a host call's gate whose function
+        needs a lock the caller holds (a deadlock): pinned memory waits for an idle stream (collect(), synchronize(),
+        close())."""
+        with self._host_frees_lock:
+            self._host_frees.append(address)
+        self._free_hosts_if_idle()
+
+    @property
+    def host_frees_pending(self) -> int:
+        """Pinned allocations done with that wait for an idle stream to be freed (see _free_host)."""
+        return len(self._host_frees)
+
+    def _free_hosts_if_idle(self) -> None:
         self.activate()
-        call(driver.cuMemFreeHost, address)
+        if driver.cuStreamQuery(self.stream)[0] != SUCCESS:  # busy (an error shows at the next submission or wait)
+            return
+        with self._host_frees_lock:
+            addresses, self._host_frees = self._host_frees, []
+        for i, address in enumerate(addresses):
+            try:
+                call(driver.cuMemFreeHost, address)
+            except BaseException:
+                with self._host_frees_lock:  # the others wait for the next try
+                    self._host_frees[:0] = addresses[i + 1:]
+                raise
 
     def _unload_module(self, handle: int) -> None:
         self.activate()
@@ -564,6 +591,9 @@ class CudaDevice(Device):
         while driver.cuStreamQuery(self.stream)[0] == NOT_READY:  # polled: a host call's notice needs the GIL
             time.sleep(POLL_S)
         self.lifetime.close()
+        for address in self._host_frees:  # the stream is idle
+            driver.cuMemFreeHost(address)
+        self._host_frees = []
         for host in (self._staging, self._marks, self._faults):
             if host is not None:
                 driver.cuMemFreeHost(host[0])

@@ -3,16 +3,19 @@ semaphores on the GPU side, and a faulting kernel that loses the device but not 
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import hal
 from tests import kernels
-from tests.conftest import backend_or_skip
+from tests.conftest import backend_or_skip, open_device
 
 backend_or_skip("cuda")
 
@@ -139,3 +142,36 @@ def test_queue_waits_for_and_signals_a_torch_stream_without_a_host_wait(gpu):
     assert int(seen.min()) == 7 and int(seen.max()) == 7
     with pytest.raises(hal.ValidationError, match="expected a CUDA stream"):
         gpu.queue_wait_stream("stream")
+
+
+def test_pinned_memory_freed_while_the_stream_waits_at_a_host_call_does_not_wait_for_it():
+    """cuMemFreeHost waits for the whole stream. A semaphore's pinned word, done with before a host call's gate, is
+    freed at a collect while the stream is stopped at that gate, whose function needs a lock the collecting thread
+    holds: the free must wait for an idle stream, not the collect for the function (a deadlock before)."""
+    dev = open_device("cuda")
+    try:
+        first, started = threading.Event(), threading.Event()
+        held = threading.Lock()
+
+        def needs_the_lock() -> None:
+            started.set()
+            if held.acquire(timeout=20):
+                held.release()
+
+        sem = dev.create_semaphore(0)
+        dev.queue_host_call(lambda: first.wait(20))
+        del sem
+        gc.collect()
+        dev.collect()  # stamped with a mark after the first gate: done with once the queue passes it
+        dev.queue_host_call(needs_the_lock)
+        with held:
+            first.set()
+            assert started.wait(20)  # the queue is past the mark, stopped at the second gate
+            t0 = time.perf_counter()
+            dev.collect()
+            elapsed = time.perf_counter() - t0
+        assert elapsed < 5, f"collect() waited {elapsed:.1f} s for the host call"
+        dev.synchronize()  # the stream idle: the word is freed now
+        assert dev.host_frees_pending == 0
+    finally:
+        dev.close()
