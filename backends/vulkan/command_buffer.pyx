@@ -388,7 +388,7 @@ cdef class VulkanEmitter:
         self.driven = False
         if self.single_pass and not self.slots_possible:
             self.open = Recording(self.device, submitted=False)
-            self.begin_recording(self.open.handle)
+            self.begin_recording(self.open)
             self.encoder = Encoder(self.fn, self.open.handle, (), (), self.open.arena)
 
     def command(self, Program program, Command command) -> None:
@@ -415,7 +415,7 @@ cdef class VulkanEmitter:
             return
         if self.open is not None:
             self.encoder.finish()
-            _check(self.fn.end(<VkCommandBuffer><uintptr_t>self.open.handle), "vkEndCommandBuffer")
+            self.end_recording(self.open)
             self.encodings += 1
             self.counts = self.encoder.counts()
             self.recorded, self.open, self.encoder = self.open, None, None
@@ -439,7 +439,7 @@ cdef class VulkanEmitter:
     cdef void drop_open(self) except *:
         """Give up single_pass's VkCommandBuffer (a region came: the Program becomes Steps), ended first: one
         still recording must not go back to the pool."""
-        _check(self.fn.end(<VkCommandBuffer><uintptr_t>self.open.handle), "vkEndCommandBuffer")
+        self.end_recording(self.open)
         self.open.release()
         self.open = self.encoder = None
 
@@ -448,14 +448,19 @@ cdef class VulkanEmitter:
             self.guard = IndirectGuard(self.device)
         return self.guard
 
-    cdef void begin_recording(self, uintptr_t handle) except *:
+    cdef void begin_recording(self, object rec) except *:
         cdef VkCommandBufferBeginInfo info
         memset(&info, 0, sizeof(info))
         info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
         # A reusable one may be queued again while it is pending; so may the steps of a loop, also of a one_shot.
         info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if self.one_time and not self.driven else \
             VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
-        _check(self.fn.begin(<VkCommandBuffer>handle, &info), "vkBeginCommandBuffer")
+        rec.state.recording = True  # from before the call: a failed begin leaves nothing a reset would not clear
+        _check(self.fn.begin(<VkCommandBuffer><uintptr_t>rec.handle, &info), "vkBeginCommandBuffer")
+
+    cdef void end_recording(self, object rec) except *:
+        _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
+        rec.state.recording = False
 
     cdef object encode(self, tuple table, tuple constants):
         """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`; the
@@ -471,7 +476,7 @@ cdef class VulkanEmitter:
         cdef Encoder encoder
         cdef Py_ssize_t i
         try:
-            self.begin_recording(rec.handle)
+            self.begin_recording(rec)
             encoder = Encoder(self.fn, rec.handle, table, constants, rec.arena,
                               self.indirect_guard() if program.indirect else None)
             static = [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
@@ -482,7 +487,7 @@ cdef class VulkanEmitter:
                     encoder.barrier()
                 encoder.encode(program.commands[i])
             encoder.finish()
-            _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
+            self.end_recording(rec)
         except BaseException:
             rec.release()
             raise
@@ -529,12 +534,12 @@ cdef class VulkanEmitter:
         cdef VkBufferCopy region
         region.srcOffset, region.dstOffset, region.size = offset, target, 4
         try:
-            self.begin_recording(rec.handle)
+            self.begin_recording(rec)
             self.fn.copy_buffer(<VkCommandBuffer><uintptr_t>rec.handle, <VkBuffer><uintptr_t>flag.handle,
                                 <VkBuffer><uintptr_t>(<Buffer>self.flags).handle, 1, &region)
             self.fn.pipeline_barrier(<VkCommandBuffer><uintptr_t>rec.handle, VK_PIPELINE_STAGE_TRANSFER_BIT,
                                      VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &self.fn.host_barrier, 0, NULL, 0, NULL)
-            _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
+            self.end_recording(rec)
         except BaseException:
             rec.release()
             raise

@@ -7,7 +7,10 @@ mark of the queue to wait for.
 A pool given back is kept for the next recording (up to KEEP of them): encoding into memory the driver already
 holds costs much less than into a fresh pool (on lavapipe, a fresh pool's first pages are page faults: about
 1 µs a dispatch of a 1000-dispatch chain, against 0.5 µs reused). Its command buffer is reset by the next
-vkBeginCommandBuffer (the pools allow that), not by a call of its own when given back.
+vkBeginCommandBuffer (the pools allow that), not by a call of its own when given back, unless it was let go still
+recording (an encoding that failed, a single_pass command buffer reset or dropped before end()): a state
+vkBeginCommandBuffer does not accept, so the pool is reset then (a reset on every give-back costs lavapipe's end()
+of 10 dispatches about 10%).
 """
 
 from __future__ import annotations
@@ -51,13 +54,17 @@ class CommandPools:
             self.in_use += 1
         return kept
 
-    def give(self, pool: Any, command_buffer: int) -> None:
-        """Take back a pool whose command buffer the GPU is done with: kept, or destroyed beyond KEEP."""
+    def give(self, pool: Any, command_buffer: int, recording: bool = False) -> None:
+        """Take back a pool whose command buffer the GPU is done with: kept, or destroyed beyond KEEP. `recording`:
+        its command buffer was let go still recording, a state vkBeginCommandBuffer does not accept: reset first
+        (destroyed if that fails)."""
         with self.lock:
             self.in_use -= 1
-            if len(self.free) < KEEP:
-                self.free.append((pool, command_buffer))
-                return
+        if not recording or lib.vkResetCommandPool(self.device.handle, pool, 0) == vk.VK_SUCCESS:
+            with self.lock:
+                if len(self.free) < KEEP:
+                    self.free.append((pool, command_buffer))
+                    return
         lib.vkDestroyCommandPool(self.device.handle, pool, ffi.NULL)  # frees its command buffer too
 
     def close(self) -> None:
@@ -87,10 +94,11 @@ class CommandPools:
 
 class Recording:
     """`handle`: the VkCommandBuffer as an integer; `arena`: its descriptor sets (None with push descriptors).
-    `submitted`: a queue may have it (set before its first submission). `release()`, or its collection, retires it:
-    given back at a collect() once the queue is done with it, or, never submitted, at the next collect()."""
+    `submitted`: a queue may have it (set before its first submission). `state.recording`: it began and has not
+    ended (the emitter sets it). `release()`, or its collection, retires it: given back at a collect() once the queue
+    is done with it, or, never submitted, at the next collect()."""
 
-    __slots__ = ("handle", "arena", "submitted", "_release", "__weakref__")
+    __slots__ = ("handle", "arena", "submitted", "state", "_release", "__weakref__")
 
     def __init__(self, device: VulkanDevice, submitted: bool = True) -> None:
         self.submitted = True  # until tracked: __del__ has nothing to let go
@@ -100,7 +108,9 @@ class Recording:
         except BaseException:
             device.command_pools.give(pool, self.handle)
             raise
-        self._release = device.lifetime.track(self, retire_recording, device, pool, self.handle, self.arena)
+        self.state = RecordingState()
+        self._release = device.lifetime.track(self, retire_recording, device, pool, self.handle, self.arena,
+                                              self.state)
         self.submitted = submitted
 
     def release(self) -> None:
@@ -114,7 +124,18 @@ class Recording:
             self._release.unused()
 
 
-def retire_recording(device: VulkanDevice, pool: Any, handle: int, arena: DescriptorArena | None) -> None:
-    device.command_pools.give(pool, handle)
+class RecordingState:
+    """What a Recording's retirement reads when it runs: the lifetime keeps it, not the Recording, which it must
+    not keep alive."""
+
+    __slots__ = ("recording",)
+
+    def __init__(self) -> None:
+        self.recording = False
+
+
+def retire_recording(device: VulkanDevice, pool: Any, handle: int, arena: DescriptorArena | None,
+                     state: RecordingState) -> None:
+    device.command_pools.give(pool, handle, state.recording)
     if arena is not None:
         arena.destroy()

@@ -102,3 +102,26 @@ def test_dropping_an_unsubmitted_command_buffer_after_its_device_closed(fresh):
     del cb  # gives nothing back a second time
     gc.collect()
     assert dev.command_pools.in_use == 0
+
+
+@pytest.mark.parametrize("let_go", ["reset", "drop"])
+def test_a_command_buffer_let_go_while_recording_leaves_a_pool_the_next_one_can_begin(fresh, let_go):
+    """single_pass encodes as it records: let go before end(), its VkCommandBuffer is still recording when its pool
+    goes back (the validation layer fails the next vkBeginCommandBuffer on it unless the pool was reset)."""
+    dev = fresh()
+    exe, out = dev.load_executable(kernels.SOURCE), dev.allocate(1024)
+    cb = dev.create_command_buffer(mode="reusable", strategy="single_pass")
+    cb.begin()
+    cb.fill_buffer(out, np.uint32(5))
+    if let_go == "reset":
+        cb.reset()
+    else:
+        del cb
+        gc.collect()
+    dev.lifetime.collect()
+    cached = dev.command_pools.cached
+    cb = ended(dev, exe, out, strategy="single_pass")  # takes the pool given back
+    assert dev.command_pools.cached == cached - 1
+    dev.queue_execute(cb)
+    dev.synchronize()
+    np.testing.assert_array_equal(out.read(np.uint32)[:1], [3])
