@@ -550,9 +550,9 @@ cdef class HazardTracker:
         if write:
             # Keep what commands of this segment can still see: accesses of this segment (a race when
             # not validated) and the earlier ones this write hides only from later segments.
-            piece = &deref(pieces)[lo] if lo < hi else NULL
-            if hi - lo == 1 and piece.start == access.start and piece.end == access.end:
+            if hi - lo == 1 and deref(pieces)[lo].start == access.start and deref(pieces)[lo].end == access.end:
                 # One piece, exactly the range (the common case): its lists are kept in place.
+                piece = &deref(pieces)[lo]
                 low = 0 if piece.floor == segment else piece.floor
                 self.keep_visible(piece.writers, low, segment + 1, index)
                 self.keep_visible(piece.readers, low, segment + 1, -1)

@@ -553,20 +553,17 @@ cdef class VulkanEmitter:
     def command_buffer(self, tuple table, tuple constants) -> object:
         """The VkCommandBuffer (as an integer) to submit with `table` and constant slot values `constants`
         (already checked), encoded now if needed; for a driven command buffer, its Steps."""
-        if self.recorded is not None:
-            if self.driven:
-                return self.recorded
-            self.recorded.submitted = True
-            return self.recorded.handle
-        words = tuple([checked_word(constants[i]) for i in self.program.constant_users])
-        key = (table[:self.program.slots_needed], words)
-        rec = self.by_table.pop(key, None)  # put back last: the least recently used goes first
+        rec = self.recorded
         if rec is None:
-            if len(self.by_table) >= TABLE_CACHE:
-                oldest = next(iter(self.by_table))
-                self.by_table.pop(oldest).release()
-            rec = self.steps(table, constants) if self.driven else self.encode(table, constants)
-        self.by_table[key] = rec
+            words = tuple([checked_word(constants[i]) for i in self.program.constant_users])
+            key = (table[:self.program.slots_needed], words)
+            rec = self.by_table.pop(key, None)  # put back last: the least recently used goes first
+            if rec is None:
+                if len(self.by_table) >= TABLE_CACHE:
+                    oldest = next(iter(self.by_table))
+                    self.by_table.pop(oldest).release()
+                rec = self.steps(table, constants) if self.driven else self.encode(table, constants)
+            self.by_table[key] = rec
         if self.driven:
             return rec
         rec.submitted = True
