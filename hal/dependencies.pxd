@@ -43,9 +43,9 @@ cdef class Planner:
                          tuple nested=*)
     cdef void lay_out_program(self) except *
     cdef void lay_out_segments(self, list segments) except *
-    cdef void dag(self, Command command)
-    cdef void lay_out(self, Command command, Py_ssize_t size, bint shared)
-    cdef void fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared)
+    cdef int dag(self, Command command) except -1
+    cdef int lay_out(self, Command command, Py_ssize_t size, bint shared) except -1
+    cdef int fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared) except -1
 
 
 cdef struct Access:
@@ -85,12 +85,20 @@ cdef struct Tracked:  # what HazardTracker keeps of each command
     Py_ssize_t mark  # the last `unique` or `settle` call that met it
 
 
+cdef enum:
+    RECENT = 64  # HazardTracker.recent_buffer's length, a power of two
+
+
 @cython.final  # its methods are called directly
 cdef class HazardTracker:
     # Access maps by ident: disjoint pieces sorted by offset; one per buffer in order of first use, then the
     # shared one (`universe`, -1 until a slot reference appears; from then on every range goes there).
     cdef vector[vector[Piece]] maps
     cdef unordered_map[Py_ssize_t, Py_ssize_t] map_of  # Buffer.serial -> ident of its map
+    # map_of's recent answers, by the serial's low bits (serials run in order of allocation): most lookups
+    # then skip the hash, whose modulo costs more than the rest of an access's lookup.
+    cdef Py_ssize_t recent_buffer[RECENT]
+    cdef Py_ssize_t recent_map[RECENT]
     cdef vector[Py_ssize_t] map_seen  # per map: the last command that accessed it
     cdef Py_ssize_t universe
     cdef vector[Tracked] tracked  # per command
@@ -114,10 +122,12 @@ cdef class HazardTracker:
 
     cdef int reserve(self, Py_ssize_t commands) except -1
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1
-    cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
+    cdef inline void note(self, Py_ssize_t segment, Py_ssize_t first_touch) noexcept
+    cdef inline Py_ssize_t map_for(self, Py_ssize_t buffer) noexcept
+    cdef Py_ssize_t look_up_map(self, Py_ssize_t buffer) noexcept
     cdef int share(self) except -1
     cdef int visit(self, Range& access, bint write, Py_ssize_t segment, bint earlier) except -1
-    cdef inline int add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) except -1
+    cdef inline void add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) noexcept
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef int keep_visible(self, vector[Py_ssize_t]& commands, Py_ssize_t low, Py_ssize_t high,

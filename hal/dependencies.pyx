@@ -25,6 +25,7 @@ command as it is recorded (the backend may emit it at once). Three things come o
 overlapping accesses of which one writes are a race.
 """
 
+cimport cython
 from cython.operator cimport dereference as deref
 from libcpp.algorithm cimport lower_bound, reverse, sort, unique, upper_bound
 from libcpp.utility cimport move
@@ -151,26 +152,20 @@ cdef class Planner:
         for k in range(len(segments)):
             self.after_earlier = k > first_used
             commands = segments[k]
-            for c in commands:
-                self.dag(c)
-        for commands in segments:
             if not commands:
                 continue
-            if self.hazards:
-                needs = False
-                for c in commands:
-                    g = program.group_of[c.index]
-                    if g >= 0 and program.group_last[g] >= self.fence:
-                        needs = True
-                        break
-            else:
-                needs = not first
+            needs = not first and not self.hazards  # barriers mode: after the first non-empty segment
             first = False
+            for c in commands:
+                self.dag(c)
+                if self.hazards and not needs:  # a barrier when a command waits for one since the last barrier
+                    g = program.group_of[c.index]
+                    needs = g >= 0 and program.group_last[g] >= self.fence
             if needs:
                 self.fence = (<Command>commands[0]).index
             program.barrier.push_back(needs)
-            for _ in range(len(commands) - 1):
-                program.barrier.push_back(False)
+            if len(commands) > 1:
+                program.barrier.resize(program.barrier.size() + len(commands) - 1, False)
         if self.layout_now:
             self.lay_out_segments(segments)
 
@@ -204,7 +199,7 @@ cdef class Planner:
             for c in commands:
                 self.lay_out(c, len(commands), False)
 
-    cdef void dag(self, Command command):
+    cdef int dag(self, Command command) except -1:
         cdef Program program = self.program
         cdef Py_ssize_t i, g = -1
         cdef map[vector[Py_ssize_t], Py_ssize_t].iterator known
@@ -224,7 +219,7 @@ cdef class Planner:
                     g = program.add_group(self.tracker.preds)
                     self.interned[self.tracker.preds] = g
             program.group_of.push_back(g)
-            return
+            return 0
         if command.segment != self.dag_segment:  # the first command of a new non-empty segment
             if self.dag_segment >= 0:
                 self.previous.clear()
@@ -234,8 +229,9 @@ cdef class Planner:
             self.open_start = command.index
             self.dag_segment = command.segment
         program.group_of.push_back(self.open_group)
+        return 0
 
-    cdef void lay_out(self, Command command, Py_ssize_t size, bint shared):
+    cdef int lay_out(self, Command command, Py_ssize_t size, bint shared) except -1:
         """Add the graph node of `command` (after a join node, if it is the first to wait on a shared group).
         `size`: its segment's length when known (deferred), else -1."""
         cdef Program program = self.program
@@ -261,8 +257,9 @@ cdef class Planner:
             if g >= 0:
                 self.fan_in(g, deps, shared or self.uses[g] > 1)
         program.add_node(index, deps)
+        return 0
 
-    cdef void fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared):
+    cdef int fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared) except -1:
         """Append to `deps` the nodes a command of `group` waits on: of each lane only its last command in
         the group (the others come before it); through one join node when the group is `shared`."""
         cdef Program program = self.program
@@ -270,11 +267,11 @@ cdef class Planner:
         cdef vector[Py_ssize_t] preds
         if stop - first == 1:  # a chain
             deps.push_back(program.command_node[program.members[first]])
-            return
+            return 0
         join = self.joins.get(group)
         if join is not None:
             deps.push_back(join)
-            return
+            return 0
         for i in range(first, stop):
             preds.push_back(program.members[i])
         if self.lanes and <Py_ssize_t>preds.size() > self.lanes:
@@ -304,11 +301,12 @@ cdef class Planner:
         if preds.size() == 1 or not shared:
             for p in nodes:
                 deps.push_back(p)
-            return
+            return 0
         join = program.node_command.size()
         program.add_node(-1, nodes)
         self.joins[group] = join
         deps.push_back(join)
+        return 0
 
     cpdef Program finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
                          Py_ssize_t constants_needed, tuple indirect=(), tuple regions=(), tuple collectives=(),
@@ -366,6 +364,14 @@ cdef class HazardTracker:
         self.universe = -1
         self.marks = 0
         self.segment = -1
+        for i in range(RECENT):
+            self.recent_buffer[i] = -1  # no serial
+        # Room for a typical command's accesses and candidates: growing one at a time costs more.
+        self.accesses.reserve(8)
+        self.found.reserve(16)
+        self.wrote.reserve(8)
+        self.preds.reserve(8)
+        _make_room_in(self.kept_writers, self.kept_readers)  # record() swaps them into pieces
 
     cdef int reserve(self, Py_ssize_t commands) except -1:
         """Room for `commands` more commands (deferred: known at end()), so the tables grow once."""
@@ -377,24 +383,20 @@ cdef class HazardTracker:
         """Set `preds` to the predecessors of `command` (the next in recording order), in recording order.
         `earlier`: an earlier segment holds commands (else it waits for nothing); `alone`: its segment is the
         only one with commands (nothing to wait for, and no entry in the maps matters)."""
-        cdef Py_ssize_t segment = command.segment, i
-        cdef Tracked tracked
-        cdef Range touch
+        cdef Py_ssize_t segment = command.segment, first_touch = self.touches.size(), first, i, n
+        cdef Range* touch
         if segment != self.segment:
             self.segment, self.segment_first = segment, command.index
-        tracked.segment = segment
-        tracked.first = tracked.reach = self.segment_first
-        tracked.visited_by = tracked.mark = -1
-        tracked.first_touch = self.touches.size()
+        first = self.segment_first
         self.current = command.index
         self.preds.clear()
         if alone:
-            tracked.end_touch = tracked.first_touch
-            self.tracked.push_back(tracked)
+            self.note(segment, first_touch)
             return 0
         _accesses(command, self.accesses)
+        n = self.accesses.size()
         if self.universe < 0:
-            for i in range(self.accesses.size()):
+            for i in range(n):
                 if self.accesses[i].buffer < 0:
                     self.share()
                     break
@@ -402,44 +404,65 @@ cdef class HazardTracker:
         self.wrote.clear()
         self.latest = -1
         cdef bint distinct = True  # no two accesses share a map
-        for i in range(self.accesses.size()):
+        for i in range(n):
+            touch = &self.touches.emplace_back()  # filled in place (see note)
             touch.map = self.map_for(self.accesses[i].buffer)
             touch.start, touch.end = self.accesses[i].start, self.accesses[i].end
-            self.touches.push_back(touch)
             if self.map_seen[touch.map] == self.current:
                 distinct = False
             self.map_seen[touch.map] = self.current
-        tracked.end_touch = self.touches.size()
-        self.tracked.push_back(tracked)
+        self.note(segment, first_touch)
         if distinct:  # an access's entries are then met by no other access of the command: one pass each
-            for i in range(self.accesses.size()):
-                self.visit(self.touches[tracked.first_touch + i], self.accesses[i].write, segment, earlier)
+            for i in range(n):
+                self.visit(self.touches[first_touch + i], self.accesses[i].write, segment, earlier)
         else:
             if earlier:
-                for i in range(self.accesses.size()):
-                    self.collect(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
-            for i in range(self.accesses.size()):  # after every collect: a command never waits for itself
-                self.record(self.touches[tracked.first_touch + i], self.accesses[i].write, segment)
+                for i in range(n):
+                    self.collect(self.touches[first_touch + i], self.accesses[i].write, segment)
+            for i in range(n):  # after every collect: a command never waits for itself
+                self.record(self.touches[first_touch + i], self.accesses[i].write, segment)
         if not self.found.empty():
             if self.settle():
                 self.reduce(program)
             else:
                 self.preds.push_back(self.latest)
-            self.tracked.back().reach = self.reach_of_preds(tracked.first)
+            self.tracked.back().reach = self.reach_of_preds(first)
         return 0
 
-    cdef Py_ssize_t map_for(self, Py_ssize_t buffer) except -1:
+    cdef inline void note(self, Py_ssize_t segment, Py_ssize_t first_touch) noexcept:
+        """Append the entry of the command being added, whose accesses start at `first_touch`. Entries are filled in
+        place: one built aside and copied in would be read back with wide loads just after its narrow stores,
+        which stalls (no store forwarding) longer than the rest of the entry's work takes."""
+        cdef Tracked* tracked = &self.tracked.emplace_back()
+        tracked.segment = segment
+        tracked.first = tracked.reach = self.segment_first
+        tracked.visited_by = tracked.mark = -1
+        tracked.first_touch = first_touch
+        tracked.end_touch = self.touches.size()
+
+    cdef inline Py_ssize_t map_for(self, Py_ssize_t buffer) noexcept:
         """The map tracking the buffer of serial `buffer`, made on first use (the shared one once a slot
         appeared)."""
         if self.universe >= 0:
             return self.universe
+        cdef Py_ssize_t slot = buffer & (RECENT - 1)
+        if self.recent_buffer[slot] == buffer:
+            return self.recent_map[slot]
+        return self.look_up_map(buffer)
+
+    cdef Py_ssize_t look_up_map(self, Py_ssize_t buffer) noexcept:
+        """map_for() past its recent answers."""
+        cdef Py_ssize_t slot = buffer & (RECENT - 1), m
         cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator it = self.map_of.find(buffer)
         if it != self.map_of.end():
-            return deref(it).second
-        self.map_of[buffer] = self.maps.size()
-        self.maps.resize(self.maps.size() + 1)
-        self.map_seen.push_back(-1)
-        return self.maps.size() - 1
+            m = deref(it).second
+        else:
+            m = self.maps.size()
+            self.map_of[buffer] = m
+            self.maps.resize(m + 1)
+            self.map_seen.push_back(-1)
+        self.recent_buffer[slot], self.recent_map[slot] = buffer, m
+        return m
 
     cdef int share(self) except -1:
         """From the first slot reference on, every range may alias every other: merge the maps (in the order
@@ -499,16 +522,15 @@ cdef class HazardTracker:
         piece.floor = segment
         return 0
 
-    cdef inline int add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) except -1:
+    cdef inline void add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) noexcept:
         """visit(): a writer found in `piece`, which `access` covers exactly."""
-        cdef Wrote wrote
+        cdef Wrote* wrote
         self.found.push_back(writer)
         self.latest = max(self.latest, writer)
         if piece.writers.size() == 1 and piece.floor == self.tracked[writer].segment:  # see collect
+            wrote = &self.wrote.emplace_back()  # filled in place (see note)
             wrote.writer = writer
             wrote.range = access
-            self.wrote.push_back(wrote)
-        return 0
 
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1:
         """Add to the candidates the commands of earlier segments that an access must wait for, and the ranges
@@ -516,8 +538,7 @@ cdef class HazardTracker:
         cdef vector[Piece]* pieces = &self.maps[access.map]
         cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, w, r, sw
         cdef Piece* piece
-        cdef Wrote wrote
-        wrote.range.map = access.map
+        cdef Wrote* wrote
         while i < <Py_ssize_t>pieces.size() and deref(pieces)[i].start < access.end:
             piece = &deref(pieces)[i]
             low = 0 if piece.floor == segment else piece.floor
@@ -529,10 +550,11 @@ cdef class HazardTracker:
                     # Only a lone writer that set the piece's floor wrote all of it; entries kept
                     # through merges may have written only part of the merged range.
                     if piece.writers.size() == 1 and piece.floor == sw:
+                        wrote = &self.wrote.emplace_back()  # filled in place (see note)
                         wrote.writer = w
+                        wrote.range.map = access.map
                         wrote.range.start = max(access.start, piece.start)
                         wrote.range.end = min(access.end, piece.end)
-                        self.wrote.push_back(wrote)
             if write:
                 for r in piece.readers:
                     if low <= self.tracked[r].segment < segment:
@@ -742,6 +764,8 @@ cdef class HazardTracker:
         return 0
 
 
+@cython.boundscheck(False)  # i runs over the tuples' own lengths
+@cython.wraparound(False)
 cdef int _accesses(Command command, vector[Access]& into) except -1:
     """Set `into` to the accesses of `command`: refs_and_writes' references and flags as plain ranges."""
     cdef type kind = type(command)
@@ -771,19 +795,16 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
     return 0
 
 
-cdef int _add_access(vector[Access]& into, BufferRef ref, bint write) except -1:
+cdef inline void _add_access(vector[Access]& into, BufferRef ref, bint write) noexcept:
     """Append an access, unless it repeats the previous one (a range bound twice in a row, as in x + x): found
     and entered again, it would change nothing."""
-    cdef Access access
-    access.buffer = -1 if ref.buffer is None else ref.buffer.serial
-    access.start = ref.offset
-    access.end = ref.offset + ref.nbytes if ref.bounded else END
-    access.write = write
-    if not into.empty() and into.back().buffer == access.buffer and into.back().start == access.start and \
-            into.back().end == access.end and into.back().write == write:
-        return 0
-    into.push_back(access)
-    return 0
+    cdef Py_ssize_t buffer = -1 if ref.buffer is None else ref.buffer.serial
+    cdef Py_ssize_t start = ref.offset, end = ref.offset + ref.nbytes if ref.bounded else END
+    if not into.empty() and into.back().buffer == buffer and into.back().start == start and \
+            into.back().end == end and into.back().write == write:
+        return
+    cdef Access* access = &into.emplace_back()  # filled in place (see HazardTracker.note)
+    access.buffer, access.start, access.end, access.write = buffer, start, end, write
 
 
 cdef inline Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcept:
@@ -849,6 +870,7 @@ cdef int _absorb(vector[Piece]& pieces, vector[Piece]& other) except -1:
 cdef int _insert_empty(vector[Piece]& pieces, Py_ssize_t i) except -1:
     """Insert an empty piece at i (apart from HazardTracker.record, whose common case then makes no Piece)."""
     cdef Piece fresh
+    _make_room_in(fresh.writers, fresh.readers)
     pieces.insert(pieces.begin() + i, move(fresh))
     return 0
 
@@ -857,8 +879,16 @@ cdef Piece _read_piece(Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader) exce
     """A piece that only `reader` accessed."""
     cdef Piece piece
     piece.start, piece.end, piece.floor = start, end, 0
+    _make_room_in(piece.writers, piece.readers)
     piece.readers.push_back(reader)
     return piece
+
+
+cdef inline void _make_room_in(vector[Py_ssize_t]& writers, vector[Py_ssize_t]& readers) except *:
+    """Room in a new piece's lists for a typical few entries: grown one entry at a time, they would be allocated
+    and copied three times over in the first commands."""
+    writers.reserve(2)
+    readers.reserve(4)
 
 
 cdef int _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other) except -1:
