@@ -120,6 +120,7 @@ cdef class HazardTracker:
     cdef vector[Py_ssize_t] kept_writers  # record(): the lists of a written range
     cdef vector[Py_ssize_t] kept_readers
 
+    cdef void reset(self) noexcept
     cdef int reserve(self, Py_ssize_t commands) except -1
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1
     cdef inline void note(self, Py_ssize_t segment, Py_ssize_t first_touch) noexcept

@@ -34,7 +34,8 @@ from hal.commands cimport Collective, Copy, Dispatch, Fill, Region, Update
 from hal.errors import ValidationError
 
 END = 1 << 62  # the open end of a slot range whose length only the bound buffer will tell
-SEARCH_BUDGET = 256  # commands a transitive-reduction search may visit per new command
+SEARCH_BUDGET = 256
+SPARE_COMMANDS = 1 << 14  # the most commands a spare HazardTracker keeps room for  # commands a transitive-reduction search may visit per new command
 
 
 cpdef tuple access_range(BufferRef ref, tuple table=None):
@@ -104,12 +105,16 @@ cdef class Planner:
         if not layout:  # a function, not this planner: the Program must not keep its planner (nor it alive)
             self.program.layout_source = _lay_out_single_pass if single_pass else _lay_out_deferred
         self.lanes = lanes
-        self.tracker = HazardTracker() if self.hazards else None
+        self.tracker = _take_tracker() if self.hazards else None
         self.dag_segment = self.barrier_segment = self.layout_segment = -1
         self.open_start = 0
         self.open_group = -1
         self.fence = 0
         self.joins = {}
+
+    def __dealloc__(self):
+        if self.tracker is not None:  # its tables' memory serves the next planner
+            _give_back_tracker(self.tracker)
 
     cpdef add(self, Command command):
         """single_pass: plan `command` (the next in recording order): its group, its barrier flag (a barrier
@@ -137,18 +142,20 @@ cdef class Planner:
         cdef Py_ssize_t g
         cdef bint needs, first = True
         cdef Py_ssize_t k, first_used = -1, last_used = -1, total = 0
-        if self.hazards:  # the first and last segments with commands (see below)
-            for k in range(len(segments)):
-                if segments[k]:
-                    total += len(<list>segments[k])
-                    last_used = k
-                    if first_used < 0:
-                        first_used = k
+        for k in range(len(segments)):  # the commands, and the first and last segments with some (see below)
+            if len(<list>segments[k]):
+                total += len(<list>segments[k])
+                last_used = k
+                if first_used < 0:
+                    first_used = k
+        program.reserve(total, self.layout_now)
+        if self.hazards:
             # Commands of the first segment wait for nothing; those of the only one note nothing either (else a
             # command's entries matter to the later ones of its own segment too, which may find more candidates
             # through pieces it merged: single_pass must find the same).
             self.only_segment = first_used == last_used
             self.tracker.reserve(total)
+            self.lone_group.reserve(self.lone_group.size() + total)
         for k in range(len(segments)):
             self.after_earlier = k > first_used
             commands = segments[k]
@@ -361,17 +368,26 @@ cdef class HazardTracker:
     """
 
     def __init__(self):
-        self.universe = -1
-        self.marks = 0
-        self.segment = -1
-        for i in range(RECENT):
-            self.recent_buffer[i] = -1  # no serial
+        self.reset()
         # Room for a typical command's accesses and candidates: growing one at a time costs more.
         self.accesses.reserve(8)
         self.found.reserve(16)
         self.wrote.reserve(8)
         self.preds.reserve(8)
         _make_room_in(self.kept_writers, self.kept_readers)  # record() swaps them into pieces
+
+    cdef void reset(self) noexcept:
+        """Track from scratch, keeping the tables' memory."""
+        self.universe = -1
+        self.marks = 0
+        self.segment = -1
+        for i in range(RECENT):
+            self.recent_buffer[i] = -1  # no serial
+        self.maps.clear()
+        self.map_of.clear()
+        self.map_seen.clear()
+        self.tracked.clear()
+        self.touches.clear()
 
     cdef int reserve(self, Py_ssize_t commands) except -1:
         """Room for `commands` more commands (deferred: known at end()), so the tables grow once."""
@@ -762,6 +778,28 @@ cdef class HazardTracker:
             self.stack.clear()
         reverse(self.preds.begin(), self.preds.end())
         return 0
+
+
+cdef HazardTracker _spare_tracker = None  # one from a finished plan: its tables' memory serves the next
+
+
+cdef HazardTracker _take_tracker():
+    """A tracker for a new planner: the spare one if any (a fresh tracker's tables are allocated anew and grown
+    entry by entry, about a fifth of planning 10 commands), else a new one."""
+    global _spare_tracker
+    cdef HazardTracker tracker = _spare_tracker
+    if tracker is None:
+        return HazardTracker()
+    _spare_tracker = None
+    return tracker
+
+
+cdef void _give_back_tracker(HazardTracker tracker) noexcept:
+    """Keep `tracker` as the spare, reset, unless its tables grew large (their memory would stay held)."""
+    global _spare_tracker
+    if tracker.tracked.capacity() <= SPARE_COMMANDS:
+        tracker.reset()
+        _spare_tracker = tracker
 
 
 @cython.boundscheck(False)  # i runs over the tuples' own lengths

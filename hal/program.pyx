@@ -59,6 +59,21 @@ cdef class Program:
             source, self.layout_source = self.layout_source, None
             source(self)
 
+    cdef void reserve(self, Py_ssize_t commands, bint layout) noexcept:
+        """Room for `commands` commands: a group and a member each (a chain), their barrier flags and, with
+        `layout`, a graph node each. Grown one entry at a time, the tables would be allocated and copied over
+        and over (a tenth of planning 10 commands)."""
+        self.group_of.reserve(commands)
+        self.barrier.reserve(commands)
+        self.group_start.reserve(commands + 1)
+        self.group_last.reserve(commands)
+        self.members.reserve(commands)
+        if layout:
+            self.node_command.reserve(commands)
+            self.command_node.reserve(commands)
+            self.dep_start.reserve(commands + 1)
+            self.node_deps.reserve(commands)
+
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds):
         cdef Py_ssize_t p, last = -1
         for p in preds:
