@@ -141,7 +141,7 @@ cdef class Planner:
         cdef Command c
         cdef Py_ssize_t g
         cdef bint needs, first = True
-        cdef Py_ssize_t k, first_used = -1, last_used = -1, total = 0
+        cdef Py_ssize_t i, k, first_used = -1, last_used = -1, total = 0
         for k in range(len(segments)):  # the commands, and the first and last segments with some (see below)
             if len(<list>segments[k]):
                 total += len(<list>segments[k])
@@ -163,7 +163,8 @@ cdef class Planner:
                 continue
             needs = not first and not self.hazards  # barriers mode: after the first non-empty segment
             first = False
-            for c in commands:
+            for i in range(len(commands)):
+                c = <Command>commands[i]  # the recorder's own list: Commands only
                 self.dag(c)
                 if self.hazards and not needs:  # a barrier when a command waits for one since the last barrier
                     g = program.group_of[c.index]

@@ -93,7 +93,7 @@ class Lifetime:
     def _bury(self) -> None:
         """Destroy what waits on marks the queue has got past, oldest first. `finished` is asked outside the
         lock, which a finalizer may wait for while holding a lock of the backend's."""
-        while True:
+        while self._graves:  # (read without the lock: nothing to bury is the common case, the lock costs more)
             with self._lock:
                 if not self._graves:
                     return
@@ -134,6 +134,8 @@ class Lifetime:
                     pass
 
     def _collected(self, ref: weakref.ref) -> None:
+        if id(ref) not in self._live:  # let go already (a Release called): nothing to take, and no lock
+            return
         with self._lock:
             entry = self._live.pop(id(ref), None)
             if entry is not None:

@@ -46,25 +46,28 @@ class CommandPools:
         """A pool and its command buffer, ready to begin: a kept one, or a new one."""
         if not self.free:
             self.device.lifetime.collect()  # recordings the GPU is done with may give theirs back
-        with self.lock:
+        with self.lock:  # one lock a call: taking a lock costs as much as the rest of take()
             kept = self.free.pop() if self.free else None
-        if kept is None:
-            kept = self._create()
-        with self.lock:
             self.in_use += 1
+        if kept is None:
+            try:
+                kept = self._create()
+            except BaseException:
+                with self.lock:
+                    self.in_use -= 1
+                raise
         return kept
 
     def give(self, pool: Any, command_buffer: int, recording: bool = False) -> None:
         """Take back a pool whose command buffer the GPU is done with: kept, or destroyed beyond KEEP. `recording`:
         its command buffer was let go still recording, a state vkBeginCommandBuffer does not accept: reset first
         (destroyed if that fails)."""
+        reusable = not recording or lib.vkResetCommandPool(self.device.handle, pool, 0) == vk.VK_SUCCESS
         with self.lock:
             self.in_use -= 1
-        if not recording or lib.vkResetCommandPool(self.device.handle, pool, 0) == vk.VK_SUCCESS:
-            with self.lock:
-                if len(self.free) < KEEP:
-                    self.free.append((pool, command_buffer))
-                    return
+            if reusable and len(self.free) < KEEP:
+                self.free.append((pool, command_buffer))
+                return
         lib.vkDestroyCommandPool(self.device.handle, pool, ffi.NULL)  # frees its command buffer too
 
     def close(self) -> None:
