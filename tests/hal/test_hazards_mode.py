@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -322,3 +324,32 @@ def test_a_search_past_the_budget_keeps_a_redundant_edge_but_never_drops_an_orde
     assert all(nx.has_path(g, 0, i) for i in range(1, steps + 1))
     redundant = [v for u, v in g.edges if u == 0 and v > 2]
     assert redundant and min(redundant) > SEARCH_BUDGET  # exact while the search fits the budget
+
+
+@hazards
+@strategies
+def test_a_planner_after_another_starts_from_nothing(host, bufs, dependencies, strategy):
+    """A dropped planner's tracker serves the next one, reset: what the first tracked (a slot, which sends every range
+    to one shared map; its buffers' maps and their pieces) must not show in the next one's graph."""
+
+    def first(cb):
+        cb.fill_buffer(hal.ref(bufs[0], 0, 256), np.uint32(1))
+        cb.execution_barrier()
+        cb.update_buffer(hal.slot(0, 0, 16), np.arange(4, dtype=np.uint32))
+        cb.execution_barrier()
+        cb.fill_buffer(hal.ref(bufs[1], 0, 256), np.uint32(2))
+
+    def second(cb):  # two buffers: no hazard between the fills but through a slot's shared map
+        cb.fill_buffer(hal.ref(bufs[1], 0, 256), np.uint32(3))
+        cb.execution_barrier()
+        cb.fill_buffer(hal.ref(bufs[0], 0, 256), np.uint32(4))
+
+    for _ in range(2):  # the second time, the first program's tracker too comes from the one before
+        cb = record(host, first, dependencies=dependencies, strategy=strategy, binding_capacity=1)
+        assert_graph(cb, [("fill", 0), ("update", 1), ("fill", 2)], [(0, 1), (1, 2)])
+        del cb
+        gc.collect()
+        cb = record(host, second, dependencies=dependencies, strategy=strategy)
+        assert_graph(cb, [("fill", 0), ("fill", 1)], [])
+        del cb
+        gc.collect()
