@@ -87,6 +87,7 @@ cdef struct Tracked:  # what HazardTracker keeps of each command
 
 cdef enum:
     RECENT = 64  # HazardTracker.recent_buffer's length, a power of two
+    SPARE_COMMANDS = 1 << 14  # the most commands the spare HazardTracker keeps room for (_give_back_tracker)
 
 
 @cython.final  # its methods are called directly
@@ -123,12 +124,12 @@ cdef class HazardTracker:
     cdef void reset(self) noexcept
     cdef int reserve(self, Py_ssize_t commands) except -1
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1
-    cdef inline void note(self, Py_ssize_t segment, Py_ssize_t first_touch) noexcept
-    cdef inline Py_ssize_t map_for(self, Py_ssize_t buffer) noexcept
-    cdef Py_ssize_t look_up_map(self, Py_ssize_t buffer) noexcept
+    cdef inline int note(self, Py_ssize_t segment, Py_ssize_t first_touch) except -1
+    cdef inline Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
+    cdef Py_ssize_t look_up_map(self, Py_ssize_t buffer) except -1
     cdef int share(self) except -1
     cdef int visit(self, Range& access, bint write, Py_ssize_t segment, bint earlier) except -1
-    cdef inline void add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) noexcept
+    cdef inline int add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) except -1
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef int keep_visible(self, vector[Py_ssize_t]& commands, Py_ssize_t low, Py_ssize_t high,

@@ -34,8 +34,7 @@ from hal.commands cimport Collective, Copy, Dispatch, Fill, Region, Update
 from hal.errors import ValidationError
 
 END = 1 << 62  # the open end of a slot range whose length only the bound buffer will tell
-SEARCH_BUDGET = 256
-SPARE_COMMANDS = 1 << 14  # the most commands a spare HazardTracker keeps room for  # commands a transitive-reduction search may visit per new command
+SEARCH_BUDGET = 256  # commands a transitive-reduction search may visit per new command
 
 
 cpdef tuple access_range(BufferRef ref, tuple table=None):
@@ -88,6 +87,7 @@ cpdef Py_ssize_t lane_width(Py_ssize_t size, Py_ssize_t lanes):
     return (size + depth - 1) // depth
 
 
+@cython.auto_pickle(False)  # a copy would share its HazardTracker, given back by each
 cdef class Planner:
     """Builds a Program: `add()` command by command (single_pass), or `plan()` whole segments at end()
     (deferred); `program` is the result."""
@@ -141,7 +141,7 @@ cdef class Planner:
         cdef Command c
         cdef Py_ssize_t g
         cdef bint needs, first = True
-        cdef Py_ssize_t i, k, first_used = -1, last_used = -1, total = 0
+        cdef Py_ssize_t k, first_used = -1, last_used = -1, total = 0
         for k in range(len(segments)):  # the commands, and the first and last segments with some (see below)
             if len(<list>segments[k]):
                 total += len(<list>segments[k])
@@ -163,8 +163,7 @@ cdef class Planner:
                 continue
             needs = not first and not self.hazards  # barriers mode: after the first non-empty segment
             first = False
-            for i in range(len(commands)):
-                c = <Command>commands[i]  # the recorder's own list: Commands only
+            for c in commands:
                 self.dag(c)
                 if self.hazards and not needs:  # a barrier when a command waits for one since the last barrier
                     g = program.group_of[c.index]
@@ -389,6 +388,16 @@ cdef class HazardTracker:
         self.map_seen.clear()
         self.tracked.clear()
         self.touches.clear()
+        # The scratch too: a plan that raised midway (out of memory) may have left some of it filled.
+        self.accesses.clear()
+        self.found.clear()
+        self.wrote.clear()
+        self.preds.clear()
+        self.dropped.clear()
+        self.stack.clear()
+        self.spans.clear()
+        self.kept_writers.clear()
+        self.kept_readers.clear()
 
     cdef int reserve(self, Py_ssize_t commands) except -1:
         """Room for `commands` more commands (deferred: known at end()), so the tables grow once."""
@@ -446,7 +455,7 @@ cdef class HazardTracker:
             self.tracked.back().reach = self.reach_of_preds(first)
         return 0
 
-    cdef inline void note(self, Py_ssize_t segment, Py_ssize_t first_touch) noexcept:
+    cdef inline int note(self, Py_ssize_t segment, Py_ssize_t first_touch) except -1:
         """Append the entry of the command being added, whose accesses start at `first_touch`. Entries are filled in
         place: one built aside and copied in would be read back with wide loads just after its narrow stores,
         which stalls (no store forwarding) longer than the rest of the entry's work takes."""
@@ -456,8 +465,9 @@ cdef class HazardTracker:
         tracked.visited_by = tracked.mark = -1
         tracked.first_touch = first_touch
         tracked.end_touch = self.touches.size()
+        return 0
 
-    cdef inline Py_ssize_t map_for(self, Py_ssize_t buffer) noexcept:
+    cdef inline Py_ssize_t map_for(self, Py_ssize_t buffer) except -1:
         """The map tracking the buffer of serial `buffer`, made on first use (the shared one once a slot
         appeared)."""
         if self.universe >= 0:
@@ -467,7 +477,7 @@ cdef class HazardTracker:
             return self.recent_map[slot]
         return self.look_up_map(buffer)
 
-    cdef Py_ssize_t look_up_map(self, Py_ssize_t buffer) noexcept:
+    cdef Py_ssize_t look_up_map(self, Py_ssize_t buffer) except -1:
         """map_for() past its recent answers."""
         cdef Py_ssize_t slot = buffer & (RECENT - 1), m
         cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator it = self.map_of.find(buffer)
@@ -539,7 +549,7 @@ cdef class HazardTracker:
         piece.floor = segment
         return 0
 
-    cdef inline void add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) noexcept:
+    cdef inline int add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) except -1:
         """visit(): a writer found in `piece`, which `access` covers exactly."""
         cdef Wrote* wrote
         self.found.push_back(writer)
@@ -548,6 +558,7 @@ cdef class HazardTracker:
             wrote = &self.wrote.emplace_back()  # filled in place (see note)
             wrote.writer = writer
             wrote.range = access
+        return 0
 
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1:
         """Add to the candidates the commands of earlier segments that an access must wait for, and the ranges
@@ -586,6 +597,7 @@ cdef class HazardTracker:
         cdef Py_ssize_t index = self.current, lo = _split(deref(pieces), access.start)
         cdef Py_ssize_t hi = _split(deref(pieces), access.end), j, low, cursor, c
         cdef Piece* piece
+        cdef Piece fresh
         if write:
             # Keep what commands of this segment can still see: accesses of this segment (a race when
             # not validated) and the earlier ones this write hides only from later segments.
@@ -626,7 +638,8 @@ cdef class HazardTracker:
         cursor, j = access.start, lo
         while j < hi:
             if deref(pieces)[j].start > cursor:
-                pieces.insert(pieces.begin() + j, _read_piece(cursor, deref(pieces)[j].start, index))
+                fresh = _read_piece(cursor, deref(pieces)[j].start, index)
+                pieces.insert(pieces.begin() + j, move(fresh))  # moved: a copy would lose its lists' room
                 j += 1
                 hi += 1
             piece = &deref(pieces)[j]
@@ -635,7 +648,8 @@ cdef class HazardTracker:
             cursor = piece.end
             j += 1
         if cursor < access.end:
-            pieces.insert(pieces.begin() + j, _read_piece(cursor, access.end, index))
+            fresh = _read_piece(cursor, access.end, index)
+            pieces.insert(pieces.begin() + j, move(fresh))
         return 0
 
     cdef int keep_visible(self, vector[Py_ssize_t]& commands, Py_ssize_t low, Py_ssize_t high,
@@ -796,15 +810,17 @@ cdef HazardTracker _take_tracker():
 
 
 cdef void _give_back_tracker(HazardTracker tracker) noexcept:
-    """Keep `tracker` as the spare, reset, unless its tables grew large (their memory would stay held)."""
+    """Keep `tracker` as the spare, reset, unless its largest tables grew past SPARE_COMMANDS commands' worth (their
+    memory would stay held as long as the process)."""
     global _spare_tracker
-    if tracker.tracked.capacity() <= SPARE_COMMANDS:
+    if tracker.tracked.capacity() <= SPARE_COMMANDS and tracker.touches.capacity() <= 4 * SPARE_COMMANDS and \
+            tracker.accesses.capacity() <= SPARE_COMMANDS and tracker.found.capacity() <= SPARE_COMMANDS:
         tracker.reset()
         _spare_tracker = tracker
 
 
-@cython.boundscheck(False)  # i runs over the tuples' own lengths
-@cython.wraparound(False)
+@cython.boundscheck(False)  # i runs over the bindings (refs); writes holds a flag for each by construction
+@cython.wraparound(False)  # (Entry.writes, new_region)
 cdef int _accesses(Command command, vector[Access]& into) except -1:
     """Set `into` to the accesses of `command`: refs_and_writes' references and flags as plain ranges."""
     cdef type kind = type(command)
@@ -834,16 +850,17 @@ cdef int _accesses(Command command, vector[Access]& into) except -1:
     return 0
 
 
-cdef inline void _add_access(vector[Access]& into, BufferRef ref, bint write) noexcept:
+cdef inline int _add_access(vector[Access]& into, BufferRef ref, bint write) except -1:
     """Append an access, unless it repeats the previous one (a range bound twice in a row, as in x + x): found
     and entered again, it would change nothing."""
     cdef Py_ssize_t buffer = -1 if ref.buffer is None else ref.buffer.serial
     cdef Py_ssize_t start = ref.offset, end = ref.offset + ref.nbytes if ref.bounded else END
     if not into.empty() and into.back().buffer == buffer and into.back().start == start and \
             into.back().end == end and into.back().write == write:
-        return
+        return 0
     cdef Access* access = &into.emplace_back()  # filled in place (see HazardTracker.note)
     access.buffer, access.start, access.end, access.write = buffer, start, end, write
+    return 0
 
 
 cdef inline Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcept:

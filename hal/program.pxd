@@ -39,7 +39,7 @@ cdef class Program:
     cdef object layout_source  # the function that lays the graph out on first use (None: laid out)
 
     cdef void need_layout(self) except *
-    cdef void reserve(self, Py_ssize_t commands, bint layout) noexcept
+    cdef int reserve(self, Py_ssize_t commands, bint layout) except -1
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds)
     cdef void add_node(self, Py_ssize_t command, vector[Py_ssize_t]& deps)
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,

@@ -59,7 +59,7 @@ cdef class Program:
             source, self.layout_source = self.layout_source, None
             source(self)
 
-    cdef void reserve(self, Py_ssize_t commands, bint layout) noexcept:
+    cdef int reserve(self, Py_ssize_t commands, bint layout) except -1:
         """Room for `commands` commands: a group and a member each (a chain), their barrier flags and, with
         `layout`, a graph node each. Grown one entry at a time, the tables would be allocated and copied over
         and over (a tenth of planning 10 commands)."""
@@ -73,6 +73,7 @@ cdef class Program:
             self.command_node.reserve(commands)
             self.dep_start.reserve(commands + 1)
             self.node_deps.reserve(commands)
+        return 0
 
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds):
         cdef Py_ssize_t p, last = -1
