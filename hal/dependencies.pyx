@@ -638,8 +638,8 @@ cdef class HazardTracker:
         cursor, j = access.start, lo
         while j < hi:
             if deref(pieces)[j].start > cursor:
-                fresh = _read_piece(cursor, deref(pieces)[j].start, index)
-                pieces.insert(pieces.begin() + j, move(fresh))  # moved: a copy would lose its lists' room
+                _read_piece(fresh, cursor, deref(pieces)[j].start, index)
+                pieces.insert(pieces.begin() + j, move(fresh))
                 j += 1
                 hi += 1
             piece = &deref(pieces)[j]
@@ -648,7 +648,7 @@ cdef class HazardTracker:
             cursor = piece.end
             j += 1
         if cursor < access.end:
-            fresh = _read_piece(cursor, access.end, index)
+            _read_piece(fresh, cursor, access.end, index)
             pieces.insert(pieces.begin() + j, move(fresh))
         return 0
 
@@ -795,7 +795,7 @@ cdef class HazardTracker:
         return 0
 
 
-cdef HazardTracker _spare_tracker = None  # one from a finished plan: its tables' memory serves the next
+cdef HazardTracker _spare_tracker = None  # one from a dropped planner, reset: its tables' memory serves the next
 
 
 cdef HazardTracker _take_tracker():
@@ -931,20 +931,23 @@ cdef int _insert_empty(vector[Piece]& pieces, Py_ssize_t i) except -1:
     return 0
 
 
-cdef Piece _read_piece(Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader) except *:
-    """A piece that only `reader` accessed."""
-    cdef Piece piece
+cdef int _read_piece(Piece& piece, Py_ssize_t start, Py_ssize_t end, Py_ssize_t reader) except -1:
+    """Make `piece` (moved from, or new) one that only `reader` accessed. Filled where it is, then moved into its
+    map: a Piece returned by value is copied, and a copied list loses its room."""
     piece.start, piece.end, piece.floor = start, end, 0
+    piece.writers.clear()
+    piece.readers.clear()
     _make_room_in(piece.writers, piece.readers)
     piece.readers.push_back(reader)
-    return piece
+    return 0
 
 
-cdef inline void _make_room_in(vector[Py_ssize_t]& writers, vector[Py_ssize_t]& readers) except *:
+cdef inline int _make_room_in(vector[Py_ssize_t]& writers, vector[Py_ssize_t]& readers) except -1:
     """Room in a new piece's lists for a typical few entries: grown one entry at a time, they would be allocated
     and copied three times over in the first commands."""
     writers.reserve(2)
     readers.reserve(4)
+    return 0
 
 
 cdef int _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other) except -1:
