@@ -140,6 +140,14 @@ cdef void _check(VkResult result, str call) except *:
     raise DeviceError(message)
 
 
+cdef struct Counts:  # an encoding's state-setting calls, by kind
+    Py_ssize_t barriers
+    Py_ssize_t pipelines
+    Py_ssize_t descriptor_sets
+    Py_ssize_t constant_pushes
+    Py_ssize_t dispatches
+
+
 cdef class Encoder:
     """Records commands into one VkCommandBuffer (begun), skipping state Vulkan already holds; `table`
     resolves slot references and `slot_constants` constant slots, `arena` gives descriptor sets when the
@@ -165,7 +173,7 @@ cdef class Encoder:
     cdef bint descriptors_set, constants_set
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
-    cdef Py_ssize_t barriers, pipelines, descriptor_sets, constant_pushes, dispatches
+    cdef Counts counts  # the state-setting calls made so far, by kind: what the encoder did not skip
 
     def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena, guard=None):
         self.fn = fn
@@ -179,17 +187,12 @@ cdef class Encoder:
         self.pipeline = NULL
         self.kind = None
         self.descriptors_set = self.constants_set = self.guarded = False
-        self.barriers = self.pipelines = self.descriptor_sets = self.constant_pushes = self.dispatches = 0
-
-    def counts(self) -> dict:
-        """The state-setting calls made so far, by kind: what the encoder did not skip."""
-        return {"barriers": self.barriers, "pipelines": self.pipelines, "descriptor_sets": self.descriptor_sets,
-                "constant_pushes": self.constant_pushes, "dispatches": self.dispatches}
+        memset(&self.counts, 0, sizeof(Counts))
 
     cdef void barrier(self):
         self.fn.pipeline_barrier(self.cb, BARRIER_STAGES, BARRIER_STAGES, 0, 1, &self.fn.memory_barrier, 0, NULL,
                                  0, NULL)
-        self.barriers += 1
+        self.counts.barriers += 1
 
     cdef void encode(self, Command c) except *:
         cdef type kind = type(c)
@@ -230,7 +233,7 @@ cdef class Encoder:
         if self.guarded:
             self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
                                      &self.fn.fault_barrier, 0, NULL, 0, NULL)
-            self.barriers += 1
+            self.counts.barriers += 1
 
     cdef void guard_static(self, list commands) except *:
         """At the start of a recording: the guards of the static dispatch_indirect `commands`, one after another, and
@@ -240,7 +243,7 @@ cdef class Encoder:
             self.guard_dispatch(<Dispatch>c)
         self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
                                  0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
-        self.barriers += 1
+        self.counts.barriers += 1
         self.guarded_first = set(commands)
 
     cdef void guard_counts(self, Dispatch c) except *:
@@ -249,7 +252,7 @@ cdef class Encoder:
         self.guard_dispatch(c)
         self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
                                  0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
-        self.barriers += 1
+        self.counts.barriers += 1
 
     cdef void guard_dispatch(self, Dispatch c) except *:
         """The guard dispatch of dispatch_indirect `c`: its checked counts where vkCmdDispatchIndirect reads them."""
@@ -284,7 +287,7 @@ cdef class Encoder:
         if self.pipeline_wanted != self.pipeline:
             self.pipeline = self.pipeline_wanted
             self.fn.bind_pipeline(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline)
-            self.pipelines += 1
+            self.counts.pipelines += 1
         n = len(c.bindings)
         if n:
             self.infos.resize(n)
@@ -311,7 +314,7 @@ cdef class Encoder:
                                                  &chosen, 0, NULL)
                 self.descriptors.swap(self.infos)  # set now; the old ones' storage serves the next dispatch
                 self.descriptors_set = True
-                self.descriptor_sets += 1
+                self.counts.descriptor_sets += 1
         n = len(c.constants)
         if n:
             self.words.resize(n)
@@ -326,14 +329,14 @@ cdef class Encoder:
                                        self.words.data())
                 self.constants.swap(self.words)
                 self.constants_set = True
-                self.constant_pushes += 1
+                self.counts.constant_pushes += 1
         if c.parameters is None:
             x, y, z = c.workgroups
             self.fn.dispatch(self.cb, x, y, z)
         else:
             chunk, slot = self.guard.place(c)
             self.fn.dispatch_indirect(self.cb, <VkBuffer><uintptr_t>(<Buffer>chunk).handle, 12 * slot)
-        self.dispatches += 1
+        self.counts.dispatches += 1
 
 
 cdef uint32_t _pattern_word(bytes pattern):
@@ -366,7 +369,7 @@ cdef class VulkanEmitter:
     cdef dict flag_slots  # region -> its word in `flags`
     cdef readonly object flags  # HostVisibleBuffer where the regions' flags are copied for the host
     cdef readonly Py_ssize_t encodings
-    cdef readonly dict counts
+    cdef Counts counted  # the latest encoding's (see counts)
     cdef public object token
 
     def __init__(self, device, DeviceCommands fn, Submitter submitter, str mode, str strategy,
@@ -381,7 +384,16 @@ cdef class VulkanEmitter:
         self.slots_possible = binding_capacity > 0 or constant_capacity > 0
         self.by_table = {}
         self.encodings = 0
-        self.counts = {}
+
+    @property
+    def counts(self) -> dict:
+        """The latest encoding's state-setting calls by kind (empty before the first): made when asked, as encoding
+        is what must be quick."""
+        if self.encodings == 0:
+            return {}
+        return {"barriers": self.counted.barriers, "pipelines": self.counted.pipelines,
+                "descriptor_sets": self.counted.descriptor_sets, "constant_pushes": self.counted.constant_pushes,
+                "dispatches": self.counted.dispatches}
 
     def begin(self, Program program) -> None:
         self.program = program
@@ -417,7 +429,7 @@ cdef class VulkanEmitter:
             self.encoder.finish()
             self.end_recording(self.open)
             self.encodings += 1
-            self.counts = self.encoder.counts()
+            self.counted = self.encoder.counts
             self.recorded, self.open, self.encoder = self.open, None, None
         elif not program.slot_users and not program.constant_users:
             self.recorded = self.encode((), ())
@@ -492,7 +504,7 @@ cdef class VulkanEmitter:
             rec.release()
             raise
         self.encodings += 1
-        self.counts = encoder.counts()
+        self.counted = encoder.counts
         return rec
 
     cdef void number_regions(self, Program program):
