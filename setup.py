@@ -2,8 +2,8 @@
 
 Always: the recording, planning and Program modules of `hal` (no vendor headers needed). Where the
 headers are found at build time, also each GPU backend's command-buffer module:
-- backends.vulkan.command_buffer: the Khronos Vulkan headers and the loader to link (Debian: libvulkan-dev; or
-  $VULKAN_SDK/include and $VULKAN_SDK/lib);
+- backends.vulkan.command_buffer (with driver_calls and recording): the Khronos Vulkan headers and the loader
+  to link (Debian: libvulkan-dev; or $VULKAN_SDK/include and $VULKAN_SDK/lib);
 - backends.cuda_graph.command_buffer: cuda-bindings' cydriver.pxd and cuda.h (the build requirements bring
   both on Linux: cuda-bindings and nvidia-cuda-runtime; or $CUDA_HOME/include).
 A backend module that cannot be built is left out with a warning, and that backend says so at run time
@@ -84,7 +84,8 @@ if vulkan is None:
     warn("no Vulkan headers (vulkan/vulkan_core.h): the Vulkan backend is left out; install libvulkan-dev "
          "(or set VULKAN_SDK) and reinstall to build it")
 else:
-    extensions.append(extension("backends.vulkan.command_buffer", vulkan, ["vulkan"], vulkan_lib))
+    extensions += [extension(f"backends.vulkan.{name}", vulkan, ["vulkan"], vulkan_lib)
+                   for name in ("driver_calls", "recording", "command_buffer")]
     references.append(extension("bench.native.vulkan_reference", vulkan, ["vulkan"], vulkan_lib))
 cuda = cuda_headers()
 if cuda is None:

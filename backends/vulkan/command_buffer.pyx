@@ -33,31 +33,31 @@ from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Region, Update, checked_word, new_dispatch
 from hal.program cimport Program
 from backends.vulkan.khronos cimport (
-    VkResult, VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
+    VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
     VkPipeline, VkPipelineLayout, VkDescriptorSet, VkSemaphore, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
     VK_STRUCTURE_TYPE_MEMORY_BARRIER, VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
     VK_STRUCTURE_TYPE_SUBMIT_INFO, VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
-    VK_PIPELINE_BIND_POINT_COMPUTE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_SUCCESS,
-    VK_ERROR_OUT_OF_HOST_MEMORY, VK_ERROR_OUT_OF_DEVICE_MEMORY, VK_ERROR_DEVICE_LOST,
+    VK_PIPELINE_BIND_POINT_COMPUTE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
     VK_SHADER_STAGE_COMPUTE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
     VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_PIPELINE_STAGE_HOST_BIT,
     VK_ACCESS_SHADER_READ_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
     VK_ACCESS_INDIRECT_COMMAND_READ_BIT, VK_ACCESS_HOST_READ_BIT,
     VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT,
     VkDescriptorBufferInfo, VkWriteDescriptorSet, VkBufferCopy, VkMemoryBarrier,
-    VkCommandBufferBeginInfo, VkSubmitInfo, VkTimelineSemaphoreSubmitInfo, PFN_vkVoidFunction,
+    VkCommandBufferBeginInfo, VkSubmitInfo, VkTimelineSemaphoreSubmitInfo,
     PFN_vkCmdBindPipeline, PFN_vkCmdPushDescriptorSetKHR, PFN_vkCmdBindDescriptorSets,
     PFN_vkCmdPushConstants, PFN_vkCmdDispatch, PFN_vkCmdDispatchIndirect, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer,
     PFN_vkCmdCopyBuffer, PFN_vkCmdPipelineBarrier, PFN_vkBeginCommandBuffer, PFN_vkEndCommandBuffer,
-    PFN_vkQueueSubmit, vkGetDeviceProcAddr
+    PFN_vkQueueSubmit
 )
+from backends.vulkan.driver_calls cimport check, entry
+from backends.vulkan.recording cimport Recording
 
 from backends.vulkan.buffer import HostVisibleBuffer
 from backends.vulkan.indirect import IndirectGuard
 from backends.vulkan.regions import Steps
-from backends.vulkan.recording import Recording
 from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
-from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
+from hal.errors import DeviceLostError
 
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
 
@@ -88,21 +88,21 @@ cdef class DeviceCommands:
 
     def __init__(self, uintptr_t device, bint push_descriptors):
         cdef VkDevice handle = <VkDevice>device
-        self.bind_pipeline = <PFN_vkCmdBindPipeline>_entry(handle, b"vkCmdBindPipeline")
-        self.bind_descriptor_sets = <PFN_vkCmdBindDescriptorSets>_entry(handle, b"vkCmdBindDescriptorSets")
-        self.push_constants = <PFN_vkCmdPushConstants>_entry(handle, b"vkCmdPushConstants")
-        self.dispatch = <PFN_vkCmdDispatch>_entry(handle, b"vkCmdDispatch")
-        self.dispatch_indirect = <PFN_vkCmdDispatchIndirect>_entry(handle, b"vkCmdDispatchIndirect")
-        self.fill_buffer = <PFN_vkCmdFillBuffer>_entry(handle, b"vkCmdFillBuffer")
-        self.update_buffer = <PFN_vkCmdUpdateBuffer>_entry(handle, b"vkCmdUpdateBuffer")
-        self.copy_buffer = <PFN_vkCmdCopyBuffer>_entry(handle, b"vkCmdCopyBuffer")
-        self.pipeline_barrier = <PFN_vkCmdPipelineBarrier>_entry(handle, b"vkCmdPipelineBarrier")
-        self.begin = <PFN_vkBeginCommandBuffer>_entry(handle, b"vkBeginCommandBuffer")
-        self.end = <PFN_vkEndCommandBuffer>_entry(handle, b"vkEndCommandBuffer")
-        self.queue_submit = <PFN_vkQueueSubmit>_entry(handle, b"vkQueueSubmit")
+        self.bind_pipeline = <PFN_vkCmdBindPipeline>entry(handle, b"vkCmdBindPipeline")
+        self.bind_descriptor_sets = <PFN_vkCmdBindDescriptorSets>entry(handle, b"vkCmdBindDescriptorSets")
+        self.push_constants = <PFN_vkCmdPushConstants>entry(handle, b"vkCmdPushConstants")
+        self.dispatch = <PFN_vkCmdDispatch>entry(handle, b"vkCmdDispatch")
+        self.dispatch_indirect = <PFN_vkCmdDispatchIndirect>entry(handle, b"vkCmdDispatchIndirect")
+        self.fill_buffer = <PFN_vkCmdFillBuffer>entry(handle, b"vkCmdFillBuffer")
+        self.update_buffer = <PFN_vkCmdUpdateBuffer>entry(handle, b"vkCmdUpdateBuffer")
+        self.copy_buffer = <PFN_vkCmdCopyBuffer>entry(handle, b"vkCmdCopyBuffer")
+        self.pipeline_barrier = <PFN_vkCmdPipelineBarrier>entry(handle, b"vkCmdPipelineBarrier")
+        self.begin = <PFN_vkBeginCommandBuffer>entry(handle, b"vkBeginCommandBuffer")
+        self.end = <PFN_vkEndCommandBuffer>entry(handle, b"vkEndCommandBuffer")
+        self.queue_submit = <PFN_vkQueueSubmit>entry(handle, b"vkQueueSubmit")
         self.push_descriptor_set = NULL
         if push_descriptors:
-            self.push_descriptor_set = <PFN_vkCmdPushDescriptorSetKHR>_entry(handle, b"vkCmdPushDescriptorSetKHR")
+            self.push_descriptor_set = <PFN_vkCmdPushDescriptorSetKHR>entry(handle, b"vkCmdPushDescriptorSetKHR")
         memset(&self.memory_barrier, 0, sizeof(VkMemoryBarrier))
         self.memory_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
         self.memory_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
@@ -120,24 +120,6 @@ cdef class DeviceCommands:
         self.fault_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
         self.fault_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
         self.fault_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
-
-
-cdef PFN_vkVoidFunction _entry(VkDevice device, const char* name) except NULL:
-    cdef PFN_vkVoidFunction f = vkGetDeviceProcAddr(device, name)
-    if f == NULL:
-        raise DeviceError(f"vkGetDeviceProcAddr found no {name.decode()} on this device")
-    return f
-
-
-cdef void _check(VkResult result, str call) except *:
-    if result == VK_SUCCESS:
-        return
-    message = f"{call} failed: VkResult {result}"
-    if result in (VK_ERROR_OUT_OF_HOST_MEMORY, VK_ERROR_OUT_OF_DEVICE_MEMORY):
-        raise OutOfMemoryError(message)
-    if result == VK_ERROR_DEVICE_LOST:
-        raise DeviceLostError(f"{message}; the device is lost, create a new one")
-    raise DeviceError(message)
 
 
 cdef struct Counts:  # an encoding's state-setting calls, by kind
@@ -362,7 +344,7 @@ cdef class VulkanEmitter:
     cdef Program program
     cdef object recorded  # the Recording, when the command buffer uses no slot
     cdef dict by_table  # (binding table's used prefix, words of the constant slots read) -> Recording
-    cdef object open  # single_pass: the Recording being encoded
+    cdef Recording open  # single_pass: the Recording being encoded
     cdef Encoder encoder
     cdef object guard  # the IndirectGuard, once a dispatch_indirect needs it
     cdef readonly bint driven  # the Program has regions: submitted as Steps by the device's QueueDriver
@@ -460,19 +442,19 @@ cdef class VulkanEmitter:
             self.guard = IndirectGuard(self.device)
         return self.guard
 
-    cdef void begin_recording(self, object rec) except *:
+    cdef void begin_recording(self, Recording rec) except *:
         cdef VkCommandBufferBeginInfo info
         memset(&info, 0, sizeof(info))
         info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
         # A reusable one may be queued again while it is pending; so may the steps of a loop, also of a one_shot.
         info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if self.one_time and not self.driven else \
             VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
-        rec.state.recording = True  # from before the call: a failed begin leaves nothing a reset would not clear
-        _check(self.fn.begin(<VkCommandBuffer><uintptr_t>rec.handle, &info), "vkBeginCommandBuffer")
+        rec.pool.recording = True  # from before the call: a failed begin leaves nothing a reset would not clear
+        check(self.fn.begin(rec.pool.command_buffer, &info), "vkBeginCommandBuffer")
 
-    cdef void end_recording(self, object rec) except *:
-        _check(self.fn.end(<VkCommandBuffer><uintptr_t>rec.handle), "vkEndCommandBuffer")
-        rec.state.recording = False
+    cdef void end_recording(self, Recording rec) except *:
+        check(self.fn.end(rec.pool.command_buffer), "vkEndCommandBuffer")
+        rec.pool.recording = False
 
     cdef object encode(self, tuple table, tuple constants):
         """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`; the
@@ -484,7 +466,7 @@ cdef class VulkanEmitter:
         """A new Recording of `program`'s commands [start, stop) (no region among them); `static_first`: guard the
         static dispatch_indirect commands at its start; `submitted`: see Recording (False: command_buffer() hands
         it out)."""
-        rec = Recording(self.device, submitted)
+        cdef Recording rec = Recording(self.device, submitted)
         cdef Encoder encoder
         cdef Py_ssize_t i
         try:
@@ -542,14 +524,14 @@ cdef class VulkanEmitter:
 
     cdef object encode_readback(self, Buffer flag, Py_ssize_t offset, Py_ssize_t target):
         """A Recording copying the 4 bytes at `offset` of `flag` to byte `target` of `flags`, for the host."""
-        rec = Recording(self.device)
+        cdef Recording rec = Recording(self.device)
         cdef VkBufferCopy region
         region.srcOffset, region.dstOffset, region.size = offset, target, 4
         try:
             self.begin_recording(rec)
-            self.fn.copy_buffer(<VkCommandBuffer><uintptr_t>rec.handle, <VkBuffer><uintptr_t>flag.handle,
+            self.fn.copy_buffer(rec.pool.command_buffer, <VkBuffer><uintptr_t>flag.handle,
                                 <VkBuffer><uintptr_t>(<Buffer>self.flags).handle, 1, &region)
-            self.fn.pipeline_barrier(<VkCommandBuffer><uintptr_t>rec.handle, VK_PIPELINE_STAGE_TRANSFER_BIT,
+            self.fn.pipeline_barrier(rec.pool.command_buffer, VK_PIPELINE_STAGE_TRANSFER_BIT,
                                      VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &self.fn.host_barrier, 0, NULL, 0, NULL)
             self.end_recording(rec)
         except BaseException:
@@ -578,7 +560,7 @@ cdef class VulkanEmitter:
             self.by_table[key] = rec
         if self.driven:
             return rec
-        rec.submitted = True
+        (<Recording>rec).mark_submitted()
         return rec.handle
 
 
@@ -640,7 +622,7 @@ cdef class Submitter:
         info.pCommandBuffers = &self.cb
         info.signalSemaphoreCount = <uint32_t>self.signal_semaphores.size()
         info.pSignalSemaphores = self.signal_semaphores.data()
-        _check(self.fn.queue_submit(self.queue, 1, &info, NULL), "vkQueueSubmit")
+        check(self.fn.queue_submit(self.queue, 1, &info, NULL), "vkQueueSubmit")
         self.submitted = value
         return value
 

@@ -145,7 +145,7 @@ class VulkanDevice(Device):
         self.queue = queue[0]
         self.fn = Functions(handle)
         self.commands = DeviceCommands(self.address(handle), self.push_descriptors)
-        self.command_pools = CommandPools(self)
+        self.command_pools = CommandPools(self, self.address(self.handle), self.physical.queue_family)
         self.memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
                                  self.features.max_memory_allocation_size)
         self._timeline = create_timeline(self, 0)

@@ -22,6 +22,9 @@ cdef extern from "vulkan/vulkan.h" nogil:
     ctypedef void* VkDescriptorSet
     ctypedef void* VkSemaphore
     ctypedef void* VkFence
+    ctypedef void* VkCommandPool
+    ctypedef VkFlags VkCommandPoolCreateFlags
+    ctypedef VkFlags VkCommandPoolResetFlags
 
     ctypedef enum VkStructureType:
         VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
@@ -30,6 +33,10 @@ cdef extern from "vulkan/vulkan.h" nogil:
         VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO
         VK_STRUCTURE_TYPE_SUBMIT_INFO
         VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
+        VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO
+        VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO
+    ctypedef enum VkCommandBufferLevel:
+        VK_COMMAND_BUFFER_LEVEL_PRIMARY
     ctypedef enum VkPipelineBindPoint:
         VK_PIPELINE_BIND_POINT_COMPUTE
     ctypedef enum VkDescriptorType:
@@ -53,6 +60,7 @@ cdef extern from "vulkan/vulkan.h" nogil:
         VK_ACCESS_HOST_READ_BIT
         VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
         VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
+        VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT
 
     ctypedef struct VkDescriptorBufferInfo:
         VkBuffer buffer
@@ -102,7 +110,23 @@ cdef extern from "vulkan/vulkan.h" nogil:
         uint32_t signalSemaphoreValueCount
         const uint64_t* pSignalSemaphoreValues
 
+    ctypedef struct VkCommandPoolCreateInfo:
+        VkStructureType sType
+        const void* pNext
+        VkCommandPoolCreateFlags flags
+        uint32_t queueFamilyIndex
+    ctypedef struct VkCommandBufferAllocateInfo:
+        VkStructureType sType
+        const void* pNext
+        VkCommandPool commandPool
+        VkCommandBufferLevel level
+        uint32_t commandBufferCount
+
     ctypedef void (*PFN_vkVoidFunction)()
+    ctypedef VkResult (*PFN_vkCreateCommandPool)(VkDevice, const VkCommandPoolCreateInfo*, const void*, VkCommandPool*)
+    ctypedef void (*PFN_vkDestroyCommandPool)(VkDevice, VkCommandPool, const void*)
+    ctypedef VkResult (*PFN_vkResetCommandPool)(VkDevice, VkCommandPool, VkCommandPoolResetFlags)
+    ctypedef VkResult (*PFN_vkAllocateCommandBuffers)(VkDevice, const VkCommandBufferAllocateInfo*, VkCommandBuffer*)
     ctypedef void (*PFN_vkCmdBindPipeline)(VkCommandBuffer, VkPipelineBindPoint, VkPipeline)
     ctypedef void (*PFN_vkCmdPushDescriptorSetKHR)(VkCommandBuffer, VkPipelineBindPoint, VkPipelineLayout, uint32_t,
                                                    uint32_t, const VkWriteDescriptorSet*)

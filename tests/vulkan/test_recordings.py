@@ -1,5 +1,6 @@
-"""Vulkan recordings' lifecycle: a VkCommandBuffer never submitted gives its pool back at the next collect() after it
-is let go, whatever the queue is doing; one submitted waits for the queue (the device's lifetime)."""
+"""Vulkan recordings' lifecycle: a VkCommandBuffer never submitted gives its pool back when it is let go (with
+descriptor sets, at the next collect()), whatever the queue is doing; one submitted waits for the queue (the device's
+lifetime)."""
 
 from __future__ import annotations
 
@@ -122,6 +123,54 @@ def test_a_command_buffer_let_go_while_recording_leaves_a_pool_the_next_one_can_
     cached = dev.command_pools.cached
     cb = ended(dev, exe, out, strategy="single_pass")  # takes the pool given back
     assert dev.command_pools.cached == cached - 1
+    dev.queue_execute(cb)
+    dev.synchronize()
+    np.testing.assert_array_equal(out.read(np.uint32)[:1], [3])
+
+
+def test_a_recording_never_submitted_gives_its_pool_back_when_let_go(fresh):
+    dev = fresh()
+    exe, out = dev.load_executable(kernels.SOURCE), dev.allocate(1024)
+    held, cached = dev.command_pools.in_use, dev.command_pools.cached
+    cb = ended(dev, exe, out)
+    assert dev.command_pools.in_use == held + 1
+    del cb  # no collection, no collect(): back at once
+    if not dev.push_descriptors:  # its descriptor sets are destroyed at the next collect()
+        dev.lifetime.collect()
+    assert (dev.command_pools.in_use, dev.command_pools.cached) == (held, max(cached, 1))
+
+
+def test_recordings_let_go_by_the_garbage_collector_in_several_threads_all_come_back(fresh):
+    """Command buffers in reference cycles, ended and dropped unsubmitted by four threads at once: the collector
+    gives their pools back in whichever thread it runs, often inside another recording's taking of a pool."""
+    dev = fresh()
+    exe, out = dev.load_executable(kernels.SOURCE), dev.allocate(1024)
+    held = dev.command_pools.in_use
+    errors = []
+
+    def work():
+        try:
+            for _ in range(100):
+                cycle = [ended(dev, exe, out)]
+                cycle.append(cycle)  # only the collector frees it
+        except Exception as e:  # reported below: a thread's exception would not fail the test
+            errors.append(e)
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)  # collections come often, in every thread
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.set_threshold(*threshold)
+    gc.collect()
+    dev.lifetime.collect()
+    assert errors == []
+    assert dev.command_pools.in_use == held
+    cb = ended(dev, exe, out)
     dev.queue_execute(cb)
     dev.synchronize()
     np.testing.assert_array_equal(out.read(np.uint32)[:1], [3])

@@ -1,0 +1,44 @@
+from libc.stdint cimport uintptr_t
+
+from backends.vulkan.khronos cimport (
+    VkCommandBuffer, VkCommandPool, VkDevice, PFN_vkAllocateCommandBuffers, PFN_vkCreateCommandPool,
+    PFN_vkDestroyCommandPool, PFN_vkResetCommandPool
+)
+
+
+cdef class CommandPool:
+    cdef VkCommandPool pool  # NULL once destroyed
+    cdef VkCommandBuffer command_buffer
+    cdef public object arena
+    cdef public bint recording
+
+
+cdef class CommandPools:
+    cdef object device
+    cdef VkDevice handle
+    cdef unsigned queue_family
+    cdef PFN_vkCreateCommandPool create_pool
+    cdef PFN_vkDestroyCommandPool destroy_pool
+    cdef PFN_vkResetCommandPool reset_pool
+    cdef PFN_vkAllocateCommandBuffers allocate
+    cdef list free
+    cdef set alive
+    cdef bint closed
+
+    cdef CommandPool take(self)
+    cdef void give(self, CommandPool kept) except *
+    cdef void destroy(self, CommandPool kept) noexcept
+    cdef CommandPool create(self)
+
+
+cdef class Recording:
+    cdef readonly CommandPool pool
+    cdef CommandPools pools
+    cdef object tracked
+    cdef readonly bint submitted
+    cdef bint released
+    cdef object __weakref__
+
+    cpdef void mark_submitted(self) except *
+    cpdef void release(self) except *
+    cdef void track(self) except *

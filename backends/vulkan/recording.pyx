@@ -1,0 +1,194 @@
+"""One encoded VkCommandBuffer with its own VkCommandPool (and, without push descriptors, its descriptor sets) (compiled).
+
+Each encoding owns its pool while it lives, so retiring one never touches a pool another thread may be
+recording into. A pool given back is kept for the next recording (up to KEEP of them): encoding into memory the
+driver already holds costs much less than into a fresh pool (on lavapipe, a fresh pool's first pages are page
+faults: about 1 µs a dispatch of a 1000-dispatch chain, against 0.5 µs reused). Its command buffer is reset by the
+next vkBeginCommandBuffer (the pools allow that), not by a call of its own when given back, unless it was let go
+still recording (an encoding that failed, a single_pass command buffer reset or dropped before end()): a state
+vkBeginCommandBuffer does not accept, so the pool is reset then (a reset on every give-back costs lavapipe's end()
+of 10 dispatches about 10%).
+
+When its pool goes back:
+- A recording a queue may hold (handed to a submission, or made for one) is tracked by the device's lifetime:
+  let go, its pool goes back at a collect() once the queue is done with it. So is one with descriptor sets, whose
+  arena is plain Python and is destroyed only there.
+- One never submitted, without descriptor sets, gives its pool back the moment it is let go (end() of a command
+  buffer that is dropped unsubmitted costs no trip through the lifetime). That give-back may run inside the garbage
+  collector, in any thread, while that thread holds any lock: it takes no lock and calls no Python code, only the
+  driver, so it cannot deadlock, and holding the GIL from start to end it cannot interleave with take() or close().
+"""
+
+from libc.stdint cimport uintptr_t
+
+from backends.vulkan.driver_calls cimport check, entry
+from backends.vulkan.khronos cimport (
+    VkCommandBufferAllocateInfo, VkCommandPoolCreateInfo, PFN_vkAllocateCommandBuffers, PFN_vkCreateCommandPool,
+    PFN_vkDestroyCommandPool, PFN_vkResetCommandPool, VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+    VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+    VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, VK_SUCCESS
+)
+
+from backends.vulkan.descriptors import DescriptorArena
+
+KEEP = 16  # reset pools a device keeps for reuse
+
+
+cdef class CommandPool:
+    """A VkCommandPool and its one VkCommandBuffer: what a Recording holds, and the lifetime after it until the queue
+    is done with it. `arena`: the recording's descriptor sets (None with push descriptors); `recording`: its command
+    buffer began and has not ended (the emitter notes both)."""
+
+    @property
+    def handle(self) -> int:
+        """The VkCommandBuffer, as an integer."""
+        return <uintptr_t>self.command_buffer
+
+
+cdef class CommandPools:
+    """A device's CommandPools: handed out to recordings, given back. `cached` is how many wait for reuse now (at
+    most KEEP); `in_use` how many recordings (or the lifetime, for them) hold (the device's live_objects counts
+    those)."""
+
+    def __init__(self, device, uintptr_t handle, unsigned queue_family):
+        self.device = device
+        self.handle = <VkDevice>handle
+        self.queue_family = queue_family
+        self.create_pool = <PFN_vkCreateCommandPool>entry(self.handle, b"vkCreateCommandPool")
+        self.destroy_pool = <PFN_vkDestroyCommandPool>entry(self.handle, b"vkDestroyCommandPool")
+        self.reset_pool = <PFN_vkResetCommandPool>entry(self.handle, b"vkResetCommandPool")
+        self.allocate = <PFN_vkAllocateCommandBuffers>entry(self.handle, b"vkAllocateCommandBuffers")
+        self.free = []  # kept for reuse
+        self.alive = set()  # every pool made and not destroyed: kept, held, or waiting for the queue
+        self.closed = False
+
+    @property
+    def cached(self) -> int:
+        return len(self.free)
+
+    @property
+    def in_use(self) -> int:
+        return len(self.alive) - len(self.free)
+
+    cdef CommandPool take(self):
+        """A pool whose command buffer is ready to begin: a kept one, or a new one."""
+        if not self.free:
+            self.device.lifetime.collect()  # recordings the GPU is done with may give theirs back
+        if self.free:
+            return self.free.pop()
+        return self.create()
+
+    cdef void give(self, CommandPool kept) except *:
+        """Take back a pool no recording and no queue uses any more: kept, or destroyed beyond KEEP; one let go
+        still recording is reset first (destroyed if that fails). Its arena, if any, is destroyed. Nothing happens
+        once closed (close() destroyed it)."""
+        arena, kept.arena = kept.arena, None
+        if self.closed or kept.pool == NULL:
+            return
+        if kept.recording:
+            kept.recording = False
+            if self.reset_pool(self.handle, kept.pool, 0) != VK_SUCCESS:
+                self.destroy(kept)
+        if kept.pool != NULL:
+            if len(self.free) < KEEP:
+                self.free.append(kept)
+            else:
+                self.destroy(kept)
+        if arena is not None:
+            arena.destroy()
+
+    def retire(self, CommandPool kept) -> None:
+        """The lifetime's destroy of a tracked recording's pool (see give)."""
+        self.give(kept)
+
+    cdef void destroy(self, CommandPool kept) noexcept:
+        self.destroy_pool(self.handle, kept.pool, NULL)  # frees its command buffer too
+        kept.pool = NULL
+        self.alive.discard(kept)
+
+    cdef CommandPool create(self):
+        cdef VkCommandPoolCreateInfo info
+        cdef VkCommandBufferAllocateInfo allocate
+        cdef CommandPool made = CommandPool.__new__(CommandPool)
+        info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO
+        info.pNext = NULL
+        info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT
+        info.queueFamilyIndex = self.queue_family
+        check(self.create_pool(self.handle, &info, NULL, &made.pool), "vkCreateCommandPool")
+        allocate.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO
+        allocate.pNext = NULL
+        allocate.commandPool = made.pool
+        allocate.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY
+        allocate.commandBufferCount = 1
+        try:
+            check(self.allocate(self.handle, &allocate, &made.command_buffer), "vkAllocateCommandBuffers")
+        except BaseException:
+            self.destroy_pool(self.handle, made.pool, NULL)
+            raise
+        self.alive.add(made)
+        return made
+
+    def close(self) -> None:
+        """Destroy every pool, kept or held (the device waited for its queue; the lifetime gave back what it held
+        first). Pools given back later are left alone."""
+        self.closed = True
+        alive, self.alive, self.free = self.alive, set(), []
+        for kept in alive:
+            self.destroy_pool(self.handle, (<CommandPool>kept).pool, NULL)
+            (<CommandPool>kept).pool = NULL
+
+
+cdef class Recording:
+    """A VkCommandBuffer to encode into, with the pool it came from (`pool`; `handle` is the VkCommandBuffer as an
+    integer, `arena` its descriptor sets, None with push descriptors). `submitted`: a queue may have it
+    (mark_submitted() before its first submission; made with submitted=True, it is from the start). release(), or
+    its collection, lets it go (see the module's docstring for when its pool goes back)."""
+
+    def __init__(self, device, bint submitted=True):
+        self.pools = <CommandPools?>device.command_pools
+        self.pool = self.pools.take()
+        if not device.push_descriptors:
+            try:
+                self.pool.arena = DescriptorArena(device)
+            except BaseException:
+                self.pools.give(self.pool)
+                self.released = True
+                raise
+            self.track()
+        if submitted:
+            self.mark_submitted()
+
+    @property
+    def handle(self) -> int:
+        return <uintptr_t>self.pool.command_buffer
+
+    @property
+    def arena(self):
+        return self.pool.arena
+
+    cdef void track(self) except *:
+        self.tracked = self.pools.device.lifetime.track(self, self.pools.retire, self.pool)
+
+    cpdef void mark_submitted(self) except *:
+        """From now a queue may hold it: let go, its pool waits for the work submitted until then."""
+        if self.submitted:
+            return
+        if self.tracked is None:
+            self.track()
+        self.submitted = True
+
+    cpdef void release(self) except *:
+        if self.released or self.pool is None:  # (None: its making failed)
+            return
+        self.released = True
+        if self.tracked is None:
+            self.pools.give(self.pool)
+        elif self.submitted:
+            self.tracked()
+        else:
+            self.tracked.unused()
+
+    def __del__(self):
+        # Before the lifetime's weak reference is cleared: a tracked recording never submitted goes back unused.
+        if not self.submitted:
+            self.release()
