@@ -1,6 +1,8 @@
 cimport cython
 from libcpp.map cimport map
+from cpython.object cimport PyObject
 from libcpp.unordered_map cimport unordered_map
+from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
@@ -141,9 +143,18 @@ cdef class HazardTracker:
     cdef int reduce(self, Program program) except -1
 
 
+cdef struct KeyRanges:  # RaceDetector: one key's unions of written (ws, we) and read (rs, re) ranges, each as
+    # sorted disjoint intervals; `quiet` lists the key's references in RaceDetector.quiet
+    vector[Py_ssize_t] ws, we, rs, re
+    vector[PyObject*] quiet
+
+
 cdef class RaceDetector:
-    cdef dict ranges
-    cdef set quiet
+    cdef unordered_map[Py_ssize_t, Py_ssize_t] index  # key -> its entry in `keys`
+    cdef vector[KeyRanges] keys  # entries [0, used) are the segment's; the others keep their memory
+    cdef Py_ssize_t used
+    cdef unordered_set[PyObject*] quiet  # references read with no write of the segment overlapping them
+    cdef list held  # the references in `quiet`, held until reset(): one pointer there never outlives its object
 
     cpdef reset(self)
     cpdef rebuild(self, list segment, tuple table=*)

@@ -959,22 +959,32 @@ cdef int _sorted_union(vector[Py_ssize_t]& into, vector[Py_ssize_t]& other) exce
 
 
 cdef class RaceDetector:
-    """The accesses of the current segment: per buffer (or slot) key, the unions of its written and of its
-    read ranges.
+    """The accesses of the current segment: per key (a buffer's serial; a slot's, -1 - slot, without a binding
+    table), the unions of its written and of its read ranges.
 
     The first command of a segment cannot race, so the recorder indexes it (`rebuild`) only when a second
     command arrives: a chain of one command per segment pays nothing for the check. A reference read with
     no write of the segment overlapping it stays in `quiet` until its key is written again, so reading
-    it again (a weight every dispatch of a segment reads) costs one set lookup.
+    it again (a weight every dispatch of a segment reads) costs one lookup. Everything is kept in C tables
+    whose memory serves the next segment.
     """
 
     def __init__(self):
-        self.ranges = {}
-        self.quiet = set()
+        self.used = 0
+        self.held = []
 
     cpdef reset(self):
-        self.ranges.clear()
+        cdef Py_ssize_t k
+        for k in range(self.used):
+            self.keys[k].ws.clear()
+            self.keys[k].we.clear()
+            self.keys[k].rs.clear()
+            self.keys[k].re.clear()
+            self.keys[k].quiet.clear()
+        self.used = 0
+        self.index.clear()
         self.quiet.clear()
+        self.held.clear()
 
     cpdef rebuild(self, list segment, tuple table=None):
         """Index exactly the commands of `segment`, accepted ones: nothing among them is searched for."""
@@ -993,29 +1003,29 @@ cdef class RaceDetector:
         One pass: ranges are merged as they are checked. An overlap found may be with the command's own
         earlier access (legal); only on that rare path are the other commands searched.
         """
-        cdef dict ranges = self.ranges
-        cdef set quiet = self.quiet
         cdef BufferRef r
-        cdef Py_ssize_t i, start, end
+        cdef Py_ssize_t i, k, key, start, end
         cdef bint write, clash
-        cdef _Ranges state
+        cdef KeyRanges* state
+        cdef PyObject* quiet
+        cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator found
         for i in range(len(refs)):
             r = refs[i]
             write = writes[i]
-            if not write and r in quiet:
+            if not write and self.quiet.count(<PyObject*>r):
                 continue
-            key = r.buffer
-            if key is None:
-                key, start, end = access_range(r, table)
-            else:
-                start = r.offset
-                end = r.offset + r.nbytes
-            state = ranges.get(key)
-            if state is None:
-                state = ranges[key] = _Ranges.__new__(_Ranges)
-                state.quiet = []
+            key = _race_key(r, table, &start, &end)
+            found = self.index.find(key)
+            if found == self.index.end():  # the key's first access in the segment
+                k = self.used
+                self.used += 1
+                if <Py_ssize_t>self.keys.size() < self.used:
+                    self.keys.resize(self.used)
+                self.index[key] = k
+                state = &self.keys[k]
                 clash = False
             else:
+                state = &self.keys[deref(found).second]
                 clash = _overlaps(state.ws, state.we, start, end) or (write and _overlaps(state.rs, state.re, start, end))
             if clash:
                 other = _partner(command, key, start, end, write, segment, table)
@@ -1023,23 +1033,31 @@ cdef class RaceDetector:
                     self.rebuild(segment, table)
                     _raise_race(command, key, start, end, write, other)
             if write:
-                if state.quiet:  # this write may overlap them
-                    quiet.difference_update(state.quiet)
-                    state.quiet.clear()
+                for quiet in state.quiet:  # this write may overlap them
+                    self.quiet.erase(quiet)
+                state.quiet.clear()
                 _union(state.ws, state.we, start, end)
             else:
                 if not clash:  # an overlap with the command's own write must not be skipped later
-                    quiet.add(r)
-                    state.quiet.append(r)
+                    self.quiet.insert(<PyObject*>r)
+                    self.held.append(r)
+                    state.quiet.push_back(<PyObject*>r)
                 _union(state.rs, state.re, start, end)
 
 
-cdef class _Ranges:
-    """The unions of the written (ws, we) and of the read (rs, re) ranges of one key, each as sorted
-    disjoint intervals; `quiet` lists the key's references in RaceDetector.quiet."""
-
-    cdef vector[Py_ssize_t] ws, we, rs, re
-    cdef list quiet
+cdef Py_ssize_t _race_key(BufferRef r, tuple table, Py_ssize_t* start, Py_ssize_t* end) except? -2:
+    """A reference's key in RaceDetector (see there), and its byte range in `start` and `end`."""
+    cdef Buffer b = r.buffer
+    start[0] = r.offset
+    if b is None:
+        if table is None:
+            end[0] = r.offset + r.nbytes if r.bounded else END
+            return -1 - r.slot
+        b = table[r.slot]
+        end[0] = r.offset + r.nbytes if r.bounded else b.size
+        return b.serial
+    end[0] = r.offset + r.nbytes
+    return b.serial
 
 
 cdef bint _overlaps(vector[Py_ssize_t]& starts, vector[Py_ssize_t]& ends, Py_ssize_t start, Py_ssize_t end):
@@ -1074,25 +1092,25 @@ cdef void _union(vector[Py_ssize_t]& starts, vector[Py_ssize_t]& ends, Py_ssize_
     ends.insert(ends.begin() + i, end)
 
 
-cdef object _partner(Command command, object key, Py_ssize_t start, Py_ssize_t end, bint write, list segment,
+cdef object _partner(Command command, Py_ssize_t key, Py_ssize_t start, Py_ssize_t end, bint write, list segment,
                      tuple table):
     """The earlier command of `segment` whose access conflicts with this one, if any."""
     cdef Command other
+    cdef Py_ssize_t ostart, oend
     for other in segment:
         if other.index >= command.index:
             break
         refs, writes = refs_and_writes(other)
         for o, other_write in zip(refs, writes):
-            okey, ostart, oend = access_range(o, table)
-            if okey == key and ostart < end and start < oend and (write or other_write):
+            if _race_key(o, table, &ostart, &oend) == key and ostart < end and start < oend and (write or other_write):
                 return other, ostart, oend, other_write
     return None
 
 
-cdef void _raise_race(Command command, object key, Py_ssize_t start, Py_ssize_t end, bint write,
+cdef void _raise_race(Command command, Py_ssize_t key, Py_ssize_t start, Py_ssize_t end, bint write,
                       tuple other) except *:
     o, ostart, oend, other_write = other
-    what = f"slot {key}" if type(key) is int else "one buffer"
+    what = f"slot {-1 - key}" if key < 0 else "one buffer"
     raise ValidationError(
         f"race: command {command.index} ({command.kind}) {'writes' if write else 'reads'} bytes "
         f"[{start}, {end if end != END else 'end'}) of {what} that command {o.index} ({o.kind}) "
