@@ -246,9 +246,11 @@ class VulkanDevice(Device):
         begin = ffi.new("VkCommandBufferBeginInfo*", {"sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                                       "flags": vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT})
         handle = ffi.cast("VkCommandBuffer", recording.handle)
+        recording.pool.recording = True  # (until it ends: let go before, its pool is reset)
         check(self.fn.vkBeginCommandBuffer(handle, begin), "vkBeginCommandBuffer")
         record(handle)
         check(self.fn.vkEndCommandBuffer(handle), "vkEndCommandBuffer")
+        recording.pool.recording = False
         return recording
 
     def queue_recording(self, record: Callable[[Any], None]) -> Recording:
@@ -451,13 +453,16 @@ class VulkanDevice(Device):
         self._driver.wait_idle(self._refuse_driver_deadlock)
         with self._host_access:
             staging = self._staging_buffer(len(host))
-            if self._transfer is None:
+            if self._transfer is None or self._transfer.pool.recording:  # (a copy that failed midway left it so)
+                if self._transfer is not None:
+                    self._transfer.release()
                 self._transfer = Recording(self)
             vkcb = ffi.cast("VkCommandBuffer", self._transfer.handle)
             step = len(staging[2])
             for start in range(0, len(host), step):
                 piece = host[start:start + step]
                 n = len(piece)
+                self._transfer.pool.recording = True
                 check(self.fn.vkBeginCommandBuffer(vkcb, self.begin_info_once), "vkBeginCommandBuffer")
                 region = ffi.new("VkBufferCopy*", {"srcOffset": 0 if to_device else offset + start,
                                                    "dstOffset": offset + start if to_device else 0, "size": n})
@@ -469,6 +474,7 @@ class VulkanDevice(Device):
                     self.fn.vkCmdPipelineBarrier(vkcb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
                                                  0, 1, self.host_barrier, 0, ffi.NULL, 0, ffi.NULL)
                 check(self.fn.vkEndCommandBuffer(vkcb), "vkEndCommandBuffer")
+                self._transfer.pool.recording = False
                 self._wait_for(self._submit(self._transfer.handle))
                 if not to_device:
                     piece[:] = staging[2][:n]

@@ -26,7 +26,7 @@ cdef class CommandPools:
     cdef bint closed
 
     cdef CommandPool take(self)
-    cdef void give(self, CommandPool kept) except *
+    cdef void give(self, CommandPool kept, bint collecting=*) except *
     cdef void destroy(self, CommandPool kept) noexcept
     cdef CommandPool create(self)
 
@@ -41,4 +41,5 @@ cdef class Recording:
 
     cpdef void mark_submitted(self) except *
     cpdef void release(self) except *
+    cdef void let_go(self, bint collecting) except *
     cdef void track(self) except *

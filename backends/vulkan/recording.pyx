@@ -14,11 +14,14 @@ When its pool goes back:
   let go, its pool goes back at a collect() once the queue is done with it. So is one with descriptor sets, whose
   arena is plain Python and is destroyed only there.
 - One never submitted, without descriptor sets, gives its pool back the moment it is let go (end() of a command
-  buffer that is dropped unsubmitted costs no trip through the lifetime). That give-back may run inside the garbage
-  collector, in any thread, while that thread holds any lock: it takes no lock and calls no Python code, only the
-  driver, so it cannot deadlock, and holding the GIL from start to end it cannot interleave with take() or close().
+  buffer that is dropped unsubmitted costs no trip through the lifetime). Let go by its collection, that give-back
+  may run inside the garbage collector, in any thread, while that thread holds any lock, the driver's own included
+  (the collector may run inside the validation layer's message callback): it takes no lock, calls no Python code and
+  calls no driver function (a pool to reset, or beyond KEEP, waits in the kept list for the next take()), so it
+  cannot deadlock, and holding the GIL from start to end it cannot interleave with take() or close().
 """
 
+cimport cython
 from libc.stdint cimport uintptr_t
 
 from backends.vulkan.driver_calls cimport check, entry
@@ -30,10 +33,12 @@ from backends.vulkan.khronos cimport (
 )
 
 from backends.vulkan.descriptors import DescriptorArena
+from hal.errors import DeviceError
 
 KEEP = 16  # reset pools a device keeps for reuse
 
 
+@cython.auto_pickle(False)  # (nor copied: a copy would be a second owner of the pool)
 cdef class CommandPool:
     """A VkCommandPool and its one VkCommandBuffer: what a Recording holds, and the lifetime after it until the queue
     is done with it. `arena`: the recording's descriptor sets (None with push descriptors); `recording`: its command
@@ -45,6 +50,7 @@ cdef class CommandPool:
         return <uintptr_t>self.command_buffer
 
 
+@cython.auto_pickle(False)
 cdef class CommandPools:
     """A device's CommandPools: handed out to recordings, given back. `cached` is how many wait for reuse now (at
     most KEEP); `in_use` how many recordings (or the lifetime, for them) hold (the device's live_objects counts
@@ -71,19 +77,36 @@ cdef class CommandPools:
         return len(self.alive) - len(self.free)
 
     cdef CommandPool take(self):
-        """A pool whose command buffer is ready to begin: a kept one, or a new one."""
+        """A pool whose command buffer is ready to begin: a kept one (reset first if it was let go recording), or a
+        new one. Kept pools beyond KEEP (given back by the collector) are destroyed here."""
+        cdef CommandPool kept
+        if self.closed:
+            self.device.check_open()
+            raise DeviceError("this Vulkan device is closed; create a new one")
         if not self.free:
             self.device.lifetime.collect()  # recordings the GPU is done with may give theirs back
-        if self.free:
-            return self.free.pop()
+        while len(self.free) > KEEP:
+            self.destroy(self.free.pop(0))
+        while self.free:
+            kept = self.free.pop()
+            if not kept.recording:
+                return kept
+            kept.recording = False
+            if self.reset_pool(self.handle, kept.pool, 0) == VK_SUCCESS:
+                return kept
+            self.destroy(kept)
         return self.create()
 
-    cdef void give(self, CommandPool kept) except *:
+    cdef void give(self, CommandPool kept, bint collecting=False) except *:
         """Take back a pool no recording and no queue uses any more: kept, or destroyed beyond KEEP; one let go
         still recording is reset first (destroyed if that fails). Its arena, if any, is destroyed. Nothing happens
-        once closed (close() destroyed it)."""
+        once closed (close() destroyed it). `collecting`: a finalizer gives it back, where no driver function may be
+        called (see the module's docstring): it is kept as it is, and take() resets it or destroys it."""
         arena, kept.arena = kept.arena, None
         if self.closed or kept.pool == NULL:
+            return
+        if collecting:
+            self.free.append(kept)
             return
         if kept.recording:
             kept.recording = False
@@ -138,6 +161,7 @@ cdef class CommandPools:
             (<CommandPool>kept).pool = NULL
 
 
+@cython.auto_pickle(False)
 cdef class Recording:
     """A VkCommandBuffer to encode into, with the pool it came from (`pool`; `handle` is the VkCommandBuffer as an
     integer, `arena` its descriptor sets, None with push descriptors). `submitted`: a queue may have it
@@ -173,22 +197,29 @@ cdef class Recording:
         """From now a queue may hold it: let go, its pool waits for the work submitted until then."""
         if self.submitted:
             return
+        if self.released:
+            raise DeviceError("a released Vulkan recording cannot be submitted")
         if self.tracked is None:
             self.track()
         self.submitted = True
 
     cpdef void release(self) except *:
+        self.let_go(False)
+
+    cdef void let_go(self, bint collecting) except *:
+        """release(); `collecting`: from its finalizer (see CommandPools.give)."""
         if self.released or self.pool is None:  # (None: its making failed)
             return
         self.released = True
         if self.tracked is None:
-            self.pools.give(self.pool)
+            self.pools.give(self.pool, collecting)
         elif self.submitted:
             self.tracked()
         else:
             self.tracked.unused()
 
     def __del__(self):
-        # Before the lifetime's weak reference is cleared: a tracked recording never submitted goes back unused.
+        # A tracked recording never submitted goes back unused, unless the lifetime's weak reference was cleared first
+        # (a reference cycle): then it waits for the queue, which costs only time.
         if not self.submitted:
-            self.release()
+            self.let_go(True)
