@@ -24,7 +24,7 @@ import numpy as np
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.commands cimport (Collective, Command, Dispatch, Entry, Fill, Region, Segment, new_collective, new_copy,
                            new_dispatch, new_fill, new_region, new_segment, new_update)
-from hal.dependencies cimport Planner, RaceDetector, access_range, refs_and_writes
+from hal.dependencies cimport Planner, RaceDetector, access_range, give_back_race_detector, refs_and_writes, take_race_detector
 from hal.program cimport Program
 
 from hal.buffer import MAX_SLOTS, BufferUsage, bytes_view, slot_count
@@ -103,7 +103,9 @@ cdef class CommandBuffer:
         self.count = 0
         self.barriers = 0
         self.planner = None
-        self.races = RaceDetector()
+        if self.races is not None:
+            give_back_race_detector(self.races)
+        self.races = take_race_detector()
         self.recorded = None
         self.slot_commands = []
         self.slots_needed = 0
@@ -204,6 +206,8 @@ cdef class CommandBuffer:
                 self.recorded = None
             raise
         self.phase = ENDED
+        give_back_race_detector(self.races)  # recording is over: its tables serve the next command buffer
+        self.races = None
 
     def reset(self) -> None:
         """Forget everything recorded; the command buffer can be begun again."""

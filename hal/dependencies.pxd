@@ -90,6 +90,8 @@ cdef struct Tracked:  # what HazardTracker keeps of each command
 cdef enum:
     RECENT = 64  # HazardTracker.recent_buffer's length, a power of two
     SPARE_COMMANDS = 1 << 14  # the most commands the spare HazardTracker keeps room for (_give_back_tracker)
+    SPARE_KEYS = 256  # the most keys the spare RaceDetector keeps room for (give_back_race_detector)
+    SPARE_RANGES = 1 << 14  # and the most ranges
 
 
 @cython.final  # its methods are called directly
@@ -163,3 +165,7 @@ cdef class RaceDetector:
 
 cpdef tuple access_range(BufferRef ref, tuple table=*)
 cpdef tuple refs_and_writes(Command command)
+
+
+cdef RaceDetector take_race_detector()
+cdef void give_back_race_detector(RaceDetector detector) except *

@@ -1039,10 +1039,36 @@ cdef class RaceDetector:
                 _union(state.ws, state.we, start, end)
             else:
                 if not clash:  # an overlap with the command's own write must not be skipped later
+                    self.held.append(r)  # first: a pointer in `quiet` is always held
                     self.quiet.insert(<PyObject*>r)
-                    self.held.append(r)
                     state.quiet.push_back(<PyObject*>r)
                 _union(state.rs, state.re, start, end)
+
+
+cdef RaceDetector _spare_detector = None  # one a command buffer gave back at end(), reset: its tables serve the next
+
+
+cdef RaceDetector take_race_detector():
+    """A detector for a command buffer that begins recording: the spare one if any (a fresh detector's tables are
+    allocated anew, about a tenth of recording a fan of 10 dispatches), else a new one."""
+    global _spare_detector
+    cdef RaceDetector detector = _spare_detector
+    if detector is None:
+        return RaceDetector()
+    _spare_detector = None
+    return detector
+
+
+cdef void give_back_race_detector(RaceDetector detector) except *:
+    """Keep `detector`, reset, as the spare: a command buffer gives it back when its recording is over. Not kept if its
+    tables grew past SPARE_KEYS keys or SPARE_RANGES ranges (their memory would stay held as long as the process)."""
+    global _spare_detector
+    cdef Py_ssize_t k, ranges = 0
+    for k in range(detector.keys.size()):
+        ranges += detector.keys[k].ws.capacity() + detector.keys[k].rs.capacity() + detector.keys[k].quiet.capacity()
+    if <Py_ssize_t>detector.keys.size() <= SPARE_KEYS and ranges <= SPARE_RANGES:
+        detector.reset()
+        _spare_detector = detector
 
 
 cdef Py_ssize_t _race_key(BufferRef r, tuple table, Py_ssize_t* start, Py_ssize_t* end) except? -2:
