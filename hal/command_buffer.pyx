@@ -383,11 +383,10 @@ cdef class CommandBuffer:
         cdef Py_ssize_t index = self.count, i
         cdef Entry entry = None
         try:
-            if executable.device is self.device:
-                entry = executable.entries[name]
+            entry = executable.entries[name]
         except (AttributeError, KeyError, TypeError):
             pass
-        if entry is None:
+        if entry is None or entry.device is not self.device:
             _bad_export(executable, name, self.device, index, command)
         if not (type(workgroups) is tuple and len(workgroups) == 3 and self.workgroups_fit(workgroups)):
             workgroups = _workgroups(workgroups, index, name, (self.max_groups_x, self.max_groups_y,

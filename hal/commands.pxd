@@ -25,6 +25,7 @@ cdef class Copy(Command):
 
 cdef class Entry:
     cdef readonly object export
+    cdef readonly object device  # the device the executable was loaded on
     cdef readonly Py_ssize_t ordinal  # the export's position in the executable
     cdef readonly Py_ssize_t bindings
     cdef readonly Py_ssize_t constants

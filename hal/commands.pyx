@@ -84,11 +84,13 @@ cdef class Collective(Command):
 
 
 cdef class Entry:
-    """What the recorder needs of one export of a loaded executable, as typed fields: `Executable.entries`
-    maps each export's name to one."""
+    """What the recorder needs of one export of a loaded executable, as typed fields (its device too: the recorder
+    checks a dispatch's executable belongs to its device there): `Executable.entries` maps each export's name to
+    one."""
 
-    def __init__(self, export, Py_ssize_t ordinal):
+    def __init__(self, export, Py_ssize_t ordinal, device):
         self.export = export
+        self.device = device
         self.ordinal = ordinal
         self.bindings = export.bindings
         self.constants = export.constants

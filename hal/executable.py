@@ -182,7 +182,7 @@ class Executable:
         self.device = device
         self.source = source
         self.exports = source.exports
-        self.entries: dict[str, Entry] = {e.name: Entry(e, i) for i, e in enumerate(source.exports)}
+        self.entries: dict[str, Entry] = {e.name: Entry(e, i, device) for i, e in enumerate(source.exports)}
         self._released = False
 
     @property
