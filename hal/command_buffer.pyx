@@ -24,7 +24,8 @@ import numpy as np
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.commands cimport (Collective, Command, Dispatch, Entry, Fill, Region, Segment, new_collective, new_copy,
                            new_dispatch, new_fill, new_region, new_segment, new_update)
-from hal.dependencies cimport Planner, RaceDetector, access_range, give_back_race_detector, refs_and_writes, take_race_detector
+from hal.dependencies cimport (Planner, RaceDetector, access_range, give_back_race_detector, refs_and_writes,
+                               take_race_detector)
 from hal.program cimport Program
 
 from hal.buffer import MAX_SLOTS, BufferUsage, bytes_view, slot_count

@@ -1026,7 +1026,8 @@ cdef class RaceDetector:
                 clash = False
             else:
                 state = &self.keys[deref(found).second]
-                clash = _overlaps(state.ws, state.we, start, end) or (write and _overlaps(state.rs, state.re, start, end))
+                clash = _overlaps(state.ws, state.we, start, end) or \
+                    (write and _overlaps(state.rs, state.re, start, end))
             if clash:
                 other = _partner(command, key, start, end, write, segment, table)
                 if other is not None:
@@ -1128,7 +1129,8 @@ cdef object _partner(Command command, Py_ssize_t key, Py_ssize_t start, Py_ssize
             break
         refs, writes = refs_and_writes(other)
         for o, other_write in zip(refs, writes):
-            if _race_key(o, table, &ostart, &oend) == key and ostart < end and start < oend and (write or other_write):
+            if _race_key(o, table, &ostart, &oend) == key and ostart < end and start < oend and \
+                    (write or other_write):
                 return other, ostart, oend, other_write
     return None
 

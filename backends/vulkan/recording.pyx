@@ -1,4 +1,4 @@
-"""One encoded VkCommandBuffer with its own VkCommandPool (and, without push descriptors, its descriptor sets) (compiled).
+"""One encoded VkCommandBuffer with its own VkCommandPool (and, without push descriptors, descriptor sets) (compiled).
 
 Each encoding owns its pool while it lives, so retiring one never touches a pool another thread may be
 recording into. A pool given back is kept for the next recording (up to KEEP of them): encoding into memory the
@@ -52,9 +52,9 @@ cdef class CommandPool:
 
 @cython.auto_pickle(False)
 cdef class CommandPools:
-    """A device's CommandPools: handed out to recordings, given back. `cached` is how many wait for reuse now (at
-    most KEEP); `in_use` how many recordings (or the lifetime, for them) hold (the device's live_objects counts
-    those)."""
+    """A device's VkCommandPools (CommandPool each): handed out to recordings, given back. `cached` is how many wait
+    for reuse now (at most KEEP, but for those the collector gave back since the last take()); `in_use` how many
+    recordings (or the lifetime, for them) hold (the device's live_objects counts those)."""
 
     def __init__(self, device, uintptr_t handle, unsigned queue_family):
         self.device = device
