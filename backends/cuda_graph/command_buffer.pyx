@@ -1121,14 +1121,13 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
     """CudaDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
     the device's resubmission token (given by the general path: reusable, built, without slots or constant slots,
     nothing to free, the device neither lost nor closing; revoked at every release), submitted again with the very
-    table it was last submitted with, no semaphores and
-    no constants, from a thread where the device's context is current, is one cuGraphLaunch: one token check
-    stands for the general path's checks. The check and the launch run without releasing the GIL, so no other
-    thread's close() or release comes between them. Anything else takes the general path."""
+    table it was last submitted with, no semaphores and no constants, is one cuGraphLaunch: one token check stands
+    for the general path's checks. The check and the launch run without releasing the GIL, so no other thread's
+    close() or release comes between them. Anything else takes the general path, and so does a launch the driver
+    refuses: from a thread where no context, or another one, is current (the general path makes the device's
+    current), or with an error to report (the general path reports it)."""
     cdef CommandBuffer cb
     cdef CudaEmitter emitter
-    cdef CUcontext current
-    cdef CUresult err
     if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and constants is NO_CONSTANTS and \
             type(command_buffer) is CommandBuffer:
         cb = <CommandBuffer>command_buffer
@@ -1136,10 +1135,7 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
             emitter = <CudaEmitter>cb.emitter
             if emitter.token is emitter.resubmission.token and emitter.device is device and \
                     binding_table is emitter.submitted and \
-                    cydriver.cuCtxGetCurrent(&current) == cydriver.CUDA_SUCCESS and current == emitter.context:
-                err = cydriver.cuGraphLaunch(emitter.exec, emitter.stream)
-                if err != cydriver.CUDA_SUCCESS:
-                    device.raise_failure(fail(driver.CUresult(<int>err), "cuGraphLaunch"))
+                    cydriver.cuGraphLaunch(emitter.exec, emitter.stream) == cydriver.CUDA_SUCCESS:
                 return
     Device.queue_execute(device, command_buffer, binding_table, wait, signal, constants)
 

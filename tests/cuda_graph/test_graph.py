@@ -19,6 +19,10 @@ from tests.kernels import groups
 
 backend_or_skip("cuda")
 
+from cuda.bindings import driver
+
+from backends.cuda_graph.api import call
+
 pytestmark = pytest.mark.cuda
 
 N = 256
@@ -187,6 +191,34 @@ def test_a_resubmission_from_another_thread_or_to_a_closed_device():
     dev.close()
     with pytest.raises(hal.ValidationError, match="closed"):
         dev.queue_execute(cb)
+
+
+def test_a_resubmission_from_a_thread_where_another_context_is_current(gpu, exe):
+    """The one-launch path asks nobody which context is current: with another context current, the launch is the
+    driver's to refuse (the general path then launches in the device's context) or to run in the stream's own."""
+    x = gpu.upload(u32([1, 2, 3, 4]))
+    cb = gpu.create_command_buffer(mode="reusable")
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
+    gpu.queue_execute(cb)
+    errors = []
+
+    def resubmit():
+        other = call(driver.cuCtxCreate, None, 0, gpu.cu_device)  # current in this thread from now
+        try:
+            gpu.queue_execute(cb)
+            gpu.queue_execute(cb)
+            gpu.synchronize()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            call(driver.cuCtxDestroy, other)
+
+    worker = threading.Thread(target=resubmit)
+    worker.start()
+    worker.join()
+    assert not errors
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
 
 
 def test_a_resubmission_frees_what_was_let_go_since(gpu, exe):
