@@ -35,7 +35,7 @@ from hal.program cimport Program
 from backends.vulkan.khronos cimport (
     VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
     VkPipeline, VkPipelineLayout, VkDescriptorSet, VkSemaphore, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-    VK_STRUCTURE_TYPE_MEMORY_BARRIER, VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+    VK_STRUCTURE_TYPE_MEMORY_BARRIER,
     VK_STRUCTURE_TYPE_SUBMIT_INFO, VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
     VK_PIPELINE_BIND_POINT_COMPUTE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
     VK_SHADER_STAGE_COMPUTE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -44,10 +44,10 @@ from backends.vulkan.khronos cimport (
     VK_ACCESS_INDIRECT_COMMAND_READ_BIT, VK_ACCESS_HOST_READ_BIT,
     VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT,
     VkDescriptorBufferInfo, VkWriteDescriptorSet, VkBufferCopy, VkMemoryBarrier,
-    VkCommandBufferBeginInfo, VkSubmitInfo, VkTimelineSemaphoreSubmitInfo,
+    VkSubmitInfo, VkTimelineSemaphoreSubmitInfo,
     PFN_vkCmdBindPipeline, PFN_vkCmdPushDescriptorSetKHR, PFN_vkCmdBindDescriptorSets,
     PFN_vkCmdPushConstants, PFN_vkCmdDispatch, PFN_vkCmdDispatchIndirect, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer,
-    PFN_vkCmdCopyBuffer, PFN_vkCmdPipelineBarrier, PFN_vkBeginCommandBuffer, PFN_vkEndCommandBuffer,
+    PFN_vkCmdCopyBuffer, PFN_vkCmdPipelineBarrier,
     PFN_vkQueueSubmit
 )
 from backends.vulkan.driver_calls cimport check, entry
@@ -78,8 +78,6 @@ cdef class DeviceCommands:
     cdef PFN_vkCmdUpdateBuffer update_buffer
     cdef PFN_vkCmdCopyBuffer copy_buffer
     cdef PFN_vkCmdPipelineBarrier pipeline_barrier
-    cdef PFN_vkBeginCommandBuffer begin
-    cdef PFN_vkEndCommandBuffer end
     cdef PFN_vkQueueSubmit queue_submit
     cdef VkMemoryBarrier memory_barrier
     cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
@@ -97,8 +95,6 @@ cdef class DeviceCommands:
         self.update_buffer = <PFN_vkCmdUpdateBuffer>entry(handle, b"vkCmdUpdateBuffer")
         self.copy_buffer = <PFN_vkCmdCopyBuffer>entry(handle, b"vkCmdCopyBuffer")
         self.pipeline_barrier = <PFN_vkCmdPipelineBarrier>entry(handle, b"vkCmdPipelineBarrier")
-        self.begin = <PFN_vkBeginCommandBuffer>entry(handle, b"vkBeginCommandBuffer")
-        self.end = <PFN_vkEndCommandBuffer>entry(handle, b"vkEndCommandBuffer")
         self.queue_submit = <PFN_vkQueueSubmit>entry(handle, b"vkQueueSubmit")
         self.push_descriptor_set = NULL
         if push_descriptors:
@@ -409,7 +405,7 @@ cdef class VulkanEmitter:
             return
         if self.open is not None:
             self.encoder.finish()
-            self.end_recording(self.open)
+            self.open.end()
             self.encodings += 1
             self.counted = self.encoder.counts
             self.recorded, self.open, self.encoder = self.open, None, None
@@ -433,7 +429,7 @@ cdef class VulkanEmitter:
     cdef void drop_open(self) except *:
         """Give up single_pass's VkCommandBuffer (a region came: the Program becomes Steps), ended first: one
         still recording must not go back to the pool."""
-        self.end_recording(self.open)
+        self.open.end()
         self.open.release()
         self.open = self.encoder = None
 
@@ -443,18 +439,9 @@ cdef class VulkanEmitter:
         return self.guard
 
     cdef void begin_recording(self, Recording rec) except *:
-        cdef VkCommandBufferBeginInfo info
-        memset(&info, 0, sizeof(info))
-        info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
         # A reusable one may be queued again while it is pending; so may the steps of a loop, also of a one_shot.
-        info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if self.one_time and not self.driven else \
-            VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
-        rec.pool.recording = True  # from before the call: a failed begin leaves nothing a reset would not clear
-        check(self.fn.begin(rec.pool.command_buffer, &info), "vkBeginCommandBuffer")
-
-    cdef void end_recording(self, Recording rec) except *:
-        check(self.fn.end(rec.pool.command_buffer), "vkEndCommandBuffer")
-        rec.pool.recording = False
+        rec.begin(VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if self.one_time and not self.driven else
+                  VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT)
 
     cdef object encode(self, tuple table, tuple constants):
         """A new Recording of the whole Program, slots resolved through `table`, constant slots by `constants`; the
@@ -481,7 +468,7 @@ cdef class VulkanEmitter:
                     encoder.barrier()
                 encoder.encode(program.commands[i])
             encoder.finish()
-            self.end_recording(rec)
+            rec.end()
         except BaseException:
             rec.release()
             raise
@@ -533,7 +520,7 @@ cdef class VulkanEmitter:
                                 <VkBuffer><uintptr_t>(<Buffer>self.flags).handle, 1, &region)
             self.fn.pipeline_barrier(rec.pool.command_buffer, VK_PIPELINE_STAGE_TRANSFER_BIT,
                                      VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &self.fn.host_barrier, 0, NULL, 0, NULL)
-            self.end_recording(rec)
+            rec.end()
         except BaseException:
             rec.release()
             raise

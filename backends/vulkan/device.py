@@ -47,8 +47,8 @@ MAX_TIMELINE_VALUE = (1 << 64) - 1
 MAX_PUSHED_BINDINGS = 64  # push descriptors allow fewer anyway (maxPushDescriptors)
 # The calls outside recording and submission (which the compiled command_buffer module makes) that run
 # often enough to skip the loader's trampoline: the semaphores' and the staging copies'.
-HOT_FUNCTIONS = ("vkCmdCopyBuffer", "vkCmdPipelineBarrier", "vkBeginCommandBuffer", "vkEndCommandBuffer",
-                 "vkGetSemaphoreCounterValue", "vkWaitSemaphores", "vkSignalSemaphore")
+HOT_FUNCTIONS = ("vkCmdCopyBuffer", "vkCmdPipelineBarrier", "vkGetSemaphoreCounterValue", "vkWaitSemaphores",
+                 "vkSignalSemaphore")
 
 
 class VulkanDriver(Driver):
@@ -154,9 +154,6 @@ class VulkanDevice(Device):
         self.host_barrier = ffi.new("VkMemoryBarrier*", {
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": vk.VK_ACCESS_TRANSFER_WRITE_BIT,
             "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
-        self.begin_info_once = ffi.new("VkCommandBufferBeginInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-            "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
         cache_info = ffi.new("VkPipelineCacheCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO})
         cache = ffi.new("VkPipelineCache*")
         check(lib.vkCreatePipelineCache(handle, cache_info, ffi.NULL, cache), "vkCreatePipelineCache")
@@ -243,14 +240,9 @@ class VulkanDevice(Device):
 
     def _reusable_recording(self, record: Callable[[Any], None]) -> Recording:
         recording = Recording(self)
-        begin = ffi.new("VkCommandBufferBeginInfo*", {"sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                                      "flags": vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT})
-        handle = ffi.cast("VkCommandBuffer", recording.handle)
-        recording.pool.recording = True  # (until it ends: let go before, its pool is reset)
-        check(self.fn.vkBeginCommandBuffer(handle, begin), "vkBeginCommandBuffer")
-        record(handle)
-        check(self.fn.vkEndCommandBuffer(handle), "vkEndCommandBuffer")
-        recording.pool.recording = False
+        recording.begin(vk.VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT)
+        record(ffi.cast("VkCommandBuffer", recording.handle))
+        recording.end()
         return recording
 
     def queue_recording(self, record: Callable[[Any], None]) -> Recording:
@@ -462,8 +454,7 @@ class VulkanDevice(Device):
             for start in range(0, len(host), step):
                 piece = host[start:start + step]
                 n = len(piece)
-                self._transfer.pool.recording = True
-                check(self.fn.vkBeginCommandBuffer(vkcb, self.begin_info_once), "vkBeginCommandBuffer")
+                self._transfer.begin(vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
                 region = ffi.new("VkBufferCopy*", {"srcOffset": 0 if to_device else offset + start,
                                                    "dstOffset": offset + start if to_device else 0, "size": n})
                 if to_device:
@@ -473,8 +464,7 @@ class VulkanDevice(Device):
                     self.fn.vkCmdCopyBuffer(vkcb, buffer.vk_buffer, staging[0], 1, region)
                     self.fn.vkCmdPipelineBarrier(vkcb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
                                                  0, 1, self.host_barrier, 0, ffi.NULL, 0, ffi.NULL)
-                check(self.fn.vkEndCommandBuffer(vkcb), "vkEndCommandBuffer")
-                self._transfer.pool.recording = False
+                self._transfer.end()
                 self._wait_for(self._submit(self._transfer.handle))
                 if not to_device:
                     piece[:] = staging[2][:n]

@@ -1,8 +1,8 @@
 from libc.stdint cimport uintptr_t
 
 from backends.vulkan.khronos cimport (
-    VkCommandBuffer, VkCommandPool, VkDevice, PFN_vkAllocateCommandBuffers, PFN_vkCreateCommandPool,
-    PFN_vkDestroyCommandPool, PFN_vkResetCommandPool
+    VkCommandBuffer, VkCommandPool, VkDevice, PFN_vkAllocateCommandBuffers, PFN_vkBeginCommandBuffer,
+    PFN_vkCreateCommandPool, PFN_vkDestroyCommandPool, PFN_vkEndCommandBuffer, PFN_vkResetCommandPool
 )
 
 
@@ -21,6 +21,8 @@ cdef class CommandPools:
     cdef PFN_vkDestroyCommandPool destroy_pool
     cdef PFN_vkResetCommandPool reset_pool
     cdef PFN_vkAllocateCommandBuffers allocate
+    cdef PFN_vkBeginCommandBuffer begin
+    cdef PFN_vkEndCommandBuffer end
     cdef list free
     cdef set alive
     cdef bint closed
@@ -39,6 +41,8 @@ cdef class Recording:
     cdef bint released
     cdef object __weakref__
 
+    cpdef void begin(self, unsigned flags) except *
+    cpdef void end(self) except *
     cpdef void mark_submitted(self) except *
     cpdef void release(self) except *
     cdef void let_go(self, bint collecting) except *

@@ -23,12 +23,14 @@ When its pool goes back:
 
 cimport cython
 from libc.stdint cimport uintptr_t
+from libc.string cimport memset
 
 from backends.vulkan.driver_calls cimport check, entry
 from backends.vulkan.khronos cimport (
-    VkCommandBufferAllocateInfo, VkCommandPoolCreateInfo, PFN_vkAllocateCommandBuffers, PFN_vkCreateCommandPool,
-    PFN_vkDestroyCommandPool, PFN_vkResetCommandPool, VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-    VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+    VkCommandBufferAllocateInfo, VkCommandBufferBeginInfo, VkCommandPoolCreateInfo, PFN_vkAllocateCommandBuffers,
+    PFN_vkBeginCommandBuffer, PFN_vkCreateCommandPool, PFN_vkDestroyCommandPool, PFN_vkEndCommandBuffer,
+    PFN_vkResetCommandPool, VK_COMMAND_BUFFER_LEVEL_PRIMARY, VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+    VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
     VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, VK_SUCCESS
 )
 
@@ -42,7 +44,7 @@ KEEP = 16  # reset pools a device keeps for reuse
 cdef class CommandPool:
     """A VkCommandPool and its one VkCommandBuffer: what a Recording holds, and the lifetime after it until the queue
     is done with it. `arena`: the recording's descriptor sets (None with push descriptors); `recording`: its command
-    buffer began and has not ended (the emitter notes both)."""
+    buffer began and has not ended (Recording.begin and end note it)."""
 
     @property
     def handle(self) -> int:
@@ -64,6 +66,8 @@ cdef class CommandPools:
         self.destroy_pool = <PFN_vkDestroyCommandPool>entry(self.handle, b"vkDestroyCommandPool")
         self.reset_pool = <PFN_vkResetCommandPool>entry(self.handle, b"vkResetCommandPool")
         self.allocate = <PFN_vkAllocateCommandBuffers>entry(self.handle, b"vkAllocateCommandBuffers")
+        self.begin = <PFN_vkBeginCommandBuffer>entry(self.handle, b"vkBeginCommandBuffer")
+        self.end = <PFN_vkEndCommandBuffer>entry(self.handle, b"vkEndCommandBuffer")
         self.free = []  # kept for reuse
         self.alive = set()  # every pool made and not destroyed: kept, held, or waiting for the queue
         self.closed = False
@@ -189,6 +193,21 @@ cdef class Recording:
     @property
     def arena(self):
         return self.pool.arena
+
+    cpdef void begin(self, unsigned flags) except *:
+        """vkBeginCommandBuffer with usage `flags`. Until end(), its pool is noted recording: let go before, it is
+        reset before its next use."""
+        cdef VkCommandBufferBeginInfo info
+        memset(&info, 0, sizeof(info))
+        info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
+        info.flags = flags
+        self.pool.recording = True  # from before the call: a failed begin leaves nothing a reset would not clear
+        check(self.pools.begin(self.pool.command_buffer, &info), "vkBeginCommandBuffer")
+
+    cpdef void end(self) except *:
+        """vkEndCommandBuffer."""
+        check(self.pools.end(self.pool.command_buffer), "vkEndCommandBuffer")
+        self.pool.recording = False
 
     cdef void track(self) except *:
         self.tracked = self.pools.device.lifetime.track(self, self.pools.retire, self.pool)
