@@ -32,6 +32,22 @@ def u32(values):
     return np.asarray(values, np.uint32)
 
 
+def errors_in_another_thread(work) -> list[Exception]:
+    """Run `work()` in a new thread and return what it raised (a thread's exception would not fail the test)."""
+    errors = []
+
+    def run():
+        try:
+            work()
+        except Exception as e:  # noqa: BLE001 - returned
+            errors.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    return errors
+
+
 def contract_joins(graph: nx.DiGraph) -> nx.DiGraph:
     """The graph with each join node replaced by edges from its predecessors to its successors."""
     out = graph.copy()
@@ -174,18 +190,7 @@ def test_a_resubmission_from_another_thread_or_to_a_closed_device():
     with cb:
         cb.dispatch(mine, "scale", (1, 1, 1), (4, 2), (x,))
     dev.queue_execute(cb)
-    errors = []
-
-    def resubmit():
-        try:
-            dev.queue_execute(cb)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    worker = threading.Thread(target=resubmit)
-    worker.start()
-    worker.join()
-    assert not errors
+    assert not errors_in_another_thread(lambda: dev.queue_execute(cb))
     dev.queue_execute(cb)
     np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
     dev.close()
@@ -201,7 +206,6 @@ def test_a_resubmission_from_a_thread_where_another_context_is_current(gpu, exe)
     with cb:
         cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (x,))
     gpu.queue_execute(cb)
-    errors = []
 
     def resubmit():
         other = call(driver.cuCtxCreate, None, 0, gpu.cu_device)  # current in this thread from now
@@ -209,15 +213,10 @@ def test_a_resubmission_from_a_thread_where_another_context_is_current(gpu, exe)
             gpu.queue_execute(cb)
             gpu.queue_execute(cb)
             gpu.synchronize()
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
         finally:
             call(driver.cuCtxDestroy, other)
 
-    worker = threading.Thread(target=resubmit)
-    worker.start()
-    worker.join()
-    assert not errors
+    assert not errors_in_another_thread(resubmit)
     np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 8)
 
 
