@@ -35,7 +35,8 @@ def extension(name: str, include_dirs: list[str] = (), libraries: list[str] = ()
               library_dirs: list[str] = ()) -> Extension:
     return Extension(name, [name.replace(".", "/") + ".pyx"], include_dirs=list(include_dirs), language="c++",
                      libraries=list(libraries), library_dirs=list(library_dirs),
-                     extra_compile_args=["-O2", "-std=c++17"])
+                     # -O3, as CPython's own build: at -O2, hazards-mode end() runs 8% more instructions, a record 2%.
+                     extra_compile_args=["-O3", "-std=c++17"])
 
 
 def warn(message: str) -> None:

@@ -67,6 +67,9 @@ from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError,
 ARENA_BYTES = 1 << 20
 MAX_PARAMETERS = 1024  # 32-bit words: the classic 4 KiB kernel parameter limit
 DEVICE_SIDE_DRIVER = 12040  # device-updatable kernel nodes (dispatch_indirect) and conditional nodes (regions)
+# queue_execute's defaults, held in C: a module global is a dict lookup at every use on Python 3.12 and
+# later (Cython caches it by the dict's version only before 3.12).
+cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 
 
 class PinnedArena:
@@ -1128,7 +1131,7 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
     current), or with an error to report (the general path reports it)."""
     cdef CommandBuffer cb
     cdef CudaEmitter emitter
-    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and constants is NO_CONSTANTS and \
+    if wait is no_semaphores and signal is no_semaphores and constants is no_constants and \
             type(command_buffer) is CommandBuffer:
         cb = <CommandBuffer>command_buffer
         if type(cb.emitter) is CudaEmitter:

@@ -60,6 +60,9 @@ from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceLostError
 
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
+# queue_execute's defaults, held in C: a module global is a dict lookup at every use on Python 3.12 and
+# later (Cython caches it by the dict's version only before 3.12).
+cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 
 
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
@@ -624,7 +627,7 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
     Anything else takes the general path."""
     cdef CommandBuffer cb
     cdef VulkanEmitter emitter
-    if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES and constants is NO_CONSTANTS and \
+    if wait is no_semaphores and signal is no_semaphores and constants is no_constants and \
             type(command_buffer) is CommandBuffer:
         cb = <CommandBuffer>command_buffer
         if type(cb.emitter) is VulkanEmitter:
