@@ -38,7 +38,7 @@ from hal.transients import Transient, plan_transients
 
 MAX_UPDATE_BYTES = 65536
 TRANSIENT_ALIGNMENT = 16  # at least: what 16-byte vector loads need
-FLOAT32_MAX = 3.4028234663852886e38
+cdef double FLOAT32_MAX = 3.4028234663852886e38
 cdef int SOURCE = BufferUsage.TRANSFER_SOURCE
 cdef int TARGET = BufferUsage.TRANSFER_TARGET
 cdef int STORAGE = BufferUsage.DISPATCH_STORAGE
@@ -47,7 +47,7 @@ _USAGE_NAMES = {int(BufferUsage.TRANSFER_SOURCE): "TRANSFER_SOURCE", int(BufferU
                 int(BufferUsage.DISPATCH_STORAGE): "DISPATCH_STORAGE"}
 cdef int INITIAL = 0, RECORDING = 1, ENDED = 2
 _PHASES = ("initial", "recording", "ended")
-_WRITE, _READ_WRITE = (True,), (False, True)  # what fill/update and copy do to their references
+cdef tuple _WRITE = (True,), _READ_WRITE = (False, True)  # what fill/update and copy do to their references
 
 
 cdef class CommandBuffer:
