@@ -212,19 +212,31 @@ def resubmit_host_us(dev: hal.Device, gate: Gate, cb: hal.CommandBuffer, submits
 def constant_change_host_us(dev: hal.Device, gate: Gate, chain: Chain, length: int, submits: int = 20) -> dict:
     """Host µs of one queue_execute of a reusable chain whose every dispatch reads constant slot 0: with the value
     of the submission before (`same`), and with a value none of the last TABLE_CACHE submissions had (`new`:
-    the VkCommandBuffer is encoded again, since push constants are recorded into it). Taken behind the gate
-    like resubmit_host_us; the mean of `submits`."""
+    the VkCommandBuffer is encoded again, since push constants are recorded into it), given as an int, and as a
+    Python float (`new_float`) and a numpy float32 (`new_float32`) of the same 32 bits (a subnormal float: the
+    kernel reads the word as its element count). Taken behind the gate like resubmit_host_us; the mean of
+    `submits`."""
     cb = dev.create_command_buffer(mode="reusable", constant_capacity=1)
     with cb:
         chain.record(cb, length, hal.constant_slot(0))
     dev.queue_execute(cb, constants=(chain.n,))
     dev.synchronize()
+
+    def word(i: int, kind: int) -> int:  # each kind's apart: the cache holds encodings by the words they push
+        return chain.n - 1 - 64 * kind - i % 64
+
+    def float32(i: int, kind: int) -> np.float32:
+        return np.array([word(i, kind)], np.uint32).view(np.float32)[0]
+
+    values = {"same": [chain.n] * submits, "new": [word(i, 0) for i in range(submits)],
+              "new_float": [float(float32(i, 1)) for i in range(submits)],
+              "new_float32": [float32(i, 2) for i in range(submits)]}
     result = {}
     gate.close(chain_of(dev, chain, 1))
-    for label, value in (("same", lambda i: chain.n), ("new", lambda i: chain.n - 1 - i % 64)):
+    for label, given in values.items():
         t0 = time.perf_counter()
-        for i in range(submits):
-            dev.queue_execute(cb, constants=(value(i),))
+        for value in given:
+            dev.queue_execute(cb, constants=(value,))
         result[label] = (time.perf_counter() - t0) / submits * 1e6
     gate.open()
     return dict(dispatches=length, **result)
@@ -432,10 +444,12 @@ def report(result: dict) -> str:
                      f"wall = {_ratio(r['hal_deferred_wall'], r['hal_reused_wall'])}")
     if result.get("constants"):
         lines += ["", "A chain whose every dispatch reads a constant slot: host µs per submission with the values of "
-                  "the one before, and with new values (encoded again: push constants live in the VkCommandBuffer); "
-                  "the cost of new values per dispatch:", "",
-                  "| dispatches | same values | new values | new values, µs per dispatch |", "|---:|---:|---:|---:|"]
-        lines += [f"| {c['dispatches']} | {c['same']:.1f} | {c['new']:.1f} | {c['new'] / c['dispatches']:.2f} |"
+                  "the one before, and with new values (encoded again: push constants live in the VkCommandBuffer), "
+                  "given as ints, Python floats and numpy float32s; the cost of new values per dispatch:", "",
+                  "| dispatches | same values | new values | new, µs per dispatch | new floats, µs per dispatch | "
+                  "new float32s, µs per dispatch |", "|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {c['dispatches']} | {c['same']:.1f} | {c['new']:.1f} | {c['new'] / c['dispatches']:.2f} | "
+                  f"{c['new_float'] / c['dispatches']:.2f} | {c['new_float32'] / c['dispatches']:.2f} |"
                   for c in result["constants"]]
     first, last = result["resubmit"][0], result["resubmit"][-1]
     lines.append(f"- resubmission host time, {last['dispatches']} vs {first['dispatches']} dispatches: "

@@ -1,7 +1,10 @@
+import math
 import struct
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import hal
 from hal.commands import Copy, Dispatch, Fill, Update, constant_word, pack_constants
@@ -23,6 +26,33 @@ def test_constant_words(value, word):
 def test_values_that_are_not_32_bit_constants(value, error):
     with pytest.raises(error):
         constant_word(value)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)
+       | st.sampled_from([3.4028235e38, 3.4028235677973366e38, 3.402823669209385e38, -3.4028236e38, 1e-46, 2.0**-149,
+                          2.0**-150, 2.0**-150 * 1.0000001, 1.0 + 2.0**-24, 1.0 + 3 * 2.0**-24]))
+def test_float_constants_are_the_float32_struct_packs(value):
+    """A Python float becomes the float32 bits struct.pack("<f") gives (rounded to nearest, ties to even), or the
+    same OverflowError where it does; NaNs stay NaNs."""
+    try:
+        expected = struct.unpack("<I", struct.pack("<f", value))[0]
+    except OverflowError:
+        with pytest.raises(OverflowError):
+            constant_word(value)
+        return
+    if math.isnan(value):
+        word = constant_word(value)
+        assert word & 0x7F800000 == 0x7F800000 and word & 0x007FFFFF  # a float32 NaN
+    else:
+        assert constant_word(value) == expected
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.int32, np.uint32]))
+def test_32_bit_numpy_constants_keep_their_bits(bits, dtype):
+    """A 32-bit numpy scalar's word is its four bytes as they are: a NaN's payload, a signaling NaN's too."""
+    value = np.array([bits], np.uint32).view(dtype)[0]
+    assert type(value) is dtype
+    assert constant_word(value) == bits
 
 
 def test_pack_constants_is_little_endian_words():
