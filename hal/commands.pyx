@@ -202,8 +202,8 @@ cdef unsigned int _scalar_word(object value) except? 0xFFFFFFFF:
 
 
 cdef unsigned int _float_word(double value) except? 0xFFFFFFFF:
-    """The bits of `value` as a float32, rounded to nearest, as struct.pack("<f") gives them, in C: a float constant
-    is converted at every encoding, where struct's two calls cost ten times this."""
+    """The bits of `value` as a float32, rounded to nearest, as struct.pack("<f") gives them (a NaN quieted, as the C
+    cast does), in C: a float constant is converted at every encoding, where struct's two calls cost ten times this."""
     cdef float single = <float>value
     cdef unsigned int word
     if isinf(single) and not isinf(value):
