@@ -192,10 +192,7 @@ cdef unsigned int _scalar_word(object value) except? 0xFFFFFFFF:
     own calls (tobytes, frombuffer) cost thirty times this at every encoding."""
     cdef Py_buffer view
     cdef unsigned int word
-    PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
-    if view.len != sizeof(word):
-        PyBuffer_Release(&view)
-        raise TypeError(f"numpy {value.dtype} is not a 32-bit integer or float")
+    PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)  # (called only for the 4-byte types of _NUMPY_WORD_TYPES)
     memcpy(&word, view.buf, sizeof(word))
     PyBuffer_Release(&view)
     return word
