@@ -99,7 +99,21 @@ class FloorRecorder:
         self._segment += 1
 
 
-def reference_us(program, recorder: Callable[[], FloorRecorder], f: object, n: int, repeats: int) -> float:
+class CallRecorder:
+    """A recorder whose calls do nothing: what the program's own loop and one Python call per command cost, the least
+    any recording API taking a call per command pays before it looks at the arguments."""
+
+    __slots__ = ()
+
+    def dispatch(self, executable: hal.Executable, name: str, workgroups=(1, 1, 1), constants=(), bindings=()):
+        pass
+
+    def execution_barrier(self) -> None:
+        pass
+
+
+def reference_us(program, recorder: Callable[[], FloorRecorder | CallRecorder], f: object, n: int,
+                 repeats: int) -> float:
     """Best-of-`repeats` µs per command for a reference recorder taking program(recorder, f, n) (`f`: the
     program's fixture)."""
     best = float("inf")

@@ -20,7 +20,9 @@ as a fan (one segment), against the target of 5 µs for record + end; and agains
 hal's in between): hal's record+end <= 1.5x the reference's recording, hal's resubmission <= 1.1x the
 reference's vkQueueSubmit of the same VkCommandBuffer (with the timeline wait and signal that order it).
 Beside them, the plain-Python recorder that checks nothing (bench.record) takes the same calls: what any
-recording API in Python costs before its first vkCmd* call.
+recording API in Python costs before its first vkCmd* call. A second table splits what hal costs above the
+reference's calls: the program's loop and a call per command alone (a recorder whose calls do nothing), hal's
+recording beyond them, end() beyond the driver's part, and what Python's cyclic garbage collector adds.
 And what new values for constant slots cost (issue 18): Vulkan records push constants into the
 VkCommandBuffer, so new values mean encoding it again, reported per dispatch.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import time
 from array import array
 from collections.abc import Callable
@@ -40,7 +43,7 @@ import numpy as np
 import hal
 from bench import emit, scaling
 from bench.native import reference
-from bench.record import FloorRecorder, reference_us
+from bench.record import CallRecorder, FloorRecorder, reference_us
 from tests.kernels import GLSL, WORKGROUP
 
 # Without the `vulkan` package or the Vulkan loader this module still imports; run() then stops at
@@ -273,7 +276,8 @@ class Reference:
 
     def record_us(self, cb: hal.CommandBuffer, repeats: int) -> float:
         """Best-of-`repeats` µs per dispatch to record the dispatches of cb's Program (one export, three
-        bindings, one constant each) with the same calls hal's encoder makes."""
+        bindings, one constant each) with the same calls hal's encoder makes, into the command buffer the last
+        recording used (hal's encoder records into a kept pool's, which its vkBeginCommandBuffer resets too)."""
         program = cb.program
         first = program.commands[0]
         exe, ordinal = first.executable, first.ordinal
@@ -284,8 +288,7 @@ class Reference:
             barriers[i] = 1
         handle = self.dev.address(self.cb)
         best = float("inf")
-        for _ in range(repeats):
-            vk.vkResetCommandBuffer(self.cb, 0)
+        for _ in range(repeats):  # vkBeginCommandBuffer resets what the last recording left, as it does for hal
             t0 = time.perf_counter()
             self.native.record(handle, exe.pipeline_handles[ordinal], exe.layout_handles[ordinal], infos, 3,
                                bytes(barriers), first.constants[0], first.workgroups)
@@ -327,12 +330,19 @@ def against_reference(dev: hal.Device, gate: Gate) -> list[dict]:
         cb = dev.create_command_buffer(mode="reusable")
         with cb:
             record(cb, fixture, RECORD_DISPATCHES)
-        times = dict(hal_record_end=float("inf"), reference_record=float("inf"), floor_record=float("inf"))
-        for _ in range(7):  # in turns, so that a drift of the host's speed lands on all three alike
-            times["hal_record_end"] = min(times["hal_record_end"], record_end_us(dev, record, fixture))
+        times = dict.fromkeys(("hal_record_end", "hal_record", "hal_end", "hal_record_end_paused", "reference_record",
+                               "floor_record", "call_record"), float("inf"))
+        for _ in range(7):  # in turns, so that a drift of the host's speed lands on all of them alike
+            record_us, end_us = record_end_us(dev, record, fixture)
+            times["hal_record_end"] = min(times["hal_record_end"], record_us + end_us)
+            times["hal_record"], times["hal_end"] = min(times["hal_record"], record_us), min(times["hal_end"], end_us)
+            times["hal_record_end_paused"] = min(times["hal_record_end_paused"],
+                                                 sum(record_end_us(dev, record, fixture, collector=False)))
             times["reference_record"] = min(times["reference_record"], ref.record_us(cb, 1))
             times["floor_record"] = min(times["floor_record"],
                                         reference_us(record, FloorRecorder, fixture, RECORD_DISPATCHES, 1))
+            times["call_record"] = min(times["call_record"],
+                                       reference_us(record, CallRecorder, fixture, RECORD_DISPATCHES, 1))
         submits = dict(hal_submit=float("inf"), reference_submit=float("inf"))
         for _ in range(5):  # in turns too
             submits["hal_submit"] = min(submits["hal_submit"], resubmit_host_us(dev, gate, cb))
@@ -344,14 +354,26 @@ def against_reference(dev: hal.Device, gate: Gate) -> list[dict]:
     return rows
 
 
-def record_end_us(dev: hal.Device, record: Callable, fixture: scaling.Fixture) -> float:
-    """µs per dispatch to record and end() `record`'s RECORD_DISPATCHES dispatches (deferred, barriers), once."""
+def record_end_us(dev: hal.Device, record: Callable, fixture: scaling.Fixture,
+                  collector: bool = True) -> tuple[float, float]:
+    """µs per dispatch to record, and to end(), `record`'s RECORD_DISPATCHES dispatches (deferred, barriers), once.
+    `collector=False`: with Python's cyclic garbage collector paused meanwhile (what its passes over the new
+    records cost is the difference)."""
     cb = dev.create_command_buffer(mode="reusable")
-    t0 = time.perf_counter()
-    cb.begin()
-    record(cb, fixture, RECORD_DISPATCHES)
-    cb.end()
-    return (time.perf_counter() - t0) / RECORD_DISPATCHES * 1e6
+    paused = not collector and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        t0 = time.perf_counter()
+        cb.begin()
+        record(cb, fixture, RECORD_DISPATCHES)
+        t1 = time.perf_counter()
+        cb.end()
+        t2 = time.perf_counter()
+    finally:
+        if paused:
+            gc.enable()
+    return (t1 - t0) / RECORD_DISPATCHES * 1e6, (t2 - t1) / RECORD_DISPATCHES * 1e6
 
 
 def best(repeats: int, f: Callable[..., float | tuple[float, ...]], *args: object) -> tuple[float, ...]:
@@ -489,6 +511,20 @@ def report(result: dict) -> str:
                          f"{(r['floor_record'] + r['reference_record']) / r['reference_record']:.2f}x | "
                          f"{r['hal_submit']:.2f} | "
                          f"{r['reference_submit']:.2f} | {_verdict(submit_ratio, REFERENCE_SUBMIT_TARGET)} |")
+        lines += ["", "Where hal's record+end goes beyond the reference's calls (µs per dispatch, each the best of "
+                  f"the same turns). The allowance: what the {REFERENCE_RECORD_TARGET}x target leaves above those "
+                  "calls. The calls: the program's loop and a Python call per command (a recorder whose calls do "
+                  "nothing). Recording: hal's record() beyond the calls. end(): planning and encoding beyond the "
+                  "driver's part (the reference's recording). The collector: what Python's cyclic garbage collector "
+                  "added to record+end (both again with it paused), a part of the three before.", "",
+                  "| program | allowance | hal above the reference | the calls | recording | end() | the collector |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in result["reference"]:
+            allowance = (REFERENCE_RECORD_TARGET - 1) * r["reference_record"]
+            lines.append(f"| {r['program']} | {allowance:.2f} | {r['hal_record_end'] - r['reference_record']:.2f} | "
+                         f"{r['call_record']:.2f} | {r['hal_record'] - r['call_record']:.2f} | "
+                         f"{r['hal_end'] - r['reference_record']:.2f} | "
+                         f"{r['hal_record_end'] - r['hal_record_end_paused']:.2f} |")
     return "\n".join(lines)
 
 
