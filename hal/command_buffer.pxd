@@ -1,5 +1,5 @@
 from hal.buffer cimport Buffer, BufferRef
-from hal.commands cimport Command, Segment
+from hal.commands cimport Command
 from hal.dependencies cimport Planner, RaceDetector
 from hal.program cimport Program
 
@@ -23,7 +23,8 @@ cdef class CommandBuffer:
 
     # Recording.
     cdef int phase
-    cdef Segment head, tail
+    cdef list sequence  # this level's commands in recording order
+    cdef Py_ssize_t segment_start  # where the current segment begins in `sequence`
     cdef Py_ssize_t count, barriers
     cdef bint single_pass, uses_slot
     cdef Planner planner

@@ -1,8 +1,10 @@
 """CommandBuffer: the recording API and record-time validation (compiled: this is the hot path).
 
-Recording appends one typed record per command to the current segment of a linked list of segments
-(see hal.commands). Every check that keeps bad input away from a driver happens here, when the command
-is recorded, so the error can name the command index, the argument and the limit; a rejected command
+Recording appends one typed record per command to one list and notes where the current segment (the
+commands between two barriers) begins; segments() shows them as hal.commands' linked list of segments, and
+the planner reads each segment as a run of commands with the same barrier count. Every check that keeps
+bad input away from a driver happens here, when the command is recorded, so the error can name the
+command index, the argument and the limit; a rejected command
 leaves the command buffer as it was. At end() the planner (hal.dependencies) freezes the recording into a
 Program and the backend's emitter (hal.program.Emitter) takes it from there: `deferred` command buffers
 plan and emit everything at end(), `single_pass` ones plan each command as it is recorded and hand it to
@@ -100,7 +102,8 @@ cdef class CommandBuffer:
         self.transient_plan = None
         self.transients_of = None
         self.phase = INITIAL
-        self.head = self.tail = new_segment(0)
+        self.sequence = []
+        self.segment_start = 0
         self.count = 0
         self.barriers = 0
         self.planner = None
@@ -146,11 +149,22 @@ cdef class CommandBuffer:
         return self.recorded
 
     def segments(self) -> Iterator[Segment]:
-        """The segment linked list, from the head."""
-        seg = self.head
-        while seg is not None:
-            yield seg
-            seg = seg.next
+        """The segment linked list so far, from the head (made when asked: the recorder keeps one list of commands
+        and where the current segment begins). The last one is empty after a barrier that no command followed
+        yet, and so is the only one before any command."""
+        cdef list found = []
+        cdef Py_ssize_t start = 0
+        while start < len(self.sequence):
+            segment = (<Command>self.sequence[start]).segment
+            found.append(new_segment(segment))
+            while start < len(self.sequence) and (<Command>self.sequence[start]).segment == segment:
+                (<Segment>found[-1]).commands.append(self.sequence[start])
+                start += 1
+        if self.segment_start == len(self.sequence):
+            found.append(new_segment(self.barriers))
+        for k in range(len(found) - 1):
+            (<Segment>found[k]).next = found[k + 1]
+        return iter(found)
 
     def begin(self) -> None:
         self.device.check_open()
@@ -171,17 +185,10 @@ cdef class CommandBuffer:
         if self.levels:
             raise ValidationError(f"end: {len(self.levels)} region(s) still open; leave their `with` blocks first")
         self.device.check_open()  # the backend emits into the device's objects
-        cdef list segments = []
-        cdef list flat = []
-        cdef Segment seg = self.head
-        while seg is not None:
-            segments.append(seg.commands)
-            flat.extend(seg.commands)
-            seg = seg.next
-        commands = tuple(flat)
+        cdef tuple commands = tuple(self.sequence)
         try:
             if not self.single_pass:
-                self.planner.plan(segments)
+                self.planner.plan(commands)
             self.check_released("end", commands)
             slot_users, constant_users = _users(self.slot_commands, self.constant_commands)
             self.slots_needed = _needed(slot_users)
@@ -247,7 +254,7 @@ cdef class CommandBuffer:
                 f"command {index} (fill_buffer): target offset {t.offset} and length {t.length} must be "
                 f"multiples of {align} (the {len(p)}-byte pattern and the device's fill_buffer_alignment "
                 f"{self.fill_alignment})")
-        self.record(new_fill(index, self.tail.index, t, p), (t,), _WRITE)
+        self.record(new_fill(index, self.barriers, t, p), (t,), _WRITE)
 
     def update_buffer(self, target: Buffer | BufferRef, data: Any) -> None:
         """Write `data` (at most 64 KiB, copied now) at the target offset."""
@@ -269,7 +276,7 @@ cdef class CommandBuffer:
                                   f"must be multiples of the device's update_buffer_alignment {align}")
         if not t.bounded or t.nbytes != n:
             t = BufferRef(t.buffer, t.slot, t.offset, n)
-        self.record(new_update(index, self.tail.index, t, view.tobytes()), (t,), _WRITE)
+        self.record(new_update(index, self.barriers, t, view.tobytes()), (t,), _WRITE)
 
     def copy_buffer(self, source: Buffer | BufferRef, target: Buffer | BufferRef) -> None:
         """Copy the source range (or, for a slot of unknown length, the target range's length)."""
@@ -298,18 +305,14 @@ cdef class CommandBuffer:
             s = BufferRef(s.buffer, s.slot, s.offset, n)
         if not t.bounded or t.nbytes != n:
             t = BufferRef(t.buffer, t.slot, t.offset, n)
-        self.record(new_copy(index, self.tail.index, s, t), (s, t), _READ_WRITE)
+        self.record(new_copy(index, self.barriers, s, t), (s, t), _READ_WRITE)
 
     def execution_barrier(self) -> None:
         """Everything recorded after waits for everything recorded before."""
         if self.phase != RECORDING:
             self.not_recording("execution_barrier")
         self.barriers += 1
-        if self.tail.commands:
-            self.tail.next = new_segment(self.barriers)
-            self.tail = self.tail.next
-        else:
-            self.tail.index = self.barriers
+        self.segment_start = len(self.sequence)
 
     def dispatch(self, executable: Executable, name: str, workgroups: Any = (1, 1, 1),
                  constants: Sequence[Any] = (), bindings: Sequence[Buffer | BufferRef] = ()) -> None:
@@ -363,20 +366,17 @@ cdef class CommandBuffer:
         """Static counts are read when the submission starts: refuse them if an earlier command writes them
         (the same buffer, or the same slot, overlapping)."""
         cdef BufferRef r
-        cdef Segment seg = self.head
-        while seg is not None:
-            for c in seg.commands:
-                refs, writes = refs_and_writes(c)
-                for i in range(len(refs)):
-                    r = refs[i]
-                    if writes[i] and r.buffer is p.buffer and (r.buffer is not None or r.slot == p.slot) and \
-                            r.offset < p.offset + 12 and (not r.bounded or p.offset < r.offset + r.nbytes):
-                        raise ValidationError(
-                            f"command {index} (dispatch_indirect {name}): its parameters [{p.offset}, "
-                            f"{p.offset + 12}) are written by command {(<Command>c).index} ({c.kind}) of this "
-                            f"command buffer, but static counts are read when the submission starts; pass "
-                            f"dynamic=True to read what earlier commands write")
-            seg = seg.next
+        for c in self.sequence:
+            refs, writes = refs_and_writes(c)
+            for i in range(len(refs)):
+                r = refs[i]
+                if writes[i] and r.buffer is p.buffer and (r.buffer is not None or r.slot == p.slot) and \
+                        r.offset < p.offset + 12 and (not r.bounded or p.offset < r.offset + r.nbytes):
+                    raise ValidationError(
+                        f"command {index} (dispatch_indirect {name}): its parameters [{p.offset}, "
+                        f"{p.offset + 12}) are written by command {(<Command>c).index} ({c.kind}) of this "
+                        f"command buffer, but static counts are read when the submission starts; pass "
+                        f"dynamic=True to read what earlier commands write")
 
     cdef void add_dispatch(self, str command, object executable, object name, object workgroups, object constants,
                            object bindings, BufferRef parameters, bint dynamic) except *:
@@ -418,7 +418,7 @@ cdef class CommandBuffer:
             r = self.check_ref((<tuple>bindings)[i], index, command, i, STORAGE)
             Py_INCREF(r)  # PyTuple_SET_ITEM steals a reference
             PyTuple_SET_ITEM(resolved, i, r)
-        cdef Dispatch d = new_dispatch(index, self.tail.index, executable, entry, workgroups, constants, resolved,
+        cdef Dispatch d = new_dispatch(index, self.barriers, executable, entry, workgroups, constants, resolved,
                                        parameters, dynamic)
         if parameters is None:
             self.record(d, d.bindings, d.writes)
@@ -522,7 +522,7 @@ cdef class CommandBuffer:
             details = check_collective(operation, communicator, self.device, s, t, dtype, reduction, peer,
                                        source_peer, index)
             order = communicator.order_ref(self.device)
-            for other in self.tail.commands:
+            for other in self.sequence[self.segment_start:]:
                 if type(other) is Collective and (<Collective>other).communicator is communicator:
                     raise ValidationError(
                         f"command {index} ({operation}): command {(<Command>other).index} ({other.kind}) uses the same "
@@ -531,7 +531,7 @@ cdef class CommandBuffer:
         except BaseException:
             self.uses_slot = False
             raise
-        cdef Collective collective = new_collective(index, self.tail.index, communicator, operation, s, t, order,
+        cdef Collective collective = new_collective(index, self.barriers, communicator, operation, s, t, order,
                                                     details)
         refs, writes = refs_and_writes(collective)
         self.record(collective, refs, writes)
@@ -641,11 +641,11 @@ cdef class CommandBuffer:
         if self.phase != RECORDING:
             self.not_recording("while_nonzero" if loop else "if_nonzero")
         self.execution_barrier()
-        self.levels.append((self.head, self.tail, self.count, self.barriers, self.races, self.slot_commands,
-                            self.constant_commands, self.indirect_commands, self.region_commands, self.nested_commands,
-                            loop, condition))
-        self.head = self.tail = new_segment(0)
-        self.count = self.barriers = 0
+        self.levels.append((self.sequence, self.segment_start, self.count, self.barriers, self.races,
+                            self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands,
+                            self.nested_commands, loop, condition))
+        self.sequence = []
+        self.count = self.barriers = self.segment_start = 0
         self.races = RaceDetector()
         self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands = [], [], [], []
         self.nested_commands = []
@@ -656,13 +656,13 @@ cdef class CommandBuffer:
         dropped, as after an error inside). A kept region must hold a command."""
         if not self.levels:
             raise ValidationError("no region is open here (the command buffer was reset or ended inside it)")
-        cdef list segments = [seg.commands for seg in self.segments() if seg.commands]
-        cdef tuple commands = tuple([c for seg in segments for c in seg])
+        cdef tuple commands = tuple(self.sequence)
         body_slots, body_constants, body_indirect, body_regions, body_nested = (
             self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands,
             self.nested_commands)
-        (self.head, self.tail, self.count, self.barriers, self.races, self.slot_commands, self.constant_commands,
-         self.indirect_commands, self.region_commands, self.nested_commands, loop, condition) = self.levels.pop()
+        (self.sequence, self.segment_start, self.count, self.barriers, self.races, self.slot_commands,
+         self.constant_commands, self.indirect_commands, self.region_commands, self.nested_commands, loop,
+         condition) = self.levels.pop()
         what = "while_nonzero" if loop else "if_nonzero"
         if not keep:
             return
@@ -670,7 +670,7 @@ cdef class CommandBuffer:
             raise ValidationError(f"command {self.count} ({what}): the region holds no command; record one in it "
                                   f"or leave the region out")
         planner = Planner(self.dependencies, self.emitter.lanes, False, self.emitter.graph_layout)
-        planner.plan(segments)
+        planner.plan(commands)
         slot_users, constant_users = _users(body_slots, body_constants)
         body = planner.finish(commands, slot_users, _needed(slot_users), constant_users, _needed(constant_users),
                               tuple(body_indirect), tuple(body_regions), (), tuple(body_nested))
@@ -680,7 +680,7 @@ cdef class CommandBuffer:
             accessed.update(dict.fromkeys(zip(refs, writes)))
         refs = tuple([r for r, _ in accessed])
         writes = tuple([w for _, w in accessed])
-        cdef Region region = new_region(self.count, self.tail.index, loop, condition, body, refs, writes)
+        cdef Region region = new_region(self.count, self.barriers, loop, condition, body, refs, writes)
         self.uses_slot = any([(<BufferRef>r).buffer is None for r in refs])
         self.record(region, refs, writes)
         self.region_commands.append(region.index)
@@ -691,11 +691,12 @@ cdef class CommandBuffer:
     cdef void record(self, Command command, tuple refs, tuple writes) except *:
         """Append `command`, which accesses `refs` (`writes`: which it writes), to the current segment once it
         is known not to race; a single_pass command buffer plans it and hands it to the emitter."""
-        cdef list commands = self.tail.commands
-        if commands and self.validate:  # the first command of a segment cannot race
-            if len(commands) == 1:  # the second command: index the first, forgetting the last segment
-                self.races.rebuild(commands)
-            self.races.add(command, refs, writes, commands)
+        cdef list commands = self.sequence
+        cdef Py_ssize_t earlier = len(commands) - self.segment_start  # of the current segment
+        if earlier and self.validate:  # the first command of a segment cannot race
+            if earlier == 1:  # the second command: index the first, forgetting the last segment
+                self.races.rebuild(commands, self.segment_start)
+            self.races.add(command, refs, writes, commands, self.segment_start)
         if self.single_pass and not self.levels:  # a region's body is planned when the region closes
             self.planner.add(command)
             self.emitter.command(self.recorded, command)
@@ -798,7 +799,7 @@ cdef class CommandBuffer:
             segments.add((<Command>c).segment)
         if self.validate:
             for index in segments:
-                _check_races(segment_of[index].commands, table)
+                _check_races(segment_of[index], table)
             for index in seen:
                 if type(commands[index]) is Region:  # alone in its segment; its body's segments may race
                     _check_body_races(<Region>commands[index], table)
@@ -807,7 +808,11 @@ cdef class CommandBuffer:
         """The segments holding slot commands, and the buffers bound without a slot: so a new table re-checks
         only the commands of the slots whose buffer changed."""
         wanted = {(<Command>c).segment for c in self.slot_commands}
-        self.slot_index = ({seg.index: seg for seg in self.segments() if seg.index in wanted},
+        segment_of = {}  # a segment's count of barriers -> its commands
+        for c in self.recorded.commands:
+            if (<Command>c).segment in wanted:
+                segment_of.setdefault((<Command>c).segment, []).append(c)
+        self.slot_index = (segment_of,
                            frozenset(self.direct(self.recorded.commands)))
         return self.slot_index
 
@@ -920,7 +925,7 @@ def _check_races(list segment, tuple table) -> None:
     races = RaceDetector()
     for c in segment:
         refs, writes = refs_and_writes(c)
-        races.add(c, refs, writes, segment, table)
+        races.add(c, refs, writes, segment, 0, table)
 
 
 def _check_body_races(Region region, tuple table) -> None:

@@ -1,8 +1,9 @@
 """Command records and the segment linked list (compiled: one record is made per recorded command).
 
-A segment is the run of commands between two execution barriers; a command buffer is a linked list
-of segments. Records are typed objects holding resolved references, constants and a private copy of
-update data, so recording allocates one object per command and nothing else.
+A segment is the run of commands between two execution barriers; CommandBuffer.segments() shows a
+recording as a linked list of them. Records are typed objects holding resolved references, constants and a
+private copy of update data. The recorder keeps them in one list, and a barrier makes no object: every object
+recording makes is one more for Python's cyclic garbage collector to pass over.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -106,7 +107,8 @@ cdef class Entry:
 
 
 cdef class Segment:
-    """Commands between two barriers; `index` counts the barriers recorded before them."""
+    """Commands between two barriers; `index` counts the barriers recorded before them (each of the commands'
+    `segment`). CommandBuffer.segments() makes them when asked."""
 
 
 # Records are made only by the recorder, which has checked every field: these set them without a Python call.

@@ -39,12 +39,12 @@ cdef class Planner:
     cdef vector[Py_ssize_t] uses  # deferred: commands per group
 
     cpdef add(self, Command command)
-    cpdef plan(self, list segments)
+    cpdef plan(self, tuple commands)
     cpdef Program finish(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
                          Py_ssize_t constants_needed, tuple indirect=*, tuple regions=*, tuple collectives=*,
                          tuple nested=*)
     cdef void lay_out_program(self) except *
-    cdef void lay_out_segments(self, list segments) except *
+    cdef void lay_out_segments(self, tuple commands) except *
     cdef int dag(self, Command command) except -1
     cdef int lay_out(self, Command command, Py_ssize_t size, bint shared) except -1
     cdef int fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared) except -1
@@ -159,8 +159,8 @@ cdef class RaceDetector:
     cdef list held  # the references in `quiet`, held until reset(): one pointer there never outlives its object
 
     cpdef reset(self)
-    cpdef rebuild(self, list segment, tuple table=*)
-    cpdef add(self, Command command, tuple refs, tuple writes, list segment, tuple table=*)
+    cpdef rebuild(self, list commands, Py_ssize_t first=*, tuple table=*)
+    cpdef add(self, Command command, tuple refs, tuple writes, list commands, Py_ssize_t first=*, tuple table=*)
 
 
 cpdef tuple access_range(BufferRef ref, tuple table=*)

@@ -80,6 +80,15 @@ cdef tuple _collective_accesses(Collective c):
     return (c.source, c.target, c.order), (False, True, True)
 
 
+cdef Py_ssize_t segment_end(tuple commands, Py_ssize_t start):
+    """The end of the segment that begins at `start`: consecutive commands with the same `segment` (a barrier between
+    two commands gives the later one a higher count)."""
+    cdef Py_ssize_t stop = start + 1, segment = (<Command>commands[start]).segment
+    while stop < len(commands) and (<Command>commands[stop]).segment == segment:
+        stop += 1
+    return stop
+
+
 cpdef Py_ssize_t lane_width(Py_ssize_t size, Py_ssize_t lanes):
     """The lanes a segment of `size` commands runs in under a limit of `lanes` (0: none): the fewest that
     are as deep as `lanes` lanes would be (98 commands: 49 lanes of 2, not 64)."""
@@ -136,77 +145,61 @@ cdef class Planner:
         if self.layout_now:
             self.lay_out(command, -1, True)
 
-    cpdef plan(self, list segments):
-        """deferred: plan every command of `segments` (lists of commands, in order) at once."""
+    cpdef plan(self, tuple commands):
+        """deferred: plan every command of `commands` (in recording order) at once, segment by segment (a segment:
+        the commands recorded between the same two barriers, a run of them with the same `segment`)."""
         cdef Program program = self.program
-        cdef list commands
         cdef Command c
-        cdef Py_ssize_t g
-        cdef bint needs, first = True
-        cdef Py_ssize_t k, first_used = -1, last_used = -1, total = 0
-        for k in range(len(segments)):  # the commands, and the first and last segments with some (see below)
-            if len(<list>segments[k]):
-                total += len(<list>segments[k])
-                last_used = k
-                if first_used < 0:
-                    first_used = k
-        program.reserve(total, self.layout_now)
+        cdef Py_ssize_t g, i, start = 0, stop, n = len(commands)
+        cdef bint needs
+        program.reserve(n, self.layout_now)
         if self.hazards:
             # Commands of the first segment wait for nothing; those of the only one note nothing either (else a
             # command's entries matter to the later ones of its own segment too, which may find more candidates
             # through pieces it merged: single_pass must find the same).
-            self.only_segment = first_used == last_used
-            self.tracker.reserve(total)
-            self.lone_group.reserve(self.lone_group.size() + total)
-        for k in range(len(segments)):
-            self.after_earlier = k > first_used
-            commands = segments[k]
-            if not commands:
-                continue
-            needs = not first and not self.hazards  # barriers mode: after the first non-empty segment
-            first = False
-            for c in commands:
+            self.only_segment = n == 0 or segment_end(commands, 0) == n
+            self.tracker.reserve(n)
+            self.lone_group.reserve(self.lone_group.size() + n)
+        while start < n:
+            stop = segment_end(commands, start)
+            self.after_earlier = start > 0
+            needs = start > 0 and not self.hazards  # barriers mode: after the first segment
+            for i in range(start, stop):
+                c = commands[i]
                 self.dag(c)
                 if self.hazards and not needs:  # a barrier when a command waits for one since the last barrier
                     g = program.group_of[c.index]
                     needs = g >= 0 and program.group_last[g] >= self.fence
             if needs:
-                self.fence = (<Command>commands[0]).index
+                self.fence = (<Command>commands[start]).index
             program.barrier.push_back(needs)
-            if len(commands) > 1:
-                program.barrier.resize(program.barrier.size() + len(commands) - 1, False)
+            program.barrier.resize(program.barrier.size() + stop - start - 1, False)
+            start = stop
         if self.layout_now:
-            self.lay_out_segments(segments)
+            self.lay_out_segments(commands)
 
     cdef void lay_out_program(self) except *:
         """The graph layout of the whole Program, as planning would have laid it out (Program.need_layout)."""
         cdef Program program = self.program
-        cdef tuple commands = program.commands
-        cdef Py_ssize_t start = 0, i
         if self.single_pass:
-            for c in commands:
+            for c in program.commands:
                 self.lay_out(c, -1, True)
             return
-        segments = []
-        for i in range(1, len(commands) + 1):  # a segment's commands are consecutive
-            if i == len(commands) or (<Command>commands[i]).segment != (<Command>commands[start]).segment:
-                segments.append(list(commands[start:i]))
-                start = i
-        self.lay_out_segments(segments)
+        self.lay_out_segments(program.commands)
 
-    cdef void lay_out_segments(self, list segments) except *:
+    cdef void lay_out_segments(self, tuple commands) except *:
         """deferred: the graph layout, each segment seen whole."""
         cdef Program program = self.program
-        cdef list commands
-        cdef Command c
-        cdef Py_ssize_t g
+        cdef Py_ssize_t g, i, start = 0, stop
         self.uses.resize(program.group_last.size())
         for g in program.group_of:
             if g >= 0:
                 self.uses[g] += 1
-        for commands in segments:
-            for c in commands:
-                self.lay_out(c, len(commands), False)
+        while start < len(commands):
+            stop = segment_end(commands, start)
+            for i in range(start, stop):
+                self.lay_out(commands[i], stop - start, False)
+            start = stop
 
     cdef int dag(self, Command command) except -1:
         cdef Program program = self.program
@@ -988,19 +981,20 @@ cdef class RaceDetector:
         self.quiet.clear()
         self.held.clear()
 
-    cpdef rebuild(self, list segment, tuple table=None):
-        """Index exactly the commands of `segment`, accepted ones: nothing among them is searched for."""
+    cpdef rebuild(self, list commands, Py_ssize_t first=0, tuple table=None):
+        """Index exactly the segment's commands, commands[first:], accepted ones: nothing among them is searched
+        for."""
         self.reset()
-        cdef Command c
-        for c in segment:
-            refs, writes = refs_and_writes(c)
-            self.add(c, refs, writes, [], table)
+        cdef Py_ssize_t i
+        for i in range(first, len(commands)):
+            refs, writes = refs_and_writes(commands[i])
+            self.add(commands[i], refs, writes, commands, len(commands), table)
 
-    cpdef add(self, Command command, tuple refs, tuple writes, list segment, tuple table=None):
+    cpdef add(self, Command command, tuple refs, tuple writes, list commands, Py_ssize_t first=0, tuple table=None):
         """Check `command`, which accesses `refs[i]` (writing it if `writes[i]`), against the ranges indexed
         so far, then index it. With a binding table, slots are keyed by the buffers bound to them. On a
-        race, `segment` is searched for the partner and indexed again (the command's earlier accesses are
-        forgotten), then ValidationError is raised.
+        race, the segment, commands[first:], is searched for the partner and indexed again (the command's
+        earlier accesses are forgotten), then ValidationError is raised.
 
         One pass: ranges are merged as they are checked. An overlap found may be with the command's own
         earlier access (legal); only on that rare path are the other commands searched.
@@ -1031,9 +1025,9 @@ cdef class RaceDetector:
                 clash = _overlaps(state.ws, state.we, start, end) or \
                     (write and _overlaps(state.rs, state.re, start, end))
             if clash:
-                other = _partner(command, key, start, end, write, segment, table)
+                other = _partner(command, key, start, end, write, commands, first, table)
                 if other is not None:
-                    self.rebuild(segment, table)
+                    self.rebuild(commands, first, table)
                     _raise_race(command, key, start, end, write, other)
             if write:
                 for quiet in state.quiet:  # this write may overlap them
@@ -1121,12 +1115,12 @@ cdef void _union(vector[Py_ssize_t]& starts, vector[Py_ssize_t]& ends, Py_ssize_
     ends.insert(ends.begin() + i, end)
 
 
-cdef object _partner(Command command, Py_ssize_t key, Py_ssize_t start, Py_ssize_t end, bint write, list segment,
-                     tuple table):
-    """The earlier command of `segment` whose access conflicts with this one, if any."""
+cdef object _partner(Command command, Py_ssize_t key, Py_ssize_t start, Py_ssize_t end, bint write, list commands,
+                     Py_ssize_t first, tuple table):
+    """The earlier command of the segment, commands[first:], whose access conflicts with this one, if any."""
     cdef Command other
     cdef Py_ssize_t ostart, oend
-    for other in segment:
+    for other in commands[first:]:
         if other.index >= command.index:
             break
         refs, writes = refs_and_writes(other)

@@ -49,13 +49,11 @@ def plan(cb, lanes, strategy, layout=True):
     """The Program of `cb`'s recording, planned again with a lane limit of `lanes`; `layout`: laid out while
     planning, else on first use."""
     planner = Planner(cb.dependencies, lanes, strategy == "single_pass", layout)
-    segments = [list(seg.commands) for seg in cb.segments()]
     if strategy == "single_pass":
-        for commands in segments:
-            for c in commands:
-                planner.add(c)
+        for c in cb.commands:
+            planner.add(c)
     else:
-        planner.plan(segments)
+        planner.plan(cb.commands)
     return planner.finish(cb.commands, {}, 0, {}, 0)
 
 
