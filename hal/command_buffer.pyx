@@ -24,8 +24,8 @@ import networkx as nx
 import numpy as np
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
-from hal.commands cimport (Collective, Command, Dispatch, Entry, Fill, Region, Segment, new_collective, new_copy,
-                           new_dispatch, new_fill, new_region, new_segment, new_update)
+from hal.commands cimport (Collective, Command, Dispatch, Entries, Entry, Fill, Region, Segment, new_collective,
+                           new_copy, new_dispatch, new_fill, new_region, new_segment, new_update)
 from hal.dependencies cimport (Planner, RaceDetector, access_range, give_back_race_detector, refs_and_writes,
                                take_race_detector)
 from hal.program cimport Program
@@ -383,18 +383,19 @@ cdef class CommandBuffer:
         """Check and record a dispatch (`command`: "dispatch", or "dispatch_indirect" with its `parameters`)."""
         cdef Py_ssize_t index = self.count, i
         cdef Entry entry = None
-        try:
-            entry = executable.entries[name]
-        except (AttributeError, KeyError, TypeError):
-            pass
+        if isinstance(executable, Entries):
+            try:
+                entry = (<Entries>executable).entries.get(name)
+            except (AttributeError, TypeError):  # entries None; an unhashable name
+                pass
         if entry is None or entry.device is not self.device:
             _bad_export(executable, name, self.device, index, command)
-        if not (type(workgroups) is tuple and len(workgroups) == 3 and self.workgroups_fit(workgroups)):
+        if not (type(workgroups) is tuple and len(<tuple>workgroups) == 3 and self.workgroups_fit(workgroups)):
             workgroups = _workgroups(workgroups, index, name, (self.max_groups_x, self.max_groups_y,
                                                                self.max_groups_z))
         if type(constants) is not tuple:
             constants = _sequence(constants, index, name, "constants", command)
-        cdef Py_ssize_t n = len(constants)
+        cdef Py_ssize_t n = len(<tuple>constants)
         if n != entry.constants:
             raise ValidationError(f"command {index} ({command} {name}): {n} constants given, "
                                   f"the export takes {entry.constants}")
@@ -408,7 +409,7 @@ cdef class CommandBuffer:
                 break
         if type(bindings) is not tuple:
             bindings = _sequence(bindings, index, name, "bindings", command)
-        n = len(bindings)
+        n = len(<tuple>bindings)
         if n != entry.bindings:
             raise ValidationError(f"command {index} ({command} {name}): {n} bindings given, "
                                   f"the export takes {entry.bindings}")

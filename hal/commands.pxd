@@ -32,6 +32,10 @@ cdef class Entry:
     cdef readonly tuple writes  # per binding: does the kernel write it?
 
 
+cdef class Entries:
+    cdef public dict entries  # export name -> Entry
+
+
 cdef class Dispatch(Command):
     cdef readonly object executable
     cdef readonly object export

@@ -106,6 +106,11 @@ cdef class Entry:
         return f"<Entry {self.ordinal}: {self.export!r}>"
 
 
+cdef class Entries:
+    """What the recorder reads of a loaded executable, as a typed field: `entries` maps each export's name to its Entry
+    (empty once released). hal.executable.Executable derives from it."""
+
+
 cdef class Segment:
     """Commands between two barriers; `index` counts the barriers recorded before them (each of the commands'
     `segment`). CommandBuffer.segments() makes them when asked."""

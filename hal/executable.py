@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hal.commands import Entry
+from hal.commands import Entries, Entry
 from hal.errors import UnsupportedError, ValidationError, integer
 
 if TYPE_CHECKING:
@@ -172,11 +172,12 @@ def _payload_bytes(payload: Any) -> bytes:
     return bytes(payload)
 
 
-class Executable:
+class Executable(Entries):
     """A source loaded on one device. Backends subclass it; `export` looks an entry point up by name, and
-    `entries` maps each export's name to its hal.commands.Entry (its position and what the recorder checks)."""
+    `entries` (hal.commands.Entries) maps each export's name to its hal.commands.Entry (its position and what the
+    recorder checks)."""
 
-    __slots__ = ("device", "source", "exports", "entries", "_released", "__weakref__")
+    __slots__ = ("device", "source", "exports", "_released", "__weakref__")
 
     def __init__(self, device: Device, source: ExecutableSource) -> None:
         self.device = device
