@@ -6,6 +6,7 @@ private copy of update data. The recorder keeps them in one list, and a barrier 
 recording makes is one more for Python's cyclic garbage collector to pass over.
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.math cimport isinf
 from libc.string cimport memcpy
@@ -106,6 +107,7 @@ cdef class Entry:
         return f"<Entry {self.ordinal}: {self.export!r}>"
 
 
+@cython.auto_pickle(False)  # a copy (of an Executable) would be a second owner of its device objects
 cdef class Entries:
     """What the recorder reads of a loaded executable, as a typed field: `entries` maps each export's name to its Entry
     (empty once released). hal.executable.Executable derives from it."""

@@ -1,4 +1,6 @@
+import copy
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -69,6 +71,16 @@ def test_export_lookup_names_the_choices(host):
     assert exe.export("k") is EXPORT
     with pytest.raises(hal.ValidationError, match="has k"):
         exe.export("nope")
+
+
+def test_an_executable_is_not_copied(host):
+    """A copy would be a second owner of what the device holds for it (and a copy of its compiled base alone
+    would have no device): copying refuses, the executable stays whole."""
+    exe = host.load_executable(hal.ExecutableSource.python({"k": _k}, [EXPORT]))
+    for copier in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError):
+            copier(exe)
+    assert exe.device is host and exe.export("k") is EXPORT
 
 
 def test_exports_beyond_device_limits_are_refused_at_load():
