@@ -4,11 +4,10 @@ Recording appends one typed record per command to one list and notes where the c
 commands between two barriers) begins; segments() shows them as hal.commands' linked list of segments, and
 the planner reads each segment as a run of commands with the same barrier count. Every check that keeps
 bad input away from a driver happens here, when the command is recorded, so the error can name the
-command index, the argument and the limit; a rejected command
-leaves the command buffer as it was. At end() the planner (hal.dependencies) freezes the recording into a
-Program and the backend's emitter (hal.program.Emitter) takes it from there: `deferred` command buffers
-plan and emit everything at end(), `single_pass` ones plan each command as it is recorded and hand it to
-the emitter at once.
+command index, the argument and the limit; a rejected command leaves the command buffer as it was. At
+end() the planner (hal.dependencies) freezes the recording into a Program and the backend's emitter
+(hal.program.Emitter) takes it from there: `deferred` command buffers plan and emit everything at end(),
+`single_pass` ones plan each command as it is recorded and hand it to the emitter at once.
 """
 
 from cpython.long cimport PyLong_AsLongLongAndOverflow
@@ -153,13 +152,9 @@ cdef class CommandBuffer:
         and where the current segment begins). The last one is empty after a barrier that no command followed
         yet, and so is the only one before any command."""
         cdef list found = []
-        cdef Py_ssize_t start = 0
-        while start < len(self.sequence):
-            segment = (<Command>self.sequence[start]).segment
-            found.append(new_segment(segment))
-            while start < len(self.sequence) and (<Command>self.sequence[start]).segment == segment:
-                (<Segment>found[-1]).commands.append(self.sequence[start])
-                start += 1
+        for index, commands in _segments_of(tuple(self.sequence)).items():
+            found.append(new_segment(index))
+            (<Segment>found[-1]).commands.extend(commands)
         if self.segment_start == len(self.sequence):
             found.append(new_segment(self.barriers))
         for k in range(len(found) - 1):
@@ -809,12 +804,9 @@ cdef class CommandBuffer:
         """The segments holding slot commands, and the buffers bound without a slot: so a new table re-checks
         only the commands of the slots whose buffer changed."""
         wanted = {(<Command>c).segment for c in self.slot_commands}
-        segment_of = {}  # a segment's count of barriers -> its commands
-        for c in self.recorded.commands:
-            if (<Command>c).segment in wanted:
-                segment_of.setdefault((<Command>c).segment, []).append(c)
-        self.slot_index = (segment_of,
-                           frozenset(self.direct(self.recorded.commands)))
+        segment_of = {index: commands for index, commands in _segments_of(self.recorded.commands).items()
+                      if index in wanted}
+        self.slot_index = (segment_of, frozenset(self.direct(self.recorded.commands)))
         return self.slot_index
 
     cdef tuple direct(self, tuple commands):
@@ -931,13 +923,20 @@ def _check_races(list segment, tuple table) -> None:
 
 def _check_body_races(Region region, tuple table) -> None:
     """_check_races for each segment of a region's body, and of the regions inside it."""
-    by_segment = {}
     for c in region.body.commands:
-        by_segment.setdefault((<Command>c).segment, []).append(c)
         if type(c) is Region:
             _check_body_races(<Region>c, table)
-    for segment in by_segment.values():
+    for segment in _segments_of(region.body.commands).values():
         _check_races(segment, table)
+
+
+cdef dict _segments_of(tuple commands):
+    """Each segment's commands (a list) by its count of barriers, in recording order (a segment's commands are
+    consecutive, and the count grows from one segment to the next)."""
+    cdef dict found = {}
+    for c in commands:
+        found.setdefault((<Command>c).segment, []).append(c)
+    return found
 
 
 def _check_slot_condition(Region c, tuple table) -> None:
