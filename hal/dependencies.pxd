@@ -50,17 +50,16 @@ cdef class Planner:
     cdef int fan_in(self, Py_ssize_t group, vector[Py_ssize_t]& deps, bint shared) except -1
 
 
-cdef struct Access:
-    Py_ssize_t buffer  # Buffer.serial; -1: a slot
-    Py_ssize_t start
-    Py_ssize_t end
-    bint write
-
-
 cdef struct Range:
     Py_ssize_t map  # the ident of an access map (HazardTracker.maps)
     Py_ssize_t start
     Py_ssize_t end
+
+
+cdef struct Touch:  # an access of a tracked command (HazardTracker.touches)
+    Py_ssize_t buffer  # Buffer.serial; -1: a slot
+    Range range  # in the map tracking that buffer
+    bint write
 
 
 cdef struct Piece:
@@ -108,11 +107,11 @@ cdef class HazardTracker:
     cdef Py_ssize_t universe
     cdef vector[Tracked] tracked  # per command
     cdef Py_ssize_t segment, segment_first  # the last command's segment and its first command
-    cdef vector[Range] touches  # every command's accesses, in recording order
-    # The command being added: its index and accesses; its candidates as found (repeats too), and the ranges
-    # that candidate writers alone last wrote.
+    cdef vector[Touch] touches  # every command's accesses, in recording order
+    cdef Py_ssize_t applied  # the maps hold the accesses of commands [0, applied) (see add)
+    # The command being added: its index; its candidates as found (repeats too), and the ranges that candidate
+    # writers alone last wrote.
     cdef Py_ssize_t current
-    cdef vector[Access] accesses
     cdef vector[Py_ssize_t] found
     cdef vector[Wrote] wrote
     cdef Py_ssize_t latest  # the latest candidate (-1: none)
@@ -129,10 +128,12 @@ cdef class HazardTracker:
     cdef int reserve(self, Py_ssize_t commands) except -1
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1
     cdef inline int note(self, Py_ssize_t segment, Py_ssize_t first_touch) except -1
+    cdef bint extends_chain(self, Py_ssize_t first, Py_ssize_t first_touch) noexcept
+    cdef int catch_up(self) except -1
     cdef inline Py_ssize_t map_for(self, Py_ssize_t buffer) except -1
     cdef Py_ssize_t look_up_map(self, Py_ssize_t buffer) except -1
     cdef int share(self) except -1
-    cdef int visit(self, Range& access, bint write, Py_ssize_t segment, bint earlier) except -1
+    cdef int visit(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef inline int add_candidate(self, Py_ssize_t writer, Piece* piece, Range& access) except -1
     cdef int collect(self, Range& access, bint write, Py_ssize_t segment) except -1
     cdef int record(self, Range& access, bint write, Py_ssize_t segment) except -1

@@ -10,7 +10,8 @@ command as it is recorded (the backend may emit it at once). Three things come o
   - hazards mode (XLA style): a command waits for an earlier command of an earlier segment only if their
     byte ranges overlap and one writes; the result is transitively reduced (see HazardTracker). Ranges are
     indexed per buffer in interval maps holding, for each piece of a buffer, its last writers and the readers
-    since, so the work per command depends on what it overlaps, not on the length of the program. Slot
+    since, so the work per command depends on what it overlaps, not on the length of the program; a chain
+    compares each command with the one before it alone. Slot
     references may be bound to any buffer, so once one appears every range is tracked in one shared map
     (conservative).
 - barrier flags for a replay in recording order: before a command (deferred: a segment) that waits for
@@ -360,12 +361,15 @@ cdef class HazardTracker:
     all, and sorted out once (`settle`): one within the latest candidate's reach is dropped without a search; in a
     chain that settles every candidate, however long the chain (the reduction's search, which has a budget, is for
     what remains).
+
+    A chain needs no map at all: a command that conflicts with the command before its segment, when that one was
+    alone in its segment and reaches every command before it, waits for it alone (extends_chain compares their
+    accesses). The maps then lag behind and catch up, in recording order, when a command needs them.
     """
 
     def __init__(self):
         self.reset()
-        # Room for a typical command's accesses and candidates: growing one at a time costs more.
-        self.accesses.reserve(8)
+        # Room for a typical command's candidates: growing one at a time costs more.
         self.found.reserve(16)
         self.wrote.reserve(8)
         self.preds.reserve(8)
@@ -374,6 +378,7 @@ cdef class HazardTracker:
     cdef void reset(self) noexcept:
         """Track from scratch, keeping the tables' memory."""
         self.universe = -1
+        self.applied = 0
         self.marks = 0
         self.segment = -1
         for i in range(RECENT):
@@ -384,7 +389,6 @@ cdef class HazardTracker:
         self.tracked.clear()
         self.touches.clear()
         # The scratch too: a plan that raised midway (out of memory) may have left some of it filled.
-        self.accesses.clear()
         self.found.clear()
         self.wrote.clear()
         self.preds.clear()
@@ -403,9 +407,13 @@ cdef class HazardTracker:
     cdef int add(self, Command command, Program program, bint earlier, bint alone) except -1:
         """Set `preds` to the predecessors of `command` (the next in recording order), in recording order.
         `earlier`: an earlier segment holds commands (else it waits for nothing); `alone`: its segment is the
-        only one with commands (nothing to wait for, and no entry in the maps matters)."""
+        only one with commands (nothing to wait for, and no entry in the maps matters).
+
+        The maps are brought up to date only for a command that needs them: one that waits for nothing, or
+        that extends a chain (see extends_chain), is answered without them and entered later (catch_up), in
+        recording order, which leaves them as entering each at once would. A chain never builds them."""
         cdef Py_ssize_t segment = command.segment, first_touch = self.touches.size(), first, i, n
-        cdef Range* touch
+        cdef Touch* touch
         if segment != self.segment:
             self.segment, self.segment_first = segment, command.index
         first = self.segment_first
@@ -414,40 +422,81 @@ cdef class HazardTracker:
         if alone:
             self.note(segment, first_touch)
             return 0
-        _accesses(command, self.accesses)
-        n = self.accesses.size()
+        _accesses(command, self.touches, first_touch)
+        n = self.touches.size() - first_touch
         if self.universe < 0:
-            for i in range(n):
-                if self.accesses[i].buffer < 0:
+            for i in range(first_touch, first_touch + n):
+                if self.touches[i].buffer < 0:  # the first slot reference
+                    self.catch_up()  # the maps merge whole
                     self.share()
                     break
+        cdef bint distinct = True  # no two accesses share a map
+        for i in range(first_touch, first_touch + n):
+            touch = &self.touches[i]
+            touch.range.map = self.map_for(touch.buffer)
+            if self.map_seen[touch.range.map] == self.current:
+                distinct = False
+            self.map_seen[touch.range.map] = self.current
+        self.note(segment, first_touch)
+        if not earlier:
+            return 0
+        if self.extends_chain(first, first_touch):
+            self.preds.push_back(first - 1)
+            self.tracked.back().reach = 0  # as reach_of_preds: its predecessor's, which is 0
+            return 0
+        self.catch_up()
+        self.applied += 1  # entered below
         self.found.clear()
         self.wrote.clear()
         self.latest = -1
-        cdef bint distinct = True  # no two accesses share a map
-        for i in range(n):
-            touch = &self.touches.emplace_back()  # filled in place (see note)
-            touch.map = self.map_for(self.accesses[i].buffer)
-            touch.start, touch.end = self.accesses[i].start, self.accesses[i].end
-            if self.map_seen[touch.map] == self.current:
-                distinct = False
-            self.map_seen[touch.map] = self.current
-        self.note(segment, first_touch)
         if distinct:  # an access's entries are then met by no other access of the command: one pass each
-            for i in range(n):
-                self.visit(self.touches[first_touch + i], self.accesses[i].write, segment, earlier)
+            for i in range(first_touch, first_touch + n):
+                self.visit(self.touches[i].range, self.touches[i].write, segment)
         else:
-            if earlier:
-                for i in range(n):
-                    self.collect(self.touches[first_touch + i], self.accesses[i].write, segment)
-            for i in range(n):  # after every collect: a command never waits for itself
-                self.record(self.touches[first_touch + i], self.accesses[i].write, segment)
+            for i in range(first_touch, first_touch + n):
+                self.collect(self.touches[i].range, self.touches[i].write, segment)
+            for i in range(first_touch, first_touch + n):  # after every collect: a command never waits for itself
+                self.record(self.touches[i].range, self.touches[i].write, segment)
         if not self.found.empty():
             if self.settle():
                 self.reduce(program)
             else:
                 self.preds.push_back(self.latest)
             self.tracked.back().reach = self.reach_of_preds(first)
+        return 0
+
+    cdef bint extends_chain(self, Py_ssize_t first, Py_ssize_t first_touch) noexcept:
+        """Whether the command just noted, whose segment starts at `first` and whose accesses start at
+        `first_touch`, waits for the command before its segment alone, told without the maps: that command, p,
+        was alone in its segment and reaches every command before it (its `reach` is 0), and an access of the
+        new command overlaps one of p's, one of the two writing. The maps would find p then (every access keeps
+        its entries in the pieces over its range until a later segment hides them), as the latest candidate, and
+        every other candidate within its reach: settle keeps p alone."""
+        cdef Py_ssize_t p = first - 1, i, k
+        if p < 0 or self.tracked[p].first != p or self.tracked[p].reach != 0:
+            return False
+        cdef Touch* mine
+        cdef Touch* theirs
+        for i in range(first_touch, <Py_ssize_t>self.touches.size()):
+            mine = &self.touches[i]
+            for k in range(self.tracked[p].first_touch, self.tracked[p].end_touch):
+                theirs = &self.touches[k]
+                if mine.range.map == theirs.range.map and (mine.write or theirs.write) and \
+                        mine.range.start < theirs.range.end and theirs.range.start < mine.range.end:
+                    return True
+        return False
+
+    cdef int catch_up(self) except -1:
+        """Enter into the maps the accesses of the commands before the current one that add() left out."""
+        cdef Py_ssize_t current = self.current, c, i
+        cdef Tracked* t
+        for c in range(self.applied, current):
+            self.current = c  # record() enters the current command
+            t = &self.tracked[c]
+            for i in range(t.first_touch, t.end_touch):
+                self.record(self.touches[i].range, self.touches[i].write, t.segment)
+        self.current = current
+        self.applied = current
         return 0
 
     cdef inline int note(self, Py_ssize_t segment, Py_ssize_t first_touch) except -1:
@@ -500,31 +549,29 @@ cdef class HazardTracker:
         self.map_of.clear()
         return 0
 
-    cdef int visit(self, Range& access, bint write, Py_ssize_t segment, bint earlier) except -1:
-        """collect (when `earlier`) and record an access that no other access of the command shares a map with,
+    cdef int visit(self, Range& access, bint write, Py_ssize_t segment) except -1:
+        """collect and record an access that no other access of the command shares a map with,
         in one pass over the lists when it covers exactly one piece (a whole buffer, the common case)."""
         cdef vector[Piece]* pieces = &self.maps[access.map]
         cdef Py_ssize_t i = _first_ending_after(deref(pieces), access.start), low, c, sc, kept
         cdef Piece* piece
         if i == <Py_ssize_t>pieces.size() or deref(pieces)[i].start != access.start or \
                 deref(pieces)[i].end != access.end:
-            if earlier:
-                self.collect(access, write, segment)
+            self.collect(access, write, segment)
             return self.record(access, write, segment)
         piece = &deref(pieces)[i]
         low = 0 if piece.floor == segment else piece.floor
         if not write:
-            if earlier:
-                for c in piece.writers:
-                    if low <= self.tracked[c].segment < segment:
-                        self.add_candidate(c, piece, access)
+            for c in piece.writers:
+                if low <= self.tracked[c].segment < segment:
+                    self.add_candidate(c, piece, access)
             piece.readers.push_back(self.current)  # the command's own entries are in no list yet
             return 0
         # A write: the lists keep what record() keeps, in place.
         kept = 0
         for c in piece.writers:
             sc = self.tracked[c].segment
-            if earlier and low <= sc < segment:
+            if low <= sc < segment:
                 self.add_candidate(c, piece, access)
             if low <= sc <= segment:
                 piece.writers[kept] = c
@@ -533,7 +580,7 @@ cdef class HazardTracker:
         kept = 0
         for c in piece.readers:
             sc = self.tracked[c].segment
-            if earlier and low <= sc < segment:
+            if low <= sc < segment:
                 self.found.push_back(c)
                 self.latest = max(self.latest, c)
             if low <= sc <= segment:
@@ -748,7 +795,7 @@ cdef class HazardTracker:
         cdef Py_ssize_t i
         cdef Range t
         for i in range(self.tracked[command].first_touch, self.tracked[command].end_touch):
-            t = self.touches[i]
+            t = self.touches[i].range
             if t.map == written.map and written.start < t.end and t.start < written.end:
                 return True
         return False
@@ -809,52 +856,52 @@ cdef void _give_back_tracker(HazardTracker tracker) noexcept:
     memory would stay held as long as the process)."""
     global _spare_tracker
     if tracker.tracked.capacity() <= SPARE_COMMANDS and tracker.touches.capacity() <= 4 * SPARE_COMMANDS and \
-            tracker.accesses.capacity() <= SPARE_COMMANDS and tracker.found.capacity() <= SPARE_COMMANDS:
+            tracker.found.capacity() <= SPARE_COMMANDS:
         tracker.reset()
         _spare_tracker = tracker
 
 
 @cython.boundscheck(False)  # i runs over the bindings (refs); writes holds a flag for each by construction
 @cython.wraparound(False)  # (Entry.writes, new_region)
-cdef int _accesses(Command command, vector[Access]& into) except -1:
-    """Set `into` to the accesses of `command`: refs_and_writes' references and flags as plain ranges."""
+cdef int _accesses(Command command, vector[Touch]& into, Py_ssize_t first) except -1:
+    """Append to `into`, whose entries from `first` on are the command's, the accesses of `command`: refs_and_writes'
+    references and flags as plain ranges (their maps left for the tracker to fill in)."""
     cdef type kind = type(command)
     cdef Dispatch dispatch
     cdef Py_ssize_t i
-    into.clear()
     if kind is Dispatch:
         dispatch = <Dispatch>command
         for i in range(len(dispatch.bindings)):  # BufferRefs, checked when recorded
-            _add_access(into, <BufferRef>dispatch.bindings[i], dispatch.writes[i])
+            _add_access(into, first, <BufferRef>dispatch.bindings[i], dispatch.writes[i])
         if dispatch.parameters is not None:
-            _add_access(into, dispatch.parameters, False)
+            _add_access(into, first, dispatch.parameters, False)
     elif kind is Copy:
-        _add_access(into, (<Copy>command).source, False)
-        _add_access(into, (<Copy>command).target, True)
+        _add_access(into, first, (<Copy>command).source, False)
+        _add_access(into, first, (<Copy>command).target, True)
     elif kind is Fill:
-        _add_access(into, (<Fill>command).target, True)
+        _add_access(into, first, (<Fill>command).target, True)
     elif kind is Region:
         for i in range(len((<Region>command).refs)):
-            _add_access(into, <BufferRef>(<Region>command).refs[i], (<Region>command).writes[i])
+            _add_access(into, first, <BufferRef>(<Region>command).refs[i], (<Region>command).writes[i])
     elif kind is Collective:
         refs, writes = _collective_accesses(<Collective>command)
         for i in range(len(refs)):
-            _add_access(into, <BufferRef>refs[i], writes[i])
+            _add_access(into, first, <BufferRef>refs[i], writes[i])
     else:
-        _add_access(into, (<Update>command).target, True)
+        _add_access(into, first, (<Update>command).target, True)
     return 0
 
 
-cdef inline int _add_access(vector[Access]& into, BufferRef ref, bint write) except -1:
-    """Append an access, unless it repeats the previous one (a range bound twice in a row, as in x + x): found
-    and entered again, it would change nothing."""
+cdef inline int _add_access(vector[Touch]& into, Py_ssize_t first, BufferRef ref, bint write) except -1:
+    """Append an access, unless it repeats the command's previous one, `into[first:]` being the command's (a range
+    bound twice in a row, as in x + x): found and entered again, it would change nothing."""
     cdef Py_ssize_t buffer = -1 if ref.buffer is None else ref.buffer.serial
     cdef Py_ssize_t start = ref.offset, end = ref.offset + ref.nbytes if ref.bounded else END
-    if not into.empty() and into.back().buffer == buffer and into.back().start == start and \
-            into.back().end == end and into.back().write == write:
+    if <Py_ssize_t>into.size() > first and into.back().buffer == buffer and into.back().range.start == start and \
+            into.back().range.end == end and into.back().write == write:
         return 0
-    cdef Access* access = &into.emplace_back()  # filled in place (see HazardTracker.note)
-    access.buffer, access.start, access.end, access.write = buffer, start, end, write
+    cdef Touch* access = &into.emplace_back()  # filled in place (see HazardTracker.note)
+    access.buffer, access.range.start, access.range.end, access.write = buffer, start, end, write
     return 0
 
 

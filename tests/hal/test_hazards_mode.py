@@ -216,6 +216,44 @@ def test_weights_read_by_every_step_of_a_long_chain_need_no_edge_past_the_first(
     assert sorted(cb.dependency_graph().edges) == [(i, i + 1) for i in range(steps)]
 
 
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_a_command_off_a_chain_finds_what_the_chain_wrote(host, strategy):
+    """A chain's commands each wait for the one before, found without the access maps; a command that does not
+    touch the last step must still find, through the maps, the early step it conflicts with, and what the
+    chain read and wrote after it."""
+    x, y, z, w = (host.allocate(64) for _ in range(4))
+    cb = host.create_command_buffer(dependencies="hazards", strategy=strategy)
+    with cb:
+        cb.fill_buffer(x, np.uint32(1))  # 0
+        cb.execution_barrier()
+        cb.copy_buffer(x, y)  # 1: after 0
+        cb.execution_barrier()
+        cb.copy_buffer(y, z)  # 2: after 1
+        cb.execution_barrier()
+        cb.copy_buffer(x, w)  # 3: after 0 only (no conflict with 2)
+        cb.execution_barrier()
+        cb.fill_buffer(y, np.uint32(2))  # 4: after 2 (it read y) and 1 (it wrote y): 2 reaches 1
+        cb.execution_barrier()
+        cb.copy_buffer(w, x)  # 5: after 3 (it wrote w, read x) and 1 (it read x), which 3 does not reach
+    assert sorted(cb.dependency_graph().edges) == [(0, 1), (0, 3), (1, 2), (1, 5), (2, 4), (3, 5)]
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_a_slot_after_a_chain_sees_every_step(host, strategy):
+    """The first slot reference merges the access maps into one; the chain before it, answered without the maps,
+    must be in them first: a write through a slot after the chain waits for its last step."""
+    x, y = host.allocate(64), host.allocate(64)
+    cb = host.create_command_buffer(dependencies="hazards", strategy=strategy, binding_capacity=1)
+    with cb:
+        cb.fill_buffer(x, np.uint32(1))  # 0
+        cb.execution_barrier()
+        cb.copy_buffer(x, y)  # 1
+        cb.execution_barrier()
+        cb.fill_buffer(hal.slot(0, 0, 64), np.uint32(2))  # 2: may be x or y
+    assert sorted(cb.dependency_graph().edges) == [(0, 1), (1, 2)]
+
+
 def _slice_reader(host, bindings=3):
     """A kernel doing nothing that reads every binding but the last, which it writes."""
     def k(ctx):
