@@ -11,9 +11,8 @@ command as it is recorded (the backend may emit it at once). Three things come o
     byte ranges overlap and one writes; the result is transitively reduced (see HazardTracker). Ranges are
     indexed per buffer in interval maps holding, for each piece of a buffer, its last writers and the readers
     since, so the work per command depends on what it overlaps, not on the length of the program; a chain
-    compares each command with the one before it alone. Slot
-    references may be bound to any buffer, so once one appears every range is tracked in one shared map
-    (conservative).
+    compares each command with the one before it alone. Slot references may be bound to any buffer, so once
+    one appears every range is tracked in one shared map (conservative).
 - barrier flags for a replay in recording order: before a command (deferred: a segment) that waits for
   one recorded since the last barrier;
 - the graph layout: the commands of a segment run in at most `lanes` chains (command j waits for command
