@@ -88,6 +88,7 @@ cdef struct Tracked:  # what HazardTracker keeps of each command
 
 cdef enum:
     RECENT = 64  # HazardTracker.recent_buffer's length, a power of two
+    CHAIN_PAIRS = 64  # the most pairs of accesses HazardTracker.extends_chain compares (else the maps answer)
     SPARE_COMMANDS = 1 << 14  # the most commands the spare HazardTracker keeps room for (_give_back_tracker)
     SPARE_KEYS = 256  # the most keys the spare RaceDetector keeps room for (give_back_race_detector)
     SPARE_RANGES = 1 << 14  # and the most ranges

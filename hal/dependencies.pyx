@@ -408,9 +408,10 @@ cdef class HazardTracker:
         `earlier`: an earlier segment holds commands (else it waits for nothing); `alone`: its segment is the
         only one with commands (nothing to wait for, and no entry in the maps matters).
 
-        The maps are brought up to date only for a command that needs them: one that waits for nothing, or
-        that extends a chain (see extends_chain), is answered without them and entered later (catch_up), in
-        recording order, which leaves them as entering each at once would. A chain never builds them."""
+        The maps are brought up to date only for a command that needs them. One that waits for nothing by
+        `earlier`, or one that extends a chain (see extends_chain), is answered without them and entered later
+        (catch_up), in recording order, which leaves them as entering each at once would. From its first command
+        on, a chain builds no map."""
         cdef Py_ssize_t segment = command.segment, first_touch = self.touches.size(), first, i, n
         cdef Touch* touch
         if segment != self.segment:
@@ -470,9 +471,13 @@ cdef class HazardTracker:
         was alone in its segment and reaches every command before it (its `reach` is 0), and an access of the
         new command overlaps one of p's, one of the two writing. The maps would find p then (every access keeps
         its entries in the pieces over its range until a later segment hides them), as the latest candidate, and
-        every other candidate within its reach: settle keeps p alone."""
+        every other candidate within its reach: settle keeps p alone. Commands with many accesses (a region's) are
+        left to the maps: comparing every pair would cost more than looking each access up."""
         cdef Py_ssize_t p = first - 1, i, k
         if p < 0 or self.tracked[p].first != p or self.tracked[p].reach != 0:
+            return False
+        if (<Py_ssize_t>self.touches.size() - first_touch) * (self.tracked[p].end_touch - self.tracked[p].first_touch) \
+                > CHAIN_PAIRS:
             return False
         cdef Touch* mine
         cdef Touch* theirs

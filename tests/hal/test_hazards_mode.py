@@ -216,7 +216,6 @@ def test_weights_read_by_every_step_of_a_long_chain_need_no_edge_past_the_first(
     assert sorted(cb.dependency_graph().edges) == [(i, i + 1) for i in range(steps)]
 
 
-
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
 def test_a_command_off_a_chain_finds_what_the_chain_wrote(host, strategy):
     """A chain's commands each wait for the one before, found without the access maps; a command that does not
