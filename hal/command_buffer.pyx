@@ -152,7 +152,7 @@ cdef class CommandBuffer:
         and where the current segment begins). The last one is empty after a barrier that no command followed
         yet, and so is the only one before any command."""
         cdef list found = []
-        for index, commands in _segments_of(tuple(self.sequence)).items():
+        for index, commands in _segments_of(self.sequence).items():
             found.append(new_segment(index))
             (<Segment>found[-1]).commands.extend(commands)
         if self.segment_start == len(self.sequence):
@@ -930,9 +930,10 @@ def _check_body_races(Region region, tuple table) -> None:
         _check_races(segment, table)
 
 
-cdef dict _segments_of(tuple commands):
+cdef dict _segments_of(commands):
     """Each segment's commands (a list) by its count of barriers, in recording order (a segment's commands are
-    consecutive, and the count grows from one segment to the next)."""
+    consecutive, and the count grows from one segment to the next); `commands`: a list or tuple, in recording
+    order."""
     cdef dict found = {}
     for c in commands:
         found.setdefault((<Command>c).segment, []).append(c)

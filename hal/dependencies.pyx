@@ -430,13 +430,8 @@ cdef class HazardTracker:
                     self.catch_up()  # the maps merge whole
                     self.share()
                     break
-        cdef bint distinct = True  # no two accesses share a map
         for i in range(first_touch, first_touch + n):
-            touch = &self.touches[i]
-            touch.range.map = self.map_for(touch.buffer)
-            if self.map_seen[touch.range.map] == self.current:
-                distinct = False
-            self.map_seen[touch.range.map] = self.current
+            self.touches[i].range.map = self.map_for(self.touches[i].buffer)
         self.note(segment, first_touch)
         if not earlier:
             return 0
@@ -446,6 +441,12 @@ cdef class HazardTracker:
             return 0
         self.catch_up()
         self.applied += 1  # entered below
+        cdef bint distinct = True  # no two accesses share a map
+        for i in range(first_touch, first_touch + n):
+            touch = &self.touches[i]
+            if self.map_seen[touch.range.map] == self.current:
+                distinct = False
+            self.map_seen[touch.range.map] = self.current
         self.found.clear()
         self.wrote.clear()
         self.latest = -1
