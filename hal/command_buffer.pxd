@@ -62,7 +62,7 @@ cdef class CommandBuffer:
     cdef tuple index_slots(self)
     cdef tuple direct(self, tuple commands)
     cdef void check_released(self, str what, tuple commands) except *
-    cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, object arg, int usage)
+    cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage)
     cdef BufferRef check_parameters(self, object parameters, Py_ssize_t index, str name)
     cdef BufferRef check_condition(self, object condition, str what)
     cdef void check_static_parameters(self, BufferRef p, Py_ssize_t index, str name) except *

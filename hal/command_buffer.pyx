@@ -241,7 +241,7 @@ cdef class CommandBuffer:
         if self.phase != RECORDING:
             self.not_recording("fill_buffer")
         cdef Py_ssize_t index = self.count
-        cdef BufferRef t = self.check_ref(target, index, "fill_buffer", "target", TARGET)
+        cdef BufferRef t = self.check_ref(target, index, "fill_buffer", "target", -1, TARGET)
         p = _pattern(pattern, index)
         cdef Py_ssize_t align = max(len(p), self.fill_alignment)
         if t.offset % align or (t.bounded and t.nbytes % align):
@@ -256,7 +256,7 @@ cdef class CommandBuffer:
         if self.phase != RECORDING:
             self.not_recording("update_buffer")
         cdef Py_ssize_t index = self.count
-        cdef BufferRef t = self.check_ref(target, index, "update_buffer", "target", TARGET)
+        cdef BufferRef t = self.check_ref(target, index, "update_buffer", "target", -1, TARGET)
         view = bytes_view(data, f"command {index} (update_buffer): data")
         cdef Py_ssize_t n = view.nbytes
         if not 0 < n <= MAX_UPDATE_BYTES:
@@ -278,8 +278,8 @@ cdef class CommandBuffer:
         if self.phase != RECORDING:
             self.not_recording("copy_buffer")
         cdef Py_ssize_t index = self.count
-        cdef BufferRef s = self.check_ref(source, index, "copy_buffer", "source", SOURCE)
-        cdef BufferRef t = self.check_ref(target, index, "copy_buffer", "target", TARGET)
+        cdef BufferRef s = self.check_ref(source, index, "copy_buffer", "source", -1, SOURCE)
+        cdef BufferRef t = self.check_ref(target, index, "copy_buffer", "target", -1, TARGET)
         if not s.bounded and not t.bounded:
             raise ValidationError(f"command {index} (copy_buffer): both ranges are slots of unknown length; "
                                   f"give one a length: hal.slot(i, offset, length)")
@@ -347,7 +347,7 @@ cdef class CommandBuffer:
         """Check a dispatch_indirect's parameters reference: 12 bytes or more at a 4-byte aligned offset of a
         buffer with DISPATCH_STORAGE usage (the GPU backends' guard reads them as storage), or of a slot."""
         # Any usage passes check_ref (which also skips the storage offset alignment); the usage is checked below.
-        cdef BufferRef p = self.check_ref(parameters, index, "dispatch_indirect", "parameters", ANY)
+        cdef BufferRef p = self.check_ref(parameters, index, "dispatch_indirect", "parameters", -1, ANY)
         if p.offset % 4 or (p.bounded and p.nbytes < 12):
             raise ValidationError(f"command {index} (dispatch_indirect {name}): parameters at offset {p.offset} "
                                   f"with length {p.length} must be 4-byte aligned and hold at least 12 bytes "
@@ -411,7 +411,7 @@ cdef class CommandBuffer:
         cdef tuple resolved = PyTuple_New(n)  # filled below: a tuple built in place, not from a list
         cdef BufferRef r
         for i in range(n):
-            r = self.check_ref((<tuple>bindings)[i], index, command, i, STORAGE)
+            r = self.check_ref((<tuple>bindings)[i], index, command, None, i, STORAGE)
             Py_INCREF(r)  # PyTuple_SET_ITEM steals a reference
             PyTuple_SET_ITEM(resolved, i, r)
         cdef Dispatch d = new_dispatch(index, self.barriers, executable, entry, workgroups, constants, resolved,
@@ -429,39 +429,39 @@ cdef class CommandBuffer:
         return _int_within(workgroups[0], 1, self.max_groups_x) and _int_within(workgroups[1], 1, self.max_groups_y) \
             and _int_within(workgroups[2], 1, self.max_groups_z)
 
-    cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, object arg, int usage):
-        """Check reference `r` for use as `arg` (a name, or a binding position) of command `index`;
-        returns it as a BufferRef. Messages are only formatted on the error path."""
+    cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage):
+        """Check reference `r` for use as `name` of command `index` (None: as its bindings[binding]); returns it as a
+        BufferRef. Messages are only formatted on the error path."""
         cdef BufferRef ref
         if type(r) is BufferRef:
             ref = r
         elif isinstance(r, Buffer):
             ref = (<Buffer>r).whole
         else:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} must be a hal.Buffer or a reference "
-                                  f"from hal.ref()/hal.slot(), got {type(r).__name__}")
+            raise ValidationError(f"command {index} ({command}): {_name(name, binding)} must be a hal.Buffer or a "
+                                  f"reference from hal.ref()/hal.slot(), got {type(r).__name__}")
         cdef Buffer b = ref.buffer
         if b is None:
             if ref.slot >= self.binding_capacity:
-                raise ValidationError(f"command {index} ({command}): {_name(arg)} uses slot {ref.slot}, but the "
-                                      f"command buffer's binding_capacity is {self.binding_capacity}")
+                raise ValidationError(f"command {index} ({command}): {_name(name, binding)} uses slot {ref.slot}, "
+                                      f"but the command buffer's binding_capacity is {self.binding_capacity}")
             if ref.bounded and ref.nbytes <= 0:
-                raise ValidationError(f"command {index} ({command}): {_name(arg)} has offset {ref.offset} and "
-                                      f"length {ref.nbytes}; the length must be > 0")
+                raise ValidationError(f"command {index} ({command}): {_name(name, binding)} has offset {ref.offset} "
+                                      f"and length {ref.nbytes}; the length must be > 0")
             if usage == STORAGE and ref.offset % self.storage_alignment:
-                raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {ref.offset} is not a "
-                                      f"multiple of the device's storage_buffer_offset_alignment "
+                raise ValidationError(f"command {index} ({command}): {_name(name, binding)} offset {ref.offset} is "
+                                      f"not a multiple of the device's storage_buffer_offset_alignment "
                                       f"{self.storage_alignment}")
             self.uses_slot = True
             return ref
         # A transient's device is its command buffer (or, for execute_commands' scratch, the outer one).
         if b.device is not self.device and b.device is not self and b.device is not self.transients_of:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} is {_foreign(b)}")
+            raise ValidationError(f"command {index} ({command}): {_name(name, binding)} is {_foreign(b)}")
         if b.released:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} is a released buffer")
+            raise ValidationError(f"command {index} ({command}): {_name(name, binding)} is a released buffer")
         if ref.nbytes <= 0 or ref.offset + ref.nbytes > b.size or not b.usage_bits & usage or (
                 usage == STORAGE and (ref.offset % self.storage_alignment or ref.nbytes > self.max_storage_range)):
-            _check_range(ref.offset, ref.nbytes, b, self.caps, index, command, arg, usage)
+            _check_range(ref.offset, ref.nbytes, b, self.caps, index, command, _name(name, binding), usage)
         return ref
 
     # Collectives (hal.communicator).
@@ -512,9 +512,9 @@ cdef class CommandBuffer:
                 raise ValidationError(f"command {index} ({operation}): collectives cannot be recorded inside "
                                       f"while_nonzero or if_nonzero yet; record them outside the region")
             if source is not None:
-                s = self.check_ref(source, index, operation, "source", ANY)
+                s = self.check_ref(source, index, operation, "source", -1, ANY)
             if target is not None:
-                t = self.check_ref(target, index, operation, "target", ANY)
+                t = self.check_ref(target, index, operation, "target", -1, ANY)
             details = check_collective(operation, communicator, self.device, s, t, dtype, reduction, peer,
                                        source_peer, index)
             order = communicator.order_ref(self.device)
@@ -621,7 +621,7 @@ cdef class CommandBuffer:
         if self.phase != RECORDING:
             self.not_recording(what)
         cdef Py_ssize_t index = self.count
-        cdef BufferRef r = self.check_ref(condition, index, what, "condition", ANY)  # usage: below
+        cdef BufferRef r = self.check_ref(condition, index, what, "condition", -1, ANY)  # usage: below
         self.uses_slot = False  # the region's slots are found from its refs when it closes
         if r.offset % 4 or (r.bounded and r.nbytes < 4):
             raise ValidationError(f"command {index} ({what}): the condition at offset {r.offset} with length "
@@ -915,7 +915,7 @@ def _check_races(list segment, tuple table) -> None:
     """Raise the race among the commands of one segment, their slots resolved through `table`, if any."""
     if len(segment) < 2:  # a lone command cannot race
         return
-    races = RaceDetector()
+    cdef RaceDetector races = RaceDetector()
     for c in segment:
         refs, writes = refs_and_writes(c)
         races.add(c, refs, writes, segment, 0, table)
@@ -950,22 +950,22 @@ def _check_slot_condition(Region c, tuple table) -> None:
                                   f"DISPATCH_STORAGE usage; the buffer bound has {b.size} bytes, usage {b.usage!r}")
 
 
-def _check_range(Py_ssize_t offset, Py_ssize_t nbytes, Buffer b, caps, index, command, arg, usage) -> None:
-    """Every check of a range of `b`, raising the first that fails (the recorder calls this only on its
-    failing path, to word the error)."""
+def _check_range(Py_ssize_t offset, Py_ssize_t nbytes, Buffer b, caps, index, command, what, usage) -> None:
+    """Every check of a range of `b` used as `what` (words for the message), raising the first that fails (the
+    recorder calls this only on its failing path, to word the error)."""
     if nbytes <= 0 or offset + nbytes > b.size:
-        raise ValidationError(f"command {index} ({command}): {_name(arg)} range [{offset}, {offset + nbytes}) "
+        raise ValidationError(f"command {index} ({command}): {what} range [{offset}, {offset + nbytes}) "
                               f"is empty or outside the buffer's {b.size} bytes")
     if not b.usage_bits & usage:
-        raise ValidationError(f"command {index} ({command}): {_name(arg)} lacks BufferUsage.{_USAGE_NAMES[usage]} "
+        raise ValidationError(f"command {index} ({command}): {what} lacks BufferUsage.{_USAGE_NAMES[usage]} "
                               f"(it was allocated with {b.usage!r})")
     if usage == STORAGE:
         if offset % caps.storage_buffer_offset_alignment:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} offset {offset} is not a multiple "
+            raise ValidationError(f"command {index} ({command}): {what} offset {offset} is not a multiple "
                                   f"of the device's storage_buffer_offset_alignment "
                                   f"{caps.storage_buffer_offset_alignment}")
         if nbytes > caps.max_storage_buffer_range:
-            raise ValidationError(f"command {index} ({command}): {_name(arg)} spans {nbytes} bytes, more than the "
+            raise ValidationError(f"command {index} ({command}): {what} spans {nbytes} bytes, more than the "
                                   f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
 
 
@@ -998,8 +998,8 @@ def _foreign(Buffer b) -> str:
     return f"a buffer of another device ({b.device!r})"
 
 
-def _name(arg) -> str:
-    return f"bindings[{arg}]" if type(arg) is int else arg
+def _name(name, binding) -> str:
+    return f"bindings[{binding}]" if name is None else name
 
 
 def _bad_export(executable, name, device, index, command) -> None:

@@ -162,7 +162,8 @@ cdef class RaceDetector:
 
     cpdef reset(self)
     cpdef rebuild(self, list commands, Py_ssize_t first=*, tuple table=*)
-    cpdef add(self, Command command, tuple refs, tuple writes, list commands, Py_ssize_t first=*, tuple table=*)
+    cdef int add(self, Command command, tuple refs, tuple writes, list commands, Py_ssize_t first=*,
+                 tuple table=*) except -1
 
 
 cpdef tuple access_range(BufferRef ref, tuple table=*)

@@ -1042,7 +1042,10 @@ cdef class RaceDetector:
             refs, writes = refs_and_writes(commands[i])
             self.add(commands[i], refs, writes, commands, len(commands), table)
 
-    cpdef add(self, Command command, tuple refs, tuple writes, list commands, Py_ssize_t first=0, tuple table=None):
+    @cython.boundscheck(False)  # i runs over refs, and writes holds a flag for each (refs_and_writes)
+    @cython.wraparound(False)
+    cdef int add(self, Command command, tuple refs, tuple writes, list commands, Py_ssize_t first=0,
+                 tuple table=None) except -1:
         """Check `command`, which accesses `refs[i]` (writing it if `writes[i]`), against the ranges indexed
         so far, then index it. With a binding table, slots are keyed by the buffers bound to them. On a
         race, the segment, commands[first:], is searched for the partner and indexed again (the command's
@@ -1058,7 +1061,7 @@ cdef class RaceDetector:
         cdef PyObject* quiet
         cdef unordered_map[Py_ssize_t, Py_ssize_t].iterator found
         for i in range(len(refs)):
-            r = refs[i]
+            r = <BufferRef>refs[i]  # (checked when recorded)
             write = writes[i]
             if not write and self.quiet.count(<PyObject*>r):
                 continue
@@ -1092,6 +1095,7 @@ cdef class RaceDetector:
                     self.quiet.insert(<PyObject*>r)
                     state.quiet.push_back(<PyObject*>r)
                 _union(state.rs, state.re, start, end)
+        return 0
 
 
 cdef RaceDetector _spare_detector = None  # one a command buffer gave back at end(), reset: its tables serve the next

@@ -155,6 +155,7 @@ cdef class Encoder:
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Counts counts  # the state-setting calls made so far, by kind: what the encoder did not skip
+    cdef VkWriteDescriptorSet write  # with push descriptors: a dispatch's, its count and descriptors set at each
 
     def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena, guard=None):
         self.fn = fn
@@ -169,6 +170,9 @@ cdef class Encoder:
         self.kind = None
         self.descriptors_set = self.constants_set = self.guarded = False
         memset(&self.counts, 0, sizeof(Counts))
+        memset(&self.write, 0, sizeof(VkWriteDescriptorSet))
+        self.write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+        self.write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
 
     cdef void barrier(self):
         self.fn.pipeline_barrier(self.cb, BARRIER_STAGES, BARRIER_STAGES, 0, 1, &self.fn.memory_barrier, 0, NULL,
@@ -206,7 +210,7 @@ cdef class Encoder:
     cdef inline Buffer resolve(self, BufferRef r):
         return r.buffer if r.buffer is not None else <Buffer>self.table[r.slot]
 
-    cdef inline VkDeviceSize length(self, BufferRef r, Buffer b):
+    cdef inline VkDeviceSize length(self, BufferRef r, Buffer b) noexcept:
         return r.nbytes if r.bounded else b.size - r.offset
 
     cdef void finish(self) except *:
@@ -251,7 +255,6 @@ cdef class Encoder:
         cdef Py_ssize_t n, i
         cdef BufferRef r
         cdef Buffer b
-        cdef VkWriteDescriptorSet write
         cdef VkDescriptorSet chosen
         if c.parameters is not None and (self.guarded_first is None or c not in self.guarded_first):
             self.guard_counts(c)
@@ -273,7 +276,7 @@ cdef class Encoder:
         if n:
             self.infos.resize(n)
             for i in range(n):
-                r = c.bindings[i]
+                r = <BufferRef>c.bindings[i]  # (checked when recorded)
                 b = self.resolve(r)
                 self.infos[i].buffer = <VkBuffer><uintptr_t>b.handle
                 self.infos[i].offset = r.offset
@@ -281,12 +284,10 @@ cdef class Encoder:
             if not (self.descriptors_set and self.descriptors.size() == self.infos.size() and
                     memcmp(self.descriptors.data(), self.infos.data(), n * sizeof(VkDescriptorBufferInfo)) == 0):
                 if self.arena is None:
-                    memset(&write, 0, sizeof(write))
-                    write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-                    write.descriptorCount = <uint32_t>n
-                    write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-                    write.pBufferInfo = self.infos.data()
-                    self.fn.push_descriptor_set(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1, &write)
+                    self.write.descriptorCount = <uint32_t>n
+                    self.write.pBufferInfo = self.infos.data()
+                    self.fn.push_descriptor_set(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1,
+                                                &self.write)
                 else:
                     chosen = <VkDescriptorSet><uintptr_t>self.arena.write(self.set_layout, [
                         x for i in range(n) for x in (<uintptr_t>self.infos[i].buffer, self.infos[i].offset,
