@@ -155,7 +155,7 @@ cdef class Encoder:
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Counts counts  # the state-setting calls made so far, by kind: what the encoder did not skip
-    cdef VkWriteDescriptorSet write  # with push descriptors: a dispatch's, its count and descriptors set at each
+    cdef VkWriteDescriptorSet write  # with push descriptors: what a dispatch pushes (count, descriptors set each time)
 
     def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena, guard=None):
         self.fn = fn
