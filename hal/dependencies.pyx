@@ -486,8 +486,7 @@ cdef class HazardTracker:
             mine = &self.touches[i]
             for k in range(self.tracked[p].first_touch, self.tracked[p].end_touch):
                 theirs = &self.touches[k]
-                if mine.range.map == theirs.range.map and (mine.write or theirs.write) and \
-                        mine.range.start < theirs.range.end and theirs.range.start < mine.range.end:
+                if (mine.write or theirs.write) and _meet(mine.range, theirs.range):
                     return True
         return False
 
@@ -798,10 +797,8 @@ cdef class HazardTracker:
     cdef bint overlaps(self, Py_ssize_t command, Range& written) noexcept:
         """Does one of `command`'s accesses overlap `written` (in the same map)?"""
         cdef Py_ssize_t i
-        cdef Range t
         for i in range(self.tracked[command].first_touch, self.tracked[command].end_touch):
-            t = self.touches[i].range
-            if t.map == written.map and written.start < t.end and t.start < written.end:
+            if _meet(self.touches[i].range, written):
                 return True
         return False
 
@@ -908,6 +905,11 @@ cdef inline int _add_access(vector[Touch]& into, Py_ssize_t first, BufferRef ref
     cdef Touch* access = &into.emplace_back()  # filled in place (see HazardTracker.note)
     access.buffer, access.range.start, access.range.end, access.write = buffer, start, end, write
     return 0
+
+
+cdef inline bint _meet(Range& a, Range& b) noexcept:
+    """Do two ranges of one access map overlap?"""
+    return a.map == b.map and a.start < b.end and b.start < a.end
 
 
 cdef inline Py_ssize_t _first_ending_after(vector[Piece]& pieces, Py_ssize_t x) noexcept:
