@@ -336,7 +336,8 @@ def against_reference(dev: hal.Device, gate: Gate) -> list[dict]:
         with cb:
             record(cb, fixture, RECORD_DISPATCHES)
         times = dict.fromkeys(("hal_record_end", "hal_record", "hal_end", "hal_record_end_paused", "reference_record",
-                               "floor_record", "call_record"), float("inf"))
+                               "floor_record", "call_record", "single_pass_record_end", "single_pass_cpu"),
+                              float("inf"))
         for _ in range(7):  # in turns, so that a drift of the host's speed lands on all of them alike
             record_us, end_us = record_end_us(dev, record, fixture)
             times["hal_record_end"] = min(times["hal_record_end"], record_us + end_us)
@@ -348,6 +349,9 @@ def against_reference(dev: hal.Device, gate: Gate) -> list[dict]:
                                         reference_us(record, FloorRecorder, fixture, RECORD_DISPATCHES, 1))
             times["call_record"] = min(times["call_record"],
                                        reference_us(record, CallRecorder, fixture, RECORD_DISPATCHES, 1))
+            wall_us, cpu_us = single_pass_us(dev, record, fixture)
+            times["single_pass_record_end"] = min(times["single_pass_record_end"], wall_us)
+            times["single_pass_cpu"] = min(times["single_pass_cpu"], cpu_us)
         submits = dict(hal_submit=float("inf"), reference_submit=float("inf"))
         for _ in range(5):  # in turns too
             submits["hal_submit"] = min(submits["hal_submit"], resubmit_host_us(dev, gate, cb))
@@ -355,8 +359,11 @@ def against_reference(dev: hal.Device, gate: Gate) -> list[dict]:
         # Each turn's ratio, hal's record+end and the reference's recording back to back: the best of each above may
         # come from different spells of a host whose speed drifts; a pair shares its spell.
         paired = [sum(record_end_us(dev, record, fixture)) / ref.record_us(cb, 1) for _ in range(PAIRED_TURNS)]
+        paired_single = [single_pass_us(dev, record, fixture)[0] / ref.record_us(cb, 1) for _ in range(PAIRED_TURNS)]
         rows.append(dict(program=program, **times, **submits, paired_median=statistics.median(paired),
-                         paired_met=sum(ratio <= REFERENCE_RECORD_TARGET for ratio in paired)))
+                         paired_met=sum(ratio <= REFERENCE_RECORD_TARGET for ratio in paired),
+                         single_pass_paired_median=statistics.median(paired_single),
+                         single_pass_paired_met=sum(ratio <= REFERENCE_RECORD_TARGET for ratio in paired_single)))
     dev.synchronize()
     ref.close()
     fixture.release()
@@ -383,6 +390,19 @@ def record_end_us(dev: hal.Device, record: Callable, fixture: scaling.Fixture,
         if paused:
             gc.enable()
     return (t1 - t0) / RECORD_DISPATCHES * 1e6, (t2 - t1) / RECORD_DISPATCHES * 1e6
+
+
+def single_pass_us(dev: hal.Device, record: Callable, fixture: scaling.Fixture) -> tuple[float, float]:
+    """µs per dispatch from begin() to the end of end() of `record`'s RECORD_DISPATCHES dispatches into a single_pass
+    command buffer (encoded as recorded, its vkCmd* calls made by the device's worker thread meanwhile), once: the
+    wall time, and the CPU time of the whole process over it (both threads: what the host spends)."""
+    cb = dev.create_command_buffer(mode="reusable", strategy="single_pass")
+    t0, c0 = time.perf_counter(), time.process_time()
+    cb.begin()
+    record(cb, fixture, RECORD_DISPATCHES)
+    cb.end()
+    t1, c1 = time.perf_counter(), time.process_time()
+    return (t1 - t0) / RECORD_DISPATCHES * 1e6, (c1 - c0) / RECORD_DISPATCHES * 1e6
 
 
 def best(repeats: int, f: Callable[..., float | tuple[float, ...]], *args: object) -> tuple[float, ...]:
@@ -523,6 +543,17 @@ def report(result: dict) -> str:
                          f"{(r['floor_record'] + r['reference_record']) / r['reference_record']:.2f}x | "
                          f"{r['hal_submit']:.2f} | "
                          f"{r['reference_submit']:.2f} | {_verdict(submit_ratio, REFERENCE_SUBMIT_TARGET)} |")
+        lines += ["", "single_pass (each command encoded as it is recorded, the driver's vkCmd* calls made by the "
+                  "device's worker thread meanwhile, backends/vulkan/call_stream.pyx): wall µs per dispatch of begin() "
+                  "to the end of end(), best of the same turns, against the reference's recording; paired turns as "
+                  "above; and the CPU µs of the whole process over it (both threads: what the host spends):", "",
+                  "| program | hal single_pass record+end | ratio | paired turns: median ratio, turns met | CPU µs | "
+                  "CPU / reference |", "|---|---:|---|---|---:|---:|"]
+        for r in result["reference"]:
+            lines.append(f"| {r['program']} | {r['single_pass_record_end']:.2f} | "
+                         f"{_verdict(r['single_pass_record_end'] / r['reference_record'], REFERENCE_RECORD_TARGET)} | "
+                         f"{r['single_pass_paired_median']:.2f}x, {r['single_pass_paired_met']} of {PAIRED_TURNS} | "
+                         f"{r['single_pass_cpu']:.2f} | {r['single_pass_cpu'] / r['reference_record']:.2f}x |")
         lines += ["", "Where hal's record+end goes beyond the reference's calls (µs per dispatch, each the best of "
                   f"the same turns). The allowance: what the {REFERENCE_RECORD_TARGET}x target leaves above those "
                   "calls. The calls: the program's loop and a Python call per command (a recorder whose calls do "

@@ -1,7 +1,7 @@
 from hal.buffer cimport Buffer, BufferRef
 from hal.commands cimport Command
 from hal.dependencies cimport Planner, RaceDetector
-from hal.program cimport Program
+from hal.program cimport Emitter, Program
 
 
 cdef class CommandBuffer:
@@ -11,7 +11,7 @@ cdef class CommandBuffer:
     cdef readonly str strategy
     cdef readonly str dependencies
     cdef readonly bint validate
-    cdef readonly object emitter  # the backend's side (hal.program.Emitter)
+    cdef readonly Emitter emitter  # the backend's side
     cdef readonly Py_ssize_t slots_needed  # 1 + the highest slot a command uses (after end())
     cdef readonly Py_ssize_t constant_capacity
     cdef readonly Py_ssize_t constants_needed  # 1 + the highest constant slot a dispatch uses (after end())

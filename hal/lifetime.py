@@ -30,13 +30,15 @@ class Lifetime:
     """The objects one device holds for their owners, and those waiting for the queue to be done with them.
 
     `on_release()`, if given, is called whenever something is left to destroy (the GPU backends use it to
-    stop resubmissions that skip `collect()`).
+    stop resubmissions that skip `collect()`). `settle()`, if given, is called before anything is destroyed: a
+    backend whose own thread may still be using the objects waits for it there (Vulkan's call stream).
     """
 
     def __init__(self, mark: Callable[[], Any], finished: Callable[[Any], bool],
-                 forget: Callable[[Any], None] | None = None, on_release: Callable[[], None] | None = None) -> None:
+                 forget: Callable[[Any], None] | None = None, on_release: Callable[[], None] | None = None,
+                 settle: Callable[[], None] | None = None) -> None:
         self._mark, self._finished, self._forget = mark, finished, forget
-        self._on_release = on_release
+        self._on_release, self._settle = on_release, settle
         self._lock = threading.RLock()  # reentrant: a finalizer may run inside the collector, anywhere
         self._live: dict[int, tuple[Destroy, bool, weakref.ref]] = {}  # what owners hold: (destroy, ordered,
         # the owner's weak reference), by the reference's id
@@ -84,7 +86,7 @@ class Lifetime:
             with self._lock:
                 self._graves.append((mark, waiting))
         try:
-            _destroy([item for item, ordered in released if ordered])
+            self._destroy([item for item, ordered in released if ordered])
             self._bury()
         finally:
             if self._graves:
@@ -105,7 +107,7 @@ class Lifetime:
                     continue  # another thread took it
                 _, items = self._graves.popleft()
             try:
-                _destroy(items)
+                self._destroy(items)
             finally:
                 if self._forget is not None:
                     self._forget(mark)
@@ -123,7 +125,7 @@ class Lifetime:
             self._released, self._live = [], {}
         for item in items:
             try:
-                _destroy([item])
+                self._destroy([item])
             except HalError:
                 pass
         if self._forget is not None:
@@ -152,6 +154,21 @@ class Lifetime:
         if self._on_release is not None:
             self._on_release()
 
+    def _destroy(self, items: list[Destroy]) -> None:
+        """Run every destroy(*args), once settled, also after one raised; then raise the first error."""
+        if not items:
+            return
+        if self._settle is not None:
+            self._settle()
+        error = None
+        for destroy, args in items:
+            try:
+                destroy(*args)
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
+
 
 class Release:
     """What Lifetime.track returns: calling it lets the owner's object go now, as if the owner were collected
@@ -171,14 +188,3 @@ class Release:
         the next collect(), without waiting for the queue. Later calls, or the owner's collection, do nothing more."""
         self.lifetime._unused(self.ref)
 
-
-def _destroy(items: list[Destroy]) -> None:
-    """Run every destroy(*args), also after one raised; then raise the first error."""
-    error = None
-    for destroy, args in items:
-        try:
-            destroy(*args)
-        except Exception as e:
-            error = error or e
-    if error is not None:
-        raise error

@@ -44,3 +44,7 @@ cdef class Program:
     cdef void add_node(self, Py_ssize_t command, vector[Py_ssize_t]& deps)
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
                      Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives, tuple nested)
+
+
+cdef class Emitter:
+    cpdef void command(self, Program program, object command) except *

@@ -26,8 +26,6 @@ Program, never its own fields, and the backend never re-derives dependencies.
 
 from libcpp.algorithm cimport sort
 
-from typing import Any, Protocol
-
 import networkx as nx
 
 
@@ -267,26 +265,23 @@ cdef tuple _tuple(vector[Py_ssize_t]& items, Py_ssize_t start, Py_ssize_t stop):
     return tuple([items[i] for i in range(start, stop)])
 
 
-class Emitter(Protocol):
-    """A backend's side of one command buffer (each backend's command_buffer module implements it).
+cdef class Emitter:
+    """A backend's side of one command buffer: each backend's command_buffer module subclasses it.
 
     The command buffer records and plans; the emitter turns the Program into the backend's form and runs it.
     A dispatch's constants may hold hal.ConstantSlot entries, resolved per submission from the values the
-    backend's device is given (see Device._queue_execute).
-    `begin` and `command` serve single_pass recording, where the backend may emit each command as it comes
-    (`program` is then still growing: the planner has added the command's nodes and barrier flag); `end`
-    gets the frozen Program. Submission goes through the backend's device, which calls its own emitter.
-    `lanes` is the most chains the planner may spread a segment over (0: no limit, or no graph to lay out);
-    `graph_layout` whether end() reads the graph layout (else the Program lays it out only if asked for it).
+    backend's device is given (see Device._queue_execute). A subclass implements:
+
+    - `begin(program)` and `command(program, command)`, which serve single_pass recording, where the backend may
+      emit each command as it comes (`program` is then still growing: the planner has added the command's nodes
+      and barrier flag). `command` is compiled, so that the recorder's call per command is a C call for a compiled
+      emitter; by default it emits nothing before end();
+    - `end(program)`, which gets the frozen Program, and `reset()`;
+    - `lanes`: the most chains the planner may spread a segment over (0: no limit, or no graph to lay out), and
+      `graph_layout`: whether end() reads the graph layout (else the Program lays it out only if asked for it).
+
+    Submission goes through the backend's device, which calls its own emitter.
     """
 
-    lanes: int
-    graph_layout: bool
-
-    def begin(self, program: Program) -> None: ...
-
-    def command(self, program: Program, command: Any) -> None: ...
-
-    def end(self, program: Program) -> None: ...
-
-    def reset(self) -> None: ...
+    cpdef void command(self, Program program, object command) except *:
+        pass

@@ -50,7 +50,7 @@ from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_ME
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Collective, Command, Copy, Dispatch, Fill, Region, Update, checked_word
-from hal.program cimport Program
+from hal.program cimport Emitter, Program
 
 import contextlib
 
@@ -290,7 +290,7 @@ cdef class Resubmission:
         self.token = object()
 
 
-cdef class CudaEmitter:
+cdef class CudaEmitter(Emitter):
     """The CUDA side of one command buffer (hal.program.Emitter): its graph, exec and pinned update data.
 
     `instantiations` counts the graphs instantiated (a re-recording that updates the exec adds none),
@@ -422,14 +422,14 @@ cdef class CudaEmitter:
             self.device.activate()
             self.new_graph()
 
-    def command(self, Program program, Command command) -> None:
+    cpdef void command(self, Program program, object command) except *:
         if self.graph != NULL:
             self.device.activate()
             if type(command) is Update:
                 self.stage(<Update>command)
             elif type(command) is Region:
                 self.stage_all((<Region>command).body)
-            self.add_nodes((), (), self.emitted, program.node_command.size(), command)
+            self.add_nodes((), (), self.emitted, program.node_command.size(), <Command>command)
 
     def end(self, Program program) -> None:
         if (program.indirect or program.regions) and self.device.driver_version < DEVICE_SIDE_DRIVER:

@@ -11,20 +11,18 @@ A collective meets the other ranks through its communicator (backends.host.commu
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from backends.host.executable import DispatchContext
 from hal.buffer import Buffer, BufferRef, ConstantSlot
 from hal.commands import Collective, Command, Copy, Dispatch, Fill, Region, Update
 from hal.errors import DeviceError, DeviceLostError
-from hal.program import Program
+from hal.program import Emitter, Program
 
 _PATTERN_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
-class HostEmitter:
+class HostEmitter(Emitter):
     """The host's side of a command buffer (hal.program.Emitter): the order its commands run in."""
 
     lanes = 0  # the host runs commands one at a time: no graph to lay out in lanes
@@ -36,9 +34,6 @@ class HostEmitter:
         self.bodies: dict[Region, list[Command]] = {}  # per region (nested ones too), its body's order
 
     def begin(self, program: Program) -> None:
-        pass
-
-    def command(self, program: Program, command: Any) -> None:
         pass
 
     def end(self, program: Program) -> None:

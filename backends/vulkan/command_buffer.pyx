@@ -5,7 +5,8 @@ Khronos headers), so recording costs what the driver charges.
 
 - deferred: the whole Program is encoded at end() into one VkCommandBuffer.
 - single_pass: each command is encoded as it is recorded, after a barrier when the planner put one
-  before it.
+  before it; the device's worker thread makes the vkCmd* calls meanwhile (backends.vulkan.call_stream), so
+  recording and the driver's work overlap.
 - A barrier is one global memory barrier between compute and transfer work, where the Program says a
   command waits for one recorded since the last barrier. State Vulkan keeps across dispatches is not set
   again: the pipeline, descriptors and push constants are emitted only when they change (for layouts
@@ -31,26 +32,18 @@ from libcpp.vector cimport vector
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Command, Copy, Dispatch, Fill, Region, Update, checked_word, new_dispatch
-from hal.program cimport Program
+from hal.program cimport Emitter, Program
 from backends.vulkan.khronos cimport (
-    VkDeviceSize, VkPipelineStageFlags, VkDevice, VkQueue, VkCommandBuffer, VkBuffer,
-    VkPipeline, VkPipelineLayout, VkDescriptorSet, VkSemaphore, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-    VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-    VK_STRUCTURE_TYPE_SUBMIT_INFO, VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
-    VK_PIPELINE_BIND_POINT_COMPUTE, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-    VK_SHADER_STAGE_COMPUTE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-    VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-    VK_ACCESS_SHADER_READ_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-    VK_ACCESS_INDIRECT_COMMAND_READ_BIT, VK_ACCESS_HOST_READ_BIT,
-    VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT,
-    VkDescriptorBufferInfo, VkWriteDescriptorSet, VkBufferCopy, VkMemoryBarrier,
-    VkSubmitInfo, VkTimelineSemaphoreSubmitInfo,
-    PFN_vkCmdBindPipeline, PFN_vkCmdPushDescriptorSetKHR, PFN_vkCmdBindDescriptorSets,
-    PFN_vkCmdPushConstants, PFN_vkCmdDispatch, PFN_vkCmdDispatchIndirect, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer,
-    PFN_vkCmdCopyBuffer, PFN_vkCmdPipelineBarrier,
-    PFN_vkQueueSubmit
+    VkDeviceSize, VkPipelineStageFlags, VkQueue, VkCommandBuffer, VkBuffer, VkPipeline, VkPipelineLayout,
+    VkDescriptorSet, VkSemaphore, VK_STRUCTURE_TYPE_SUBMIT_INFO, VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+    VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, VkDescriptorBufferInfo, VkBufferCopy, VkSubmitInfo,
+    VkTimelineSemaphoreSubmitInfo
 )
-from backends.vulkan.driver_calls cimport check, entry
+from backends.vulkan.call_stream cimport CallStream, StreamedCalls
+from backends.vulkan.calls cimport Calls, DeviceCommands
+from backends.vulkan.driver_calls cimport check
 from backends.vulkan.recording cimport Recording
 
 from backends.vulkan.buffer import HostVisibleBuffer
@@ -68,59 +61,6 @@ cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
 
 
-cdef class DeviceCommands:
-    """The driver's own entry points (no loader trampoline) of the calls on the hot paths, for one VkDevice."""
-
-    cdef PFN_vkCmdBindPipeline bind_pipeline
-    cdef PFN_vkCmdPushDescriptorSetKHR push_descriptor_set
-    cdef PFN_vkCmdBindDescriptorSets bind_descriptor_sets
-    cdef PFN_vkCmdPushConstants push_constants
-    cdef PFN_vkCmdDispatch dispatch
-    cdef PFN_vkCmdDispatchIndirect dispatch_indirect
-    cdef PFN_vkCmdFillBuffer fill_buffer
-    cdef PFN_vkCmdUpdateBuffer update_buffer
-    cdef PFN_vkCmdCopyBuffer copy_buffer
-    cdef PFN_vkCmdPipelineBarrier pipeline_barrier
-    cdef PFN_vkQueueSubmit queue_submit
-    cdef VkMemoryBarrier memory_barrier
-    cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
-    cdef VkMemoryBarrier host_barrier  # a region's flag, copied, then read by the host
-    cdef VkMemoryBarrier fault_barrier  # the guards' fault record, written by shaders, then read by the host
-
-    def __init__(self, uintptr_t device, bint push_descriptors):
-        cdef VkDevice handle = <VkDevice>device
-        self.bind_pipeline = <PFN_vkCmdBindPipeline>entry(handle, b"vkCmdBindPipeline")
-        self.bind_descriptor_sets = <PFN_vkCmdBindDescriptorSets>entry(handle, b"vkCmdBindDescriptorSets")
-        self.push_constants = <PFN_vkCmdPushConstants>entry(handle, b"vkCmdPushConstants")
-        self.dispatch = <PFN_vkCmdDispatch>entry(handle, b"vkCmdDispatch")
-        self.dispatch_indirect = <PFN_vkCmdDispatchIndirect>entry(handle, b"vkCmdDispatchIndirect")
-        self.fill_buffer = <PFN_vkCmdFillBuffer>entry(handle, b"vkCmdFillBuffer")
-        self.update_buffer = <PFN_vkCmdUpdateBuffer>entry(handle, b"vkCmdUpdateBuffer")
-        self.copy_buffer = <PFN_vkCmdCopyBuffer>entry(handle, b"vkCmdCopyBuffer")
-        self.pipeline_barrier = <PFN_vkCmdPipelineBarrier>entry(handle, b"vkCmdPipelineBarrier")
-        self.queue_submit = <PFN_vkQueueSubmit>entry(handle, b"vkQueueSubmit")
-        self.push_descriptor_set = NULL
-        if push_descriptors:
-            self.push_descriptor_set = <PFN_vkCmdPushDescriptorSetKHR>entry(handle, b"vkCmdPushDescriptorSetKHR")
-        memset(&self.memory_barrier, 0, sizeof(VkMemoryBarrier))
-        self.memory_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.memory_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
-        self.memory_barrier.dstAccessMask = (VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
-        memset(&self.indirect_barrier, 0, sizeof(VkMemoryBarrier))
-        self.indirect_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.indirect_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
-        self.indirect_barrier.dstAccessMask = VK_ACCESS_INDIRECT_COMMAND_READ_BIT
-        memset(&self.host_barrier, 0, sizeof(VkMemoryBarrier))
-        self.host_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.host_barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT
-        self.host_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
-        memset(&self.fault_barrier, 0, sizeof(VkMemoryBarrier))
-        self.fault_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.fault_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
-        self.fault_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
-
-
 cdef struct Counts:  # an encoding's state-setting calls, by kind
     Py_ssize_t barriers
     Py_ssize_t pipelines
@@ -130,12 +70,13 @@ cdef struct Counts:  # an encoding's state-setting calls, by kind
 
 
 cdef class Encoder:
-    """Records commands into one VkCommandBuffer (begun), skipping state Vulkan already holds; `table`
-    resolves slot references and `slot_constants` constant slots, `arena` gives descriptor sets when the
-    device has no push descriptors, `guard` (an IndirectGuard) guards dispatch_indirect commands."""
+    """Records commands into one VkCommandBuffer (begun) through `calls` (backends.vulkan.calls: made at once, or
+    streamed to a worker thread), skipping state Vulkan already holds; `table` resolves slot references and
+    `slot_constants` constant slots, `arena` gives descriptor sets when the device has no push descriptors, `guard`
+    (an IndirectGuard) guards dispatch_indirect commands."""
 
     cdef DeviceCommands fn
-    cdef VkCommandBuffer cb
+    cdef Calls calls
     cdef tuple table
     cdef tuple slot_constants
     cdef object arena
@@ -155,11 +96,10 @@ cdef class Encoder:
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Counts counts  # the state-setting calls made so far, by kind: what the encoder did not skip
-    cdef VkWriteDescriptorSet write  # with push descriptors: what a dispatch pushes (count, descriptors set each time)
 
-    def __init__(self, DeviceCommands fn, uintptr_t cb, tuple table, tuple slot_constants, arena, guard=None):
+    def __init__(self, DeviceCommands fn, Calls calls, tuple table, tuple slot_constants, arena, guard=None):
         self.fn = fn
-        self.cb = <VkCommandBuffer>cb
+        self.calls = calls
         self.table = table
         self.slot_constants = slot_constants
         self.arena = arena
@@ -170,13 +110,9 @@ cdef class Encoder:
         self.kind = None
         self.descriptors_set = self.constants_set = self.guarded = False
         memset(&self.counts, 0, sizeof(Counts))
-        memset(&self.write, 0, sizeof(VkWriteDescriptorSet))
-        self.write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-        self.write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
 
-    cdef void barrier(self):
-        self.fn.pipeline_barrier(self.cb, BARRIER_STAGES, BARRIER_STAGES, 0, 1, &self.fn.memory_barrier, 0, NULL,
-                                 0, NULL)
+    cdef void barrier(self) except *:
+        self.calls.pipeline_barrier(BARRIER_STAGES, BARRIER_STAGES, &self.fn.memory_barrier)
         self.counts.barriers += 1
 
     cdef void encode(self, Command c) except *:
@@ -190,13 +126,13 @@ cdef class Encoder:
         elif kind is Fill:
             r = (<Fill>c).target
             b = self.resolve(r)
-            self.fn.fill_buffer(self.cb, <VkBuffer><uintptr_t>b.handle, r.offset, self.length(r, b),
-                                _pattern_word((<Fill>c).pattern))
+            self.calls.fill_buffer(<VkBuffer><uintptr_t>b.handle, r.offset, self.length(r, b),
+                                   _pattern_word((<Fill>c).pattern))
         elif kind is Update:
             r = (<Update>c).target
             b = self.resolve(r)
             data = (<Update>c).data
-            self.fn.update_buffer(self.cb, <VkBuffer><uintptr_t>b.handle, r.offset, len(data), <const char*>data)
+            self.calls.update_buffer(<VkBuffer><uintptr_t>b.handle, r.offset, len(data), <const char*>data)
         else:
             r = (<Copy>c).source
             s = self.resolve(r)
@@ -205,7 +141,7 @@ cdef class Encoder:
             r = (<Copy>c).target
             b = self.resolve(r)
             region.dstOffset = r.offset
-            self.fn.copy_buffer(self.cb, <VkBuffer><uintptr_t>s.handle, <VkBuffer><uintptr_t>b.handle, 1, &region)
+            self.calls.copy_buffer(<VkBuffer><uintptr_t>s.handle, <VkBuffer><uintptr_t>b.handle, &region)
 
     cdef inline Buffer resolve(self, BufferRef r):
         return r.buffer if r.buffer is not None else <Buffer>self.table[r.slot]
@@ -216,8 +152,8 @@ cdef class Encoder:
     cdef void finish(self) except *:
         """End of the recording: if a guard ran, make its fault record visible to the host."""
         if self.guarded:
-            self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
-                                     &self.fn.fault_barrier, 0, NULL, 0, NULL)
+            self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                                        &self.fn.fault_barrier)
             self.counts.barriers += 1
 
     cdef void guard_static(self, list commands) except *:
@@ -226,8 +162,8 @@ cdef class Encoder:
         submission starts with, which no command of the recording writes)."""
         for c in commands:
             self.guard_dispatch(<Dispatch>c)
-        self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
-                                 0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
+        self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                                    &self.fn.indirect_barrier)
         self.counts.barriers += 1
         self.guarded_first = set(commands)
 
@@ -235,8 +171,8 @@ cdef class Encoder:
         """Before dispatch_indirect `c`: the guard dispatch that puts its checked counts where
         vkCmdDispatchIndirect reads them, and the barrier between the two."""
         self.guard_dispatch(c)
-        self.fn.pipeline_barrier(self.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
-                                 0, 1, &self.fn.indirect_barrier, 0, NULL, 0, NULL)
+        self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                                    &self.fn.indirect_barrier)
         self.counts.barriers += 1
 
     cdef void guard_dispatch(self, Dispatch c) except *:
@@ -270,7 +206,7 @@ cdef class Encoder:
                 self.descriptors_set = self.constants_set = False
         if self.pipeline_wanted != self.pipeline:
             self.pipeline = self.pipeline_wanted
-            self.fn.bind_pipeline(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.pipeline)
+            self.calls.bind_pipeline(self.pipeline)
             self.counts.pipelines += 1
         n = len(c.bindings)
         if n:
@@ -284,16 +220,12 @@ cdef class Encoder:
             if not (self.descriptors_set and self.descriptors.size() == self.infos.size() and
                     memcmp(self.descriptors.data(), self.infos.data(), n * sizeof(VkDescriptorBufferInfo)) == 0):
                 if self.arena is None:
-                    self.write.descriptorCount = <uint32_t>n
-                    self.write.pBufferInfo = self.infos.data()
-                    self.fn.push_descriptor_set(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1,
-                                                &self.write)
+                    self.calls.push_descriptor_set(self.layout, <uint32_t>n, self.infos.data())
                 else:
                     chosen = <VkDescriptorSet><uintptr_t>self.arena.write(self.set_layout, [
                         x for i in range(n) for x in (<uintptr_t>self.infos[i].buffer, self.infos[i].offset,
                                                       self.infos[i].range)])
-                    self.fn.bind_descriptor_sets(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, self.layout, 0, 1,
-                                                 &chosen, 0, NULL)
+                    self.calls.bind_descriptor_set(self.layout, chosen)
                 self.descriptors.swap(self.infos)  # set now; the old ones' storage serves the next dispatch
                 self.descriptors_set = True
                 self.counts.descriptor_sets += 1
@@ -307,17 +239,16 @@ cdef class Encoder:
                 self.words[i] = checked_word(value)
             if not (self.constants_set and self.constants.size() == self.words.size() and
                     memcmp(self.constants.data(), self.words.data(), n * sizeof(uint32_t)) == 0):
-                self.fn.push_constants(self.cb, self.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, <uint32_t>(4 * n),
-                                       self.words.data())
+                self.calls.push_constants(self.layout, <uint32_t>n, self.words.data())
                 self.constants.swap(self.words)
                 self.constants_set = True
                 self.counts.constant_pushes += 1
         if c.parameters is None:
             x, y, z = c.workgroups
-            self.fn.dispatch(self.cb, x, y, z)
+            self.calls.dispatch(x, y, z)
         else:
             chunk, slot = self.guard.place(c)
-            self.fn.dispatch_indirect(self.cb, <VkBuffer><uintptr_t>(<Buffer>chunk).handle, 12 * slot)
+            self.calls.dispatch_indirect(<VkBuffer><uintptr_t>(<Buffer>chunk).handle, 12 * slot)
         self.counts.dispatches += 1
 
 
@@ -326,7 +257,7 @@ cdef uint32_t _pattern_word(bytes pattern):
     return int.from_bytes(pattern * (4 // len(pattern)), "little")
 
 
-cdef class VulkanEmitter:
+cdef class VulkanEmitter(Emitter):
     """The Vulkan side of one command buffer (hal.program.Emitter): its encoded VkCommandBuffers.
 
     `encodings` counts the VkCommandBuffers encoded so far (reuse shows as it not growing); `counts` the
@@ -345,6 +276,7 @@ cdef class VulkanEmitter:
     cdef object recorded  # the Recording, when the command buffer uses no slot
     cdef dict by_table  # (binding table's used prefix, words of the constant slots read) -> Recording
     cdef Recording open  # single_pass: the Recording being encoded
+    cdef CallStream stream  # the device's: single_pass's calls are made by its worker thread
     cdef Encoder encoder
     cdef object guard  # the IndirectGuard, once a dispatch_indirect needs it
     cdef readonly bint driven  # the Program has regions: submitted as Steps by the device's QueueDriver
@@ -363,6 +295,7 @@ cdef class VulkanEmitter:
         self.graph_layout = False
         self.one_time = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
+        self.stream = device.call_stream
         self.slots_possible = binding_capacity > 0 or constant_capacity > 0
         self.by_table = {}
         self.encodings = 0
@@ -383,17 +316,19 @@ cdef class VulkanEmitter:
         if self.single_pass and not self.slots_possible:
             self.open = Recording(self.device, submitted=False)
             self.begin_recording(self.open)
-            self.encoder = Encoder(self.fn, self.open.handle, (), (), self.open.arena)
+            self.encoder = Encoder(self.fn, StreamedCalls(self.stream, self.open.handle), (), (), self.open.arena)
 
-    def command(self, Program program, Command command) -> None:
+    cpdef void command(self, Program program, object command) except *:
         if type(command) is Region and self.encoder is not None:  # regions are Steps, encoded at end()
             self.drop_open()
         if self.encoder is not None:
-            if program.barrier[command.index]:
+            if self.stream.stopping:  # the device closed: encoding would use what it destroyed
+                self.device.check_open()
+            if program.barrier[(<Command>command).index]:
                 self.encoder.barrier()
             if type(command) is Dispatch and (<Dispatch>command).parameters is not None:
                 self.encoder.guard = self.indirect_guard()
-            self.encoder.encode(command)
+            self.encoder.encode(<Command>command)
 
     def end(self, Program program) -> None:
         self.program = program
@@ -409,6 +344,7 @@ cdef class VulkanEmitter:
             return
         if self.open is not None:
             self.encoder.finish()
+            self.stream.drain()  # the worker made every call: the VkCommandBuffer is this thread's again
             self.open.end()
             self.encodings += 1
             self.counted = self.encoder.counts
@@ -417,6 +353,8 @@ cdef class VulkanEmitter:
             self.recorded = self.encode((), ())
 
     def reset(self) -> None:
+        if self.open is not None:
+            self.stream.drain()  # (calls for its VkCommandBuffer may wait in the stream)
         for rec in [self.recorded, self.open, *self.by_table.values()]:
             if rec is not None:
                 rec.release()
@@ -433,6 +371,7 @@ cdef class VulkanEmitter:
     cdef void drop_open(self) except *:
         """Give up single_pass's VkCommandBuffer (a region came: the Program becomes Steps), ended first: one
         still recording must not go back to the pool."""
+        self.stream.drain()
         self.open.end()
         self.open.release()
         self.open = self.encoder = None
@@ -462,7 +401,7 @@ cdef class VulkanEmitter:
         cdef Py_ssize_t i
         try:
             self.begin_recording(rec)
-            encoder = Encoder(self.fn, rec.handle, table, constants, rec.arena,
+            encoder = Encoder(self.fn, Calls(self.fn, rec.handle), table, constants, rec.arena,
                               self.indirect_guard() if program.indirect else None)
             static = [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
             if static_first and static:
@@ -516,14 +455,15 @@ cdef class VulkanEmitter:
     cdef object encode_readback(self, Buffer flag, Py_ssize_t offset, Py_ssize_t target):
         """A Recording copying the 4 bytes at `offset` of `flag` to byte `target` of `flags`, for the host."""
         cdef Recording rec = Recording(self.device)
+        cdef Calls calls
         cdef VkBufferCopy region
         region.srcOffset, region.dstOffset, region.size = offset, target, 4
         try:
             self.begin_recording(rec)
-            self.fn.copy_buffer(rec.pool.command_buffer, <VkBuffer><uintptr_t>flag.handle,
-                                <VkBuffer><uintptr_t>(<Buffer>self.flags).handle, 1, &region)
-            self.fn.pipeline_barrier(rec.pool.command_buffer, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                                     VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &self.fn.host_barrier, 0, NULL, 0, NULL)
+            calls = Calls(self.fn, rec.handle)
+            calls.copy_buffer(<VkBuffer><uintptr_t>flag.handle, <VkBuffer><uintptr_t>(<Buffer>self.flags).handle,
+                              &region)
+            calls.pipeline_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, &self.fn.host_barrier)
             rec.end()
         except BaseException:
             rec.release()

@@ -23,7 +23,9 @@ import numpy as np
 from backends.vulkan import capabilities as caps_module
 from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ffi, lib, vk
 from backends.vulkan.buffer import HostVisibleBuffer, VulkanBuffer, create_buffer, destroy_buffer
-from backends.vulkan.command_buffer import DeviceCommands, Submitter, VulkanEmitter, queue_execute
+from backends.vulkan.call_stream import CallStream
+from backends.vulkan.calls import DeviceCommands
+from backends.vulkan.command_buffer import Submitter, VulkanEmitter, queue_execute
 from backends.vulkan.executable import VulkanExecutable
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
@@ -104,7 +106,8 @@ class VulkanDevice(Device):
         self._empty: Recording | None = None
         self._reached = 0  # the latest timeline value _completed() read
         self.lifetime = Lifetime(mark=lambda: self._driver if self._driver.busy() else self._submitter.submitted,
-                                 finished=self._finished, on_release=self._replace_token)
+                                 finished=self._finished, on_release=self._replace_token,
+                                 settle=lambda: self.call_stream.drain())  # its calls may use what is destroyed
         # A command buffer holding this token resubmits as one vkQueueSubmit (queue_execute): replaced whenever
         # that stops being safe for all of them (something to free, the device lost or closing), and given
         # again to one by a submission that finds it safe.
@@ -145,7 +148,9 @@ class VulkanDevice(Device):
         self.queue = queue[0]
         self.fn = Functions(handle)
         self.commands = DeviceCommands(self.address(handle), self.push_descriptors)
-        self.command_pools = CommandPools(self, self.address(self.handle), self.physical.queue_family)
+        self.call_stream = CallStream(self.commands)
+        self.command_pools = CommandPools(self, self.address(self.handle), self.physical.queue_family,
+                                          self.call_stream)
         self.memory = MemoryPool(handle, self.physical.handle, self.features.max_memory_allocation_count,
                                  self.features.max_memory_allocation_size)
         self._timeline = create_timeline(self, 0)
@@ -503,6 +508,7 @@ class VulkanDevice(Device):
         if self._staging is not None:
             self._unmap_staging()
         self._faults = None  # unmapped by lifetime.close()
+        self.call_stream.close()  # its worker made every call: what follows destroys what they use
         self.lifetime.close()
         self.command_pools.close()
         self.memory.close()

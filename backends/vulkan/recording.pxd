@@ -17,6 +17,7 @@ cdef class CommandPools:
     cdef object device
     cdef VkDevice handle
     cdef unsigned queue_family
+    cdef object stream  # the device's CallStream (backends.vulkan.call_stream)
     cdef PFN_vkCreateCommandPool create_pool
     cdef PFN_vkDestroyCommandPool destroy_pool
     cdef PFN_vkResetCommandPool reset_pool

@@ -7,7 +7,9 @@ faults: about 1 µs a dispatch of a 1000-dispatch chain, against 0.5 µs reused)
 next vkBeginCommandBuffer (the pools allow that), not by a call of its own when given back, unless it was let go
 still recording (an encoding that failed, a single_pass command buffer reset or dropped before end()): a state
 vkBeginCommandBuffer does not accept, so the pool is reset then (a reset on every give-back costs lavapipe's end()
-of 10 dispatches about 10%).
+of 10 dispatches about 10%). Calls for a single_pass command buffer's VkCommandBuffer may still wait in the device's
+call stream (backends.vulkan.call_stream) when it is let go: take() and give() drain the stream before they reset or
+destroy a pool let go recording, and the device closes the stream before the pools.
 
 When its pool goes back:
 - A recording a queue may hold (handed to a submission, or made for one) is tracked by the device's lifetime:
@@ -58,8 +60,9 @@ cdef class CommandPools:
     for reuse now (at most KEEP, but for those the collector gave back since the last take()); `in_use` how many
     recordings (or the lifetime, for them) hold (the device's live_objects counts those)."""
 
-    def __init__(self, device, uintptr_t handle, unsigned queue_family):
+    def __init__(self, device, uintptr_t handle, unsigned queue_family, stream):
         self.device = device
+        self.stream = stream
         self.handle = <VkDevice>handle
         self.queue_family = queue_family
         self.create_pool = <PFN_vkCreateCommandPool>entry(self.handle, b"vkCreateCommandPool")
@@ -89,6 +92,8 @@ cdef class CommandPools:
             raise DeviceError("this Vulkan device is closed; create a new one")
         if not self.free:
             self.device.lifetime.collect()  # recordings the GPU is done with may give theirs back
+        if any([(<CommandPool>kept).recording for kept in self.free]):
+            self.stream.drain()  # calls for the command buffer of a pool let go recording may wait in the stream
         while len(self.free) > KEEP:
             self.destroy(self.free.pop(0))
         while self.free:
@@ -113,6 +118,7 @@ cdef class CommandPools:
             self.free.append(kept)
             return
         if kept.recording:
+            self.stream.drain()
             kept.recording = False
             if self.reset_pool(self.handle, kept.pool, 0) != VK_SUCCESS:
                 self.destroy(kept)
