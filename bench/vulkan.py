@@ -21,7 +21,9 @@ hal's in between): hal's record+end <= 1.5x the reference's recording, hal's res
 reference's vkQueueSubmit of the same VkCommandBuffer (with the timeline wait and signal that order it).
 Each is the best of several turns; beside the record+end ratio, the median of 21 turns that each time hal's
 record+end and the reference's recording back to back, and how many of them meet the target: on a host whose
-speed drifts between spells, the best of each may pair a fast spell's hal with another's reference.
+speed drifts between spells, the best of each may pair a fast spell's hal with another's reference. The same for
+single_pass, whose vkCmd* calls the device's worker thread makes while recording goes on, with the CPU time of both
+threads beside its wall time.
 Beside them, the plain-Python recorder that checks nothing (bench.record) takes the same calls: what any
 recording API in Python costs before its first vkCmd* call. A second table splits what hal costs above the
 reference's calls: the program's loop and a call per command alone (a recorder whose calls do nothing), hal's
@@ -61,6 +63,7 @@ TARGET_US = 5.0  # issue 3: host µs per dispatch for record + end on lavapipe
 RESUBMIT_LENGTHS = (10, 100, 1000)
 REFERENCE_RECORD_TARGET, REFERENCE_SUBMIT_TARGET = 1.5, 1.1
 PAIRED_TURNS = 21  # against the reference: turns of hal's record+end and the reference's, paired
+WORKER_SLEEPS = 0.002  # s: the call stream's worker looks for more calls 50 µs, then sleeps
 EXPORT = hal.Export("add", bindings=3, constants=1, workgroup_size=WORKGROUP, readonly=(0, 1))
 SOURCE = hal.ExecutableSource.glsl({"add": GLSL["add"]}, [EXPORT])
 
@@ -395,13 +398,18 @@ def record_end_us(dev: hal.Device, record: Callable, fixture: scaling.Fixture,
 def single_pass_us(dev: hal.Device, record: Callable, fixture: scaling.Fixture) -> tuple[float, float]:
     """µs per dispatch from begin() to the end of end() of `record`'s RECORD_DISPATCHES dispatches into a single_pass
     command buffer (encoded as recorded, its vkCmd* calls made by the device's worker thread meanwhile), once: the
-    wall time, and the CPU time of the whole process over it (both threads: what the host spends)."""
+    wall time, and the CPU time the process spent meanwhile (both threads: what the host spends, the worker's wait
+    for more calls included). The CPU time is read once the worker sleeps again: Linux adds up another thread's
+    time when it stops running, so a count read while it runs misses up to a scheduler tick of it."""
     cb = dev.create_command_buffer(mode="reusable", strategy="single_pass")
+    time.sleep(WORKER_SLEEPS)
     t0, c0 = time.perf_counter(), time.process_time()
     cb.begin()
     record(cb, fixture, RECORD_DISPATCHES)
     cb.end()
-    t1, c1 = time.perf_counter(), time.process_time()
+    t1 = time.perf_counter()
+    time.sleep(WORKER_SLEEPS)
+    c1 = time.process_time()
     return (t1 - t0) / RECORD_DISPATCHES * 1e6, (c1 - c0) / RECORD_DISPATCHES * 1e6
 
 
