@@ -92,14 +92,16 @@ cdef class CommandPools:
             raise DeviceError("this Vulkan device is closed; create a new one")
         if not self.free:
             self.device.lifetime.collect()  # recordings the GPU is done with may give theirs back
-        if any([(<CommandPool>kept).recording for kept in self.free]):
-            self.stream.drain()  # calls for the command buffer of a pool let go recording may wait in the stream
         while len(self.free) > KEEP:
-            self.destroy(self.free.pop(0))
+            kept = self.free.pop(0)
+            if kept.recording:
+                self.stream.drain()  # calls for the command buffer of a pool let go recording may wait in the stream
+            self.destroy(kept)
         while self.free:
             kept = self.free.pop()
             if not kept.recording:
                 return kept
+            self.stream.drain()
             kept.recording = False
             if self.reset_pool(self.handle, kept.pool, 0) == VK_SUCCESS:
                 return kept
