@@ -75,7 +75,6 @@ cdef class Encoder:
     `slot_constants` constant slots, `arena` gives descriptor sets when the device has no push descriptors, `guard`
     (an IndirectGuard) guards dispatch_indirect commands."""
 
-    cdef DeviceCommands fn
     cdef Calls calls
     cdef tuple table
     cdef tuple slot_constants
@@ -97,8 +96,7 @@ cdef class Encoder:
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Counts counts  # the state-setting calls made so far, by kind: what the encoder did not skip
 
-    def __init__(self, DeviceCommands fn, Calls calls, tuple table, tuple slot_constants, arena, guard=None):
-        self.fn = fn
+    def __init__(self, Calls calls, tuple table, tuple slot_constants, arena, guard=None):
         self.calls = calls
         self.table = table
         self.slot_constants = slot_constants
@@ -112,7 +110,7 @@ cdef class Encoder:
         memset(&self.counts, 0, sizeof(Counts))
 
     cdef void barrier(self) except *:
-        self.calls.pipeline_barrier(BARRIER_STAGES, BARRIER_STAGES, &self.fn.memory_barrier)
+        self.calls.pipeline_barrier(BARRIER_STAGES, BARRIER_STAGES, &self.calls.fn.memory_barrier)
         self.counts.barriers += 1
 
     cdef void encode(self, Command c) except *:
@@ -153,7 +151,7 @@ cdef class Encoder:
         """End of the recording: if a guard ran, make its fault record visible to the host."""
         if self.guarded:
             self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                                        &self.fn.fault_barrier)
+                                        &self.calls.fn.fault_barrier)
             self.counts.barriers += 1
 
     cdef void guard_static(self, list commands) except *:
@@ -163,7 +161,7 @@ cdef class Encoder:
         for c in commands:
             self.guard_dispatch(<Dispatch>c)
         self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
-                                    &self.fn.indirect_barrier)
+                                    &self.calls.fn.indirect_barrier)
         self.counts.barriers += 1
         self.guarded_first = set(commands)
 
@@ -172,7 +170,7 @@ cdef class Encoder:
         vkCmdDispatchIndirect reads them, and the barrier between the two."""
         self.guard_dispatch(c)
         self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
-                                    &self.fn.indirect_barrier)
+                                    &self.calls.fn.indirect_barrier)
         self.counts.barriers += 1
 
     cdef void guard_dispatch(self, Dispatch c) except *:
@@ -316,7 +314,7 @@ cdef class VulkanEmitter(Emitter):
         if self.single_pass and not self.slots_possible:
             self.open = Recording(self.device, submitted=False)
             self.begin_recording(self.open)
-            self.encoder = Encoder(self.fn, StreamedCalls(self.stream, self.open.handle), (), (), self.open.arena)
+            self.encoder = Encoder(StreamedCalls(self.stream, self.open.handle), (), (), self.open.arena)
 
     cpdef void command(self, Program program, object command) except *:
         if type(command) is Region and self.encoder is not None:  # regions are Steps, encoded at end()
@@ -353,8 +351,6 @@ cdef class VulkanEmitter(Emitter):
             self.recorded = self.encode((), ())
 
     def reset(self) -> None:
-        if self.open is not None:
-            self.stream.drain()  # (calls for its VkCommandBuffer may wait in the stream)
         for rec in [self.recorded, self.open, *self.by_table.values()]:
             if rec is not None:
                 rec.release()
@@ -401,7 +397,7 @@ cdef class VulkanEmitter(Emitter):
         cdef Py_ssize_t i
         try:
             self.begin_recording(rec)
-            encoder = Encoder(self.fn, Calls(self.fn, rec.handle), table, constants, rec.arena,
+            encoder = Encoder(Calls(self.fn, rec.handle), table, constants, rec.arena,
                               self.indirect_guard() if program.indirect else None)
             static = [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
             if static_first and static:

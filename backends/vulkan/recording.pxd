@@ -29,6 +29,7 @@ cdef class CommandPools:
     cdef bint closed
 
     cdef CommandPool take(self)
+    cdef bint reset(self, CommandPool kept) except -1
     cdef void give(self, CommandPool kept, bint collecting=*) except *
     cdef void destroy(self, CommandPool kept) noexcept
     cdef CommandPool create(self)

@@ -99,14 +99,19 @@ cdef class CommandPools:
             self.destroy(kept)
         while self.free:
             kept = self.free.pop()
-            if not kept.recording:
+            if not kept.recording or self.reset(kept):
                 return kept
-            self.stream.drain()
-            kept.recording = False
-            if self.reset_pool(self.handle, kept.pool, 0) == VK_SUCCESS:
-                return kept
-            self.destroy(kept)
         return self.create()
+
+    cdef bint reset(self, CommandPool kept) except -1:
+        """Ready a pool let go still recording for its next vkBeginCommandBuffer: once the stream made the calls for
+        its command buffer that may still wait there, reset it (destroyed if that fails). Is it still there?"""
+        self.stream.drain()
+        kept.recording = False
+        if self.reset_pool(self.handle, kept.pool, 0) == VK_SUCCESS:
+            return True
+        self.destroy(kept)
+        return False
 
     cdef void give(self, CommandPool kept, bint collecting=False) except *:
         """Take back a pool no recording and no queue uses any more: kept, or destroyed beyond KEEP; one let go
@@ -120,10 +125,7 @@ cdef class CommandPools:
             self.free.append(kept)
             return
         if kept.recording:
-            self.stream.drain()
-            kept.recording = False
-            if self.reset_pool(self.handle, kept.pool, 0) != VK_SUCCESS:
-                self.destroy(kept)
+            self.reset(kept)
         if kept.pool != NULL:
             if len(self.free) < KEEP:
                 self.free.append(kept)

@@ -81,6 +81,16 @@ def buffers(dev: hal.Device, count: int, seed: int) -> tuple[list[hal.Buffer], l
     return [dev.upload(s) for s in start], start
 
 
+def run(dev: hal.Device, exe: hal.Executable, program: Program, bufs: list[hal.Buffer],
+        strategy: str = "single_pass") -> None:
+    """Record `program` into a new command buffer, submit it and wait."""
+    cb = dev.create_command_buffer(strategy=strategy)
+    with cb:
+        program.record(cb, exe, bufs)
+    dev.queue_execute(cb)
+    dev.synchronize()
+
+
 def check(bufs: list[hal.Buffer], expected: list[np.ndarray]) -> None:
     for buf, want in zip(bufs, expected):
         np.testing.assert_array_equal(buf.read(np.uint32), want)
@@ -92,11 +102,7 @@ def test_a_long_program_runs_as_recorded(vk, strategy):
     exe = vk.load_executable(kernels.SOURCE)
     program = Program(seed=1, commands=300)
     bufs, start = buffers(vk, 3, seed=10)
-    cb = vk.create_command_buffer(strategy=strategy)
-    with cb:
-        program.record(cb, exe, bufs)
-    vk.queue_execute(cb)
-    vk.synchronize()
+    run(vk, exe, program, bufs, strategy)
     check(bufs, program.expected(start))
 
 
@@ -164,11 +170,7 @@ def test_a_long_recording_let_go_midway_leaves_the_next_one_correct(fresh, let_g
         del cb
         gc.collect()
     program = Program(seed=6, commands=100)
-    cb = dev.create_command_buffer(strategy="single_pass")
-    with cb:
-        program.record(cb, exe, bufs)
-    dev.queue_execute(cb)
-    dev.synchronize()
+    run(dev, exe, program, bufs)
     check(bufs, program.expected(start))
 
 
@@ -202,9 +204,5 @@ def test_a_buffer_released_while_its_calls_wait_in_the_stream_is_destroyed_after
         cb.end()
     cb.reset()
     program = Program(seed=10, commands=50, buffers=2)
-    cb = dev.create_command_buffer(strategy="single_pass")
-    with cb:
-        program.record(cb, exe, bufs[1:])
-    dev.queue_execute(cb)
-    dev.synchronize()
+    run(dev, exe, program, bufs[1:])
     check(bufs[1:], program.expected(start[1:]))
