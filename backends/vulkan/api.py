@@ -14,18 +14,22 @@ from vulkan import ffi, lib
 
 from hal.errors import DeviceError, DeviceLostError, OutOfMemoryError
 
-__all__ = ["ffi", "lib", "vk", "check", "result_name", "api_version", "version_text", "device_function",
-           "instance_function", "text"]
+__all__ = ["ffi", "lib", "vk", "SUCCESS", "TIMEOUT", "OUT_OF_POOL_MEMORY", "FRAGMENTED_POOL", "check", "result_name",
+           "api_version", "version_text", "device_function", "instance_function", "text"]
 
-SUCCESS = vk.VK_SUCCESS
-TIMEOUT = vk.VK_TIMEOUT
-_OUT_OF_MEMORY = {vk.VK_ERROR_OUT_OF_HOST_MEMORY, vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL,
-                  vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTATION, vk.VK_ERROR_TOO_MANY_OBJECTS}
+# VkResult codes are read from `lib`, the Khronos headers as cffi parsed them: the vulkan package's Python constants
+# give the codes added by extensions a positive sign (VK_ERROR_OUT_OF_POOL_MEMORY is 1000069000 there).
+SUCCESS = lib.VK_SUCCESS
+TIMEOUT = lib.VK_TIMEOUT
+OUT_OF_POOL_MEMORY = lib.VK_ERROR_OUT_OF_POOL_MEMORY
+FRAGMENTED_POOL = lib.VK_ERROR_FRAGMENTED_POOL
+_OUT_OF_MEMORY = {lib.VK_ERROR_OUT_OF_HOST_MEMORY, lib.VK_ERROR_OUT_OF_DEVICE_MEMORY, lib.VK_ERROR_FRAGMENTED_POOL,
+                  lib.VK_ERROR_OUT_OF_POOL_MEMORY, lib.VK_ERROR_FRAGMENTATION, lib.VK_ERROR_TOO_MANY_OBJECTS}
 _NAMES: dict[int, str] = {}
-for _name in dir(vk):
+for _name in dir(lib):
     if _name.startswith(("VK_ERROR_", "VK_SUCCESS", "VK_NOT_READY", "VK_TIMEOUT", "VK_INCOMPLETE")) \
-            and not _name.endswith(("_KHR", "_EXT")) and isinstance(getattr(vk, _name), int):
-        _NAMES.setdefault(getattr(vk, _name), _name)
+            and not _name.endswith(("_KHR", "_EXT")) and isinstance(getattr(lib, _name), int):
+        _NAMES.setdefault(getattr(lib, _name), _name)
 
 
 def result_name(result: int) -> str:
@@ -39,7 +43,7 @@ def check(result: int, call: str) -> int:
     message = f"{call} failed: {result_name(result)}"
     if result in _OUT_OF_MEMORY:
         raise OutOfMemoryError(message)
-    if result == vk.VK_ERROR_DEVICE_LOST:
+    if result == lib.VK_ERROR_DEVICE_LOST:
         raise DeviceLostError(f"{message}; the device is lost, create a new one")
     raise DeviceError(message)
 

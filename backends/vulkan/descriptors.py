@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backends.vulkan.api import check, ffi, lib, vk
+from backends.vulkan.api import FRAGMENTED_POOL, OUT_OF_POOL_MEMORY, SUCCESS, check, ffi, lib, vk
 
 if TYPE_CHECKING:
     from backends.vulkan.device import VulkanDevice
@@ -48,9 +48,9 @@ class DescriptorArena:
         if self.pools:
             self.info.descriptorPool = self.pools[-1]
             result = lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.out)
-            if result == vk.VK_SUCCESS:
+            if result == SUCCESS:
                 return self.out[0]
-            if result not in (vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL):
+            if result not in (OUT_OF_POOL_MEMORY, FRAGMENTED_POOL):  # (else a new pool)
                 check(result, "vkAllocateDescriptorSets")
         self.info.descriptorPool = self._new_pool(max(DESCRIPTORS_PER_POOL, descriptors))
         check(lib.vkAllocateDescriptorSets(self.device.handle, self.info, self.out), "vkAllocateDescriptorSets")

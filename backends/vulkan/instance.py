@@ -77,7 +77,7 @@ class Instance:
             "enabledExtensionCount": len(extensions), "ppEnabledExtensionNames": names + len(layers)})
         out = ffi.new("VkInstance*")
         result = lib.vkCreateInstance(info, ffi.NULL, out)
-        if result == vk.VK_ERROR_INCOMPATIBLE_DRIVER:
+        if result == lib.VK_ERROR_INCOMPATIBLE_DRIVER:
             raise UnsupportedError("no Vulkan driver is installed (Debian: apt-get install mesa-vulkan-drivers "
                                    "for lavapipe, or the GPU vendor's driver)")
         check(result, "vkCreateInstance")

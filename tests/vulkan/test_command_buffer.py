@@ -16,7 +16,7 @@ from tests.kernels import groups
 
 backend_or_skip("vulkan")
 
-from backends.vulkan import command_buffer
+from backends.vulkan import command_buffer, descriptors
 
 pytestmark = pytest.mark.vulkan
 
@@ -190,6 +190,29 @@ def test_push_descriptors_and_descriptor_sets_record_the_same(vk, fresh):
     final_a[128:144] = updated[:16]
     for got, want in zip(results[0], (final_a, ~out, out)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_more_dispatches_than_a_descriptor_pool_holds_sets(fresh):
+    """With descriptor sets, every dispatch whose bindings change takes a new set; past SETS_PER_POOL the arena opens
+    another pool (a driver that enforces maxSets, as NVIDIA's does, refuses a set from a full pool)."""
+    dev = fresh(supports_push_descriptor=False)
+    exe = dev.load_executable(kernels.SOURCE)
+    start = np.arange(N, dtype=np.uint32)
+    a, b = dev.upload(start), dev.upload(np.zeros(N, np.uint32))
+    steps = descriptors.SETS_PER_POOL + 44
+    cb = dev.create_command_buffer()
+    with cb:
+        for i in range(steps):  # from a to b, then back: the bindings change at every dispatch
+            source, target = (a, b) if i % 2 == 0 else (b, a)
+            cb.dispatch(exe, "xor_copy", groups(N), (N, i), (source, target))
+            cb.execution_barrier()
+    dev.queue_execute(cb)
+    assert cb.emitter.counts["descriptor_sets"] == steps
+    want = [start, np.zeros(N, np.uint32)]
+    for i in range(steps):
+        want[(i + 1) % 2] = want[i % 2] ^ np.uint32(i)
+    np.testing.assert_array_equal(a.read(np.uint32), want[0])
+    np.testing.assert_array_equal(b.read(np.uint32), want[1])
 
 
 def test_an_unchanged_resubmission_is_one_submit_until_something_is_let_go(fresh):
