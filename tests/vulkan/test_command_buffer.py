@@ -196,6 +196,7 @@ def test_more_dispatches_than_a_descriptor_pool_holds_sets(fresh):
     """With descriptor sets, every dispatch whose bindings change takes a new set; past SETS_PER_POOL the arena opens
     another pool (a driver that enforces maxSets, as NVIDIA's does, refuses a set from a full pool)."""
     dev = fresh(supports_push_descriptor=False)
+    assert not dev.push_descriptors
     exe = dev.load_executable(kernels.SOURCE)
     start = np.arange(N, dtype=np.uint32)
     a, b = dev.upload(start), dev.upload(np.zeros(N, np.uint32))
