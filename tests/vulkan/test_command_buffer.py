@@ -192,16 +192,18 @@ def test_push_descriptors_and_descriptor_sets_record_the_same(vk, fresh):
         np.testing.assert_array_equal(got, want)
 
 
-def test_more_dispatches_than_a_descriptor_pool_holds_sets(fresh):
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_more_dispatches_than_a_descriptor_pool_holds_sets(fresh, strategy):
     """With descriptor sets, every dispatch whose bindings change takes a new set; past SETS_PER_POOL the arena opens
-    another pool (a driver that enforces maxSets, as NVIDIA's does, refuses a set from a full pool)."""
+    another pool (a driver that enforces maxSets, as NVIDIA's does, refuses a set from a full pool). single_pass
+    writes the sets while the worker thread binds the earlier ones."""
     dev = fresh(supports_push_descriptor=False)
     assert not dev.push_descriptors
     exe = dev.load_executable(kernels.SOURCE)
     start = np.arange(N, dtype=np.uint32)
     a, b = dev.upload(start), dev.upload(np.zeros(N, np.uint32))
     steps = descriptors.SETS_PER_POOL + 44
-    cb = dev.create_command_buffer()
+    cb = dev.create_command_buffer(strategy=strategy)
     with cb:
         for i in range(steps):  # from a to b, then back: the bindings change at every dispatch
             source, target = (a, b) if i % 2 == 0 else (b, a)
