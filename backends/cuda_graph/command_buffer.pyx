@@ -893,8 +893,9 @@ cdef class CudaEmitter(Emitter):
 
     @property
     def resubmits_in_one_launch(self) -> bool:
-        """Built, reusable, using no slot or constant slot: an unchanged resubmission is one cuGraphLaunch."""
-        return self.built and not self.one_shot and not self.at_submit
+        """Built, reusable, without constant slots (their values come with every submit): submitted again with the
+        same binding table, it is one cuGraphLaunch of the exec as the last submission left it."""
+        return self.built and not self.one_shot and not self.program.constant_users
 
     cdef void launch_on_stream(self, tuple table, tuple constants) except *:
         """Every command in recording order, straight on the stream (one-shot deferred work)."""
@@ -1122,9 +1123,9 @@ def _read_graph(uintptr_t handle, dict name_of) -> nx.DiGraph:
 def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,
                   constants=NO_CONSTANTS):
     """CudaDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
-    the device's resubmission token (given by the general path: reusable, built, without slots or constant slots,
-    nothing to free, the device neither lost nor closing; revoked at every release), submitted again with the very
-    table it was last submitted with, no semaphores and no constants, is one cuGraphLaunch: one token check stands
+    the device's resubmission token (given by the general path: reusable, built, without constant slots, nothing to
+    free, the device neither lost nor closing; revoked at every release), submitted again with the very table it
+    was last submitted with, no semaphores and no constants, is one cuGraphLaunch: one token check stands
     for the general path's checks. The check and the launch run without releasing the GIL, so no other thread's
     close() or release comes between them. Anything else takes the general path, and so does a launch the driver
     refuses: from a thread where no context, or another one, is current (the general path makes the device's

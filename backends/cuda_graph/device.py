@@ -414,6 +414,7 @@ class CudaDevice(Device):
         self.activate()
         self._stream_waits(waits)
         emitter = command_buffer.emitter
+        emitter.token = None  # until this submission is queued: its table may differ from the last one's
         try:
             emitter.submit(table, constants)
         except DeviceLostError as e:

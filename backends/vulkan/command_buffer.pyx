@@ -272,6 +272,7 @@ cdef class VulkanEmitter(Emitter):
     cdef bint slots_possible  # a binding or constant capacity: single_pass cannot encode while recording
     cdef Program program
     cdef object recorded  # the Recording, when the command buffer uses no slot
+    cdef Recording submitted  # the Recording the last submission used: an unchanged resubmission submits it again
     cdef dict by_table  # (binding table's used prefix, words of the constant slots read) -> Recording
     cdef Recording open  # single_pass: the Recording being encoded
     cdef CallStream stream  # the device's: single_pass's calls are made by its worker thread
@@ -358,7 +359,7 @@ cdef class VulkanEmitter(Emitter):
             self.guard.release()
         if self.flags is not None:
             self.flags.release()
-        self.recorded = self.open = self.encoder = self.token = self.guard = self.flags = None
+        self.recorded = self.submitted = self.open = self.encoder = self.token = self.guard = self.flags = None
         self.driven = False
         self.by_table = {}
         self.program = None
@@ -468,8 +469,10 @@ cdef class VulkanEmitter(Emitter):
 
     @property
     def resubmits_in_one_submit(self) -> bool:
-        """Encoded once, reusable: an unchanged resubmission is one vkQueueSubmit of the same VkCommandBuffer."""
-        return self.recorded is not None and not self.one_time and not self.driven
+        """Reusable, submitted, without constant slots (their values come with every submit) or regions: submitted
+        again with the same binding table, it is one vkQueueSubmit of the VkCommandBuffer the last submission used."""
+        return self.submitted is not None and not self.one_time and not self.driven and \
+            not self.program.constant_users
 
     def command_buffer(self, tuple table, tuple constants) -> object:
         """The VkCommandBuffer (as an integer) to submit with `table` and constant slot values `constants`
@@ -487,7 +490,8 @@ cdef class VulkanEmitter(Emitter):
             self.by_table[key] = rec
         if self.driven:
             return rec
-        (<Recording>rec).mark_submitted()
+        self.submitted = <Recording>rec
+        self.submitted.mark_submitted()
         return rec.handle
 
 
@@ -557,11 +561,11 @@ cdef class Submitter:
 def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,
                   constants=NO_CONSTANTS):
     """VulkanDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
-    the device's `resubmit_token` (given by the general path: reusable, encoded once, nothing to free, the
+    the device's `resubmit_token` (given by the general path: reusable, no constant slots, nothing to free, the
     device neither lost nor closing), submitted again with its last table, no semaphores and no constants, is one
-    vkQueueSubmit of its VkCommandBuffer: one token check stands for the general path's checks. The check and
-    the submission run without releasing the GIL, so no other thread's close() or release comes between them.
-    Anything else takes the general path."""
+    vkQueueSubmit of the VkCommandBuffer the last submission used: one token check stands for the general path's
+    checks. The check and the submission run without releasing the GIL, so no other thread's close() or release
+    comes between them. Anything else takes the general path."""
     cdef CommandBuffer cb
     cdef VulkanEmitter emitter
     if wait is no_semaphores and signal is no_semaphores and constants is no_constants and \
@@ -572,7 +576,7 @@ def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, 
             if emitter.token is device.resubmit_token and emitter.device is device and \
                     cb.accepts(binding_table, device.release_token):
                 try:
-                    emitter.submitter.submit(emitter.recorded.handle)
+                    emitter.submitter.submit(emitter.submitted.handle)
                 except DeviceLostError as e:
                     device.raise_failure(e)
                 return

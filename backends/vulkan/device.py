@@ -269,6 +269,7 @@ class VulkanDevice(Device):
             for sem, value in waits + signals:
                 self.check_timeline_step(sem, value)
         emitter = command_buffer.emitter
+        emitter.token = None  # until this submission is queued: its table may differ from the last one's
         work = emitter.command_buffer(table, constants)
         with self._route_lock:
             if emitter.driven or self._driver.busy():  # regions: the QueueDriver submits, in order

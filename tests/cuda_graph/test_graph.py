@@ -438,6 +438,30 @@ def test_constant_slots_after_a_re_recording(gpu, exe):
     np.testing.assert_array_equal(x.read(np.uint32), expected)
 
 
+def test_the_same_binding_table_again_is_one_launch_until_a_buffer_is_released(gpu, exe):
+    """Submitted again with the very table it was last submitted with, a reusable command buffer with slots holds
+    the resubmission token too: one cuGraphLaunch of the exec as that table left it. Another table takes the
+    general path (a patch, then the token); a released buffer revokes the token, so the release is reported."""
+    gpu.synchronize()  # what earlier tests let go is freed: nothing keeps the token from the general path
+    x, y = gpu.upload(u32([1, 2, 3, 4])), gpu.upload(u32([5, 6, 7, 8]))
+    cb = gpu.create_command_buffer(mode="reusable", binding_capacity=1)
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (hal.slot(0),))
+    first, second = (x,), (y,)
+    for table in (first, first, second, second, first, first):
+        gpu.queue_execute(cb, binding_table=table)
+        assert cb.emitter.token is gpu.resubmit_token
+    assert cb.emitter.instantiations == 1
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 16)
+    np.testing.assert_array_equal(y.read(np.uint32), u32([5, 6, 7, 8]) * 4)
+    y.release()
+    assert cb.emitter.token is not gpu.resubmit_token
+    with pytest.raises(hal.ValidationError, match=r"binding_table\[0\] is a released buffer"):
+        gpu.queue_execute(cb, binding_table=second)
+    gpu.queue_execute(cb, binding_table=first)
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 32)
+
+
 def test_capacity_alone_keeps_the_one_launch_resubmission(gpu, exe):
     """What a recording uses decides, not the capacities: reading no slot, it resubmits as one launch."""
     x = gpu.upload(u32([1, 2, 3, 4]))

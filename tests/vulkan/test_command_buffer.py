@@ -249,6 +249,31 @@ def test_an_unchanged_resubmission_is_one_submit_until_something_is_let_go(fresh
         dev.queue_execute(cb)
 
 
+def test_the_same_binding_table_again_is_one_submit_until_a_buffer_is_released(fresh):
+    """Submitted again with the very table it was last submitted with, a reusable command buffer with slots holds
+    the resubmit token too: one vkQueueSubmit of that table's VkCommandBuffer. Another table takes the general
+    path (its own encoding, then the token); a released buffer revokes the token, so the release is reported."""
+    dev = fresh()
+    exe = dev.load_executable(kernels.SOURCE)
+    x, y = dev.upload(u32([1, 2, 3, 4])), dev.upload(u32([5, 6, 7, 8]))
+    cb = dev.create_command_buffer(mode="reusable", binding_capacity=1)
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (4, 2), (hal.slot(0),))
+    first, second = (x,), (y,)
+    for table in (first, first, second, second, first, first):
+        dev.queue_execute(cb, binding_table=table)
+        assert cb.emitter.token is dev.resubmit_token
+    assert cb.emitter.encodings == 2
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 16)
+    np.testing.assert_array_equal(y.read(np.uint32), u32([5, 6, 7, 8]) * 4)
+    y.release()
+    assert cb.emitter.token is not dev.resubmit_token
+    with pytest.raises(hal.ValidationError, match=r"binding_table\[0\] is a released buffer"):
+        dev.queue_execute(cb, binding_table=second)
+    dev.queue_execute(cb, binding_table=first)
+    np.testing.assert_array_equal(x.read(np.uint32), u32([1, 2, 3, 4]) * 32)
+
+
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
 def test_static_indirect_guards_run_first_with_one_barrier(vk, exe, strategy):
     """deferred: the guards of the static dispatch_indirect commands run at the start, one barrier after them all
