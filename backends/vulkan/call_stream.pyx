@@ -17,14 +17,17 @@ no Python code and takes no lock but the stream's own, so waiting for it cannot 
 import threading
 
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 from libcpp.mutex cimport mutex, unique_lock
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
+from backends.vulkan.calls cimport (
+    cmd_bind_descriptor_set, cmd_bind_pipeline, cmd_copy_buffer, cmd_pipeline_barrier, cmd_push_constants,
+    cmd_push_descriptor_set, storage_buffer_write
+)
 from backends.vulkan.khronos cimport (
     VkBuffer, VkBufferCopy, VkDescriptorBufferInfo, VkDescriptorSet, VkDeviceSize, VkMemoryBarrier, VkPipeline,
-    VkPipelineLayout, VkPipelineStageFlags, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-    VK_PIPELINE_BIND_POINT_COMPUTE, VK_SHADER_STAGE_COMPUTE_BIT
+    VkPipelineLayout, VkPipelineStageFlags
 )
 
 cdef extern from *:
@@ -66,9 +69,7 @@ cdef class CallStream:
         self.fn = fn
         self.thread = None
         self.stopping = self.sleeping = False
-        memset(&self.write, 0, sizeof(self.write))
-        self.write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-        self.write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+        storage_buffer_write(&self.write)
 
     def __dealloc__(self):
         # The worker holds this object while it runs: by now it has stopped, or never started.
@@ -209,7 +210,6 @@ cdef class CallStream:
         """Make the chunk's calls, in order."""
         cdef Call* call
         cdef uint64_t* data = chunk.data.data()
-        cdef VkDescriptorSet chosen
         cdef VkBufferCopy region
         cdef size_t i
         for i in range(chunk.count):
@@ -221,19 +221,14 @@ cdef class CallStream:
             elif call.kind == PUSH_DESCRIPTOR_SET:
                 if call.data + 8 * AHEAD < chunk.used:
                     prefetch_read(data + call.data + 8 * AHEAD)
-                self.write.descriptorCount = <uint32_t>call.c
-                self.write.pBufferInfo = <const VkDescriptorBufferInfo*>(data + call.data)
-                self.fn.push_descriptor_set(call.cb, VK_PIPELINE_BIND_POINT_COMPUTE, <VkPipelineLayout>call.first, 0,
-                                            1, &self.write)
+                cmd_push_descriptor_set(self.fn, call.cb, &self.write, <VkPipelineLayout>call.first, <uint32_t>call.c,
+                                        <const VkDescriptorBufferInfo*>(data + call.data))
             elif call.kind == BIND_PIPELINE:
-                self.fn.bind_pipeline(call.cb, VK_PIPELINE_BIND_POINT_COMPUTE, <VkPipeline>call.first)
+                cmd_bind_pipeline(self.fn, call.cb, <VkPipeline>call.first)
             elif call.kind == BIND_DESCRIPTOR_SET:
-                chosen = <VkDescriptorSet>call.second
-                self.fn.bind_descriptor_sets(call.cb, VK_PIPELINE_BIND_POINT_COMPUTE, <VkPipelineLayout>call.first, 0,
-                                             1, &chosen, 0, NULL)
+                cmd_bind_descriptor_set(self.fn, call.cb, <VkPipelineLayout>call.first, <VkDescriptorSet>call.second)
             elif call.kind == PUSH_CONSTANTS:
-                self.fn.push_constants(call.cb, <VkPipelineLayout>call.first, VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                                       <uint32_t>(4 * call.c), data + call.data)
+                cmd_push_constants(self.fn, call.cb, <VkPipelineLayout>call.first, <uint32_t>call.c, data + call.data)
             elif call.kind == DISPATCH_INDIRECT:
                 self.fn.dispatch_indirect(call.cb, <VkBuffer>call.first, call.a)
             elif call.kind == FILL_BUFFER:
@@ -242,10 +237,10 @@ cdef class CallStream:
                 self.fn.update_buffer(call.cb, <VkBuffer>call.first, call.a, call.b, data + call.data)
             elif call.kind == COPY_BUFFER:
                 region.srcOffset, region.dstOffset, region.size = call.a, call.b, call.c
-                self.fn.copy_buffer(call.cb, <VkBuffer>call.first, <VkBuffer>call.second, 1, &region)
+                cmd_copy_buffer(self.fn, call.cb, <VkBuffer>call.first, <VkBuffer>call.second, &region)
             else:
-                self.fn.pipeline_barrier(call.cb, <VkPipelineStageFlags>call.a, <VkPipelineStageFlags>call.b, 0, 1,
-                                         <const VkMemoryBarrier*>call.second, 0, NULL, 0, NULL)
+                cmd_pipeline_barrier(self.fn, call.cb, <VkPipelineStageFlags>call.a, <VkPipelineStageFlags>call.b,
+                                     <const VkMemoryBarrier*>call.second)
 
 
 cdef class StreamedCalls(Calls):

@@ -1,8 +1,10 @@
 from libc.stdint cimport uint32_t
+from libc.string cimport memset
 
 from backends.vulkan.khronos cimport (
     VkBuffer, VkBufferCopy, VkCommandBuffer, VkDescriptorBufferInfo, VkDescriptorSet, VkDeviceSize, VkMemoryBarrier,
-    VkPipeline, VkPipelineLayout, VkPipelineStageFlags, VkWriteDescriptorSet,
+    VkPipeline, VkPipelineLayout, VkPipelineStageFlags, VkWriteDescriptorSet, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+    VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_PIPELINE_BIND_POINT_COMPUTE, VK_SHADER_STAGE_COMPUTE_BIT,
     PFN_vkCmdBindPipeline, PFN_vkCmdPushDescriptorSetKHR, PFN_vkCmdBindDescriptorSets, PFN_vkCmdPushConstants,
     PFN_vkCmdDispatch, PFN_vkCmdDispatchIndirect, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer, PFN_vkCmdCopyBuffer,
     PFN_vkCmdPipelineBarrier, PFN_vkQueueSubmit
@@ -44,3 +46,48 @@ cdef class Calls:
     cdef int copy_buffer(self, VkBuffer source, VkBuffer target, const VkBufferCopy* region) except -1
     cdef int pipeline_barrier(self, VkPipelineStageFlags source, VkPipelineStageFlags target,
                               const VkMemoryBarrier* barrier) except -1
+
+
+# Each vkCmd* call with the arguments hal always passes (the compute bind point, set 0, one descriptor write, one
+# region, one global barrier), in one place for both callers: `Calls` (in the recording thread) and the call
+# stream's worker, which makes them without the GIL.
+
+cdef inline void storage_buffer_write(VkWriteDescriptorSet* write) noexcept nogil:
+    """Make `write` the one descriptor write of a push: storage buffers at binding 0 of set 0 (the count and
+    descriptors set at each push)."""
+    memset(write, 0, sizeof(VkWriteDescriptorSet))
+    write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+    write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+
+
+cdef inline void cmd_bind_pipeline(DeviceCommands fn, VkCommandBuffer cb, VkPipeline pipeline) noexcept nogil:
+    fn.bind_pipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
+
+
+cdef inline void cmd_push_descriptor_set(DeviceCommands fn, VkCommandBuffer cb, VkWriteDescriptorSet* write,
+                                         VkPipelineLayout layout, uint32_t count,
+                                         const VkDescriptorBufferInfo* infos) noexcept nogil:
+    """`write`: the caller's storage-buffer write (its type set once), given `count` descriptors at `infos`."""
+    write.descriptorCount = count
+    write.pBufferInfo = infos
+    fn.push_descriptor_set(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, write)
+
+
+cdef inline void cmd_bind_descriptor_set(DeviceCommands fn, VkCommandBuffer cb, VkPipelineLayout layout,
+                                         VkDescriptorSet chosen) noexcept nogil:
+    fn.bind_descriptor_sets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &chosen, 0, NULL)
+
+
+cdef inline void cmd_push_constants(DeviceCommands fn, VkCommandBuffer cb, VkPipelineLayout layout, uint32_t count,
+                                    const void* words) noexcept nogil:
+    fn.push_constants(cb, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * count, words)
+
+
+cdef inline void cmd_copy_buffer(DeviceCommands fn, VkCommandBuffer cb, VkBuffer source, VkBuffer target,
+                                 const VkBufferCopy* region) noexcept nogil:
+    fn.copy_buffer(cb, source, target, 1, region)
+
+
+cdef inline void cmd_pipeline_barrier(DeviceCommands fn, VkCommandBuffer cb, VkPipelineStageFlags source,
+                                      VkPipelineStageFlags target, const VkMemoryBarrier* barrier) noexcept nogil:
+    fn.pipeline_barrier(cb, source, target, 0, 1, barrier, 0, NULL, 0, NULL)

@@ -8,8 +8,7 @@ from libc.string cimport memset
 
 from backends.vulkan.driver_calls cimport entry
 from backends.vulkan.khronos cimport (
-    VkDevice, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, VK_STRUCTURE_TYPE_MEMORY_BARRIER, VK_PIPELINE_BIND_POINT_COMPUTE,
-    VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_SHADER_STAGE_COMPUTE_BIT, VK_ACCESS_SHADER_READ_BIT,
+    VkAccessFlags, VkDevice, VkMemoryBarrier, VK_STRUCTURE_TYPE_MEMORY_BARRIER, VK_ACCESS_SHADER_READ_BIT,
     VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
     VK_ACCESS_INDIRECT_COMMAND_READ_BIT, VK_ACCESS_HOST_READ_BIT
 )
@@ -33,24 +32,19 @@ cdef class DeviceCommands:
         self.push_descriptor_set = NULL
         if push_descriptors:
             self.push_descriptor_set = <PFN_vkCmdPushDescriptorSetKHR>entry(handle, b"vkCmdPushDescriptorSetKHR")
-        memset(&self.memory_barrier, 0, sizeof(VkMemoryBarrier))
-        self.memory_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.memory_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
-        self.memory_barrier.dstAccessMask = (VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
-        memset(&self.indirect_barrier, 0, sizeof(VkMemoryBarrier))
-        self.indirect_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.indirect_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
-        self.indirect_barrier.dstAccessMask = VK_ACCESS_INDIRECT_COMMAND_READ_BIT
-        memset(&self.host_barrier, 0, sizeof(VkMemoryBarrier))
-        self.host_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.host_barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT
-        self.host_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
-        memset(&self.fault_barrier, 0, sizeof(VkMemoryBarrier))
-        self.fault_barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
-        self.fault_barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT
-        self.fault_barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT
+        _global_barrier(&self.memory_barrier, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                        VK_ACCESS_TRANSFER_WRITE_BIT)
+        _global_barrier(&self.indirect_barrier, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_INDIRECT_COMMAND_READ_BIT)
+        _global_barrier(&self.host_barrier, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT)
+        _global_barrier(&self.fault_barrier, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT)
 
+
+cdef void _global_barrier(VkMemoryBarrier* barrier, VkAccessFlags source, VkAccessFlags target) noexcept:
+    memset(barrier, 0, sizeof(VkMemoryBarrier))
+    barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER
+    barrier.srcAccessMask = source
+    barrier.dstAccessMask = target
 
 cdef class Calls:
     """The vkCmd* calls of one encoding into VkCommandBuffer `cb`, made in the driver at once."""
@@ -58,24 +52,20 @@ cdef class Calls:
     def __init__(self, DeviceCommands fn, uintptr_t cb):
         self.fn = fn
         self.cb = <VkCommandBuffer>cb
-        memset(&self.write, 0, sizeof(VkWriteDescriptorSet))
-        self.write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-        self.write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+        storage_buffer_write(&self.write)
 
     cdef int bind_pipeline(self, VkPipeline pipeline) except -1:
-        self.fn.bind_pipeline(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
+        cmd_bind_pipeline(self.fn, self.cb, pipeline)
 
     cdef int push_descriptor_set(self, VkPipelineLayout layout, uint32_t count,
                                  const VkDescriptorBufferInfo* infos) except -1:
-        self.write.descriptorCount = count
-        self.write.pBufferInfo = infos
-        self.fn.push_descriptor_set(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &self.write)
+        cmd_push_descriptor_set(self.fn, self.cb, &self.write, layout, count, infos)
 
     cdef int bind_descriptor_set(self, VkPipelineLayout layout, VkDescriptorSet chosen) except -1:
-        self.fn.bind_descriptor_sets(self.cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &chosen, 0, NULL)
+        cmd_bind_descriptor_set(self.fn, self.cb, layout, chosen)
 
     cdef int push_constants(self, VkPipelineLayout layout, uint32_t count, const uint32_t* words) except -1:
-        self.fn.push_constants(self.cb, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * count, words)
+        cmd_push_constants(self.fn, self.cb, layout, count, words)
 
     cdef int dispatch(self, uint32_t x, uint32_t y, uint32_t z) except -1:
         self.fn.dispatch(self.cb, x, y, z)
@@ -90,8 +80,8 @@ cdef class Calls:
         self.fn.update_buffer(self.cb, buffer, offset, size, data)
 
     cdef int copy_buffer(self, VkBuffer source, VkBuffer target, const VkBufferCopy* region) except -1:
-        self.fn.copy_buffer(self.cb, source, target, 1, region)
+        cmd_copy_buffer(self.fn, self.cb, source, target, region)
 
     cdef int pipeline_barrier(self, VkPipelineStageFlags source, VkPipelineStageFlags target,
                               const VkMemoryBarrier* barrier) except -1:
-        self.fn.pipeline_barrier(self.cb, source, target, 0, 1, barrier, 0, NULL, 0, NULL)
+        cmd_pipeline_barrier(self.fn, self.cb, source, target, barrier)
