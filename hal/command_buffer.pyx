@@ -24,7 +24,8 @@ import numpy as np
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.commands cimport (Collective, Command, Dispatch, Entries, Entry, Fill, Region, Segment, new_collective,
-                           new_copy, new_dispatch, new_fill, new_region, new_segment, new_update)
+                           hide_from_collector, new_copy, new_dispatch, new_fill, new_region, new_segment,
+                           new_update)
 from hal.dependencies cimport (Planner, RaceDetector, access_range, give_back_race_detector, refs_and_writes,
                                take_race_detector)
 from hal.program cimport Program
@@ -398,9 +399,11 @@ cdef class CommandBuffer:
             raise ValidationError(f"command {index} ({command} {name}): {4 * n} bytes of constants "
                                   f"exceed the device's max_push_constants_size {self.max_constant_bytes}")
         cdef bint constant_slots = False
+        cdef bint hidden = parameters is None  # from the collector (hal.commands.hide_from_collector)
         for c in <tuple>constants:
             if not _plain_word(c):
                 constant_slots = _check_constants(constants, index, name, self.constant_capacity, command)
+                hidden = False
                 break
         if type(bindings) is not tuple:
             bindings = _sequence(bindings, index, name, "bindings", command)
@@ -414,8 +417,12 @@ cdef class CommandBuffer:
             r = self.check_ref((<tuple>bindings)[i], index, command, None, i, STORAGE)
             Py_INCREF(r)  # PyTuple_SET_ITEM steals a reference
             PyTuple_SET_ITEM(resolved, i, r)
+            if r.buffer is not None and r.buffer.device is not self.device:
+                hidden = False  # a transient, whose device is a command buffer
         cdef Dispatch d = new_dispatch(index, self.barriers, executable, entry, workgroups, constants, resolved,
                                        parameters, dynamic)
+        if hidden:
+            hide_from_collector(d)
         if parameters is None:
             self.record(d, d.bindings, d.writes)
         else:

@@ -81,6 +81,7 @@ cdef Update new_update(Py_ssize_t index, Py_ssize_t segment, BufferRef target, b
 cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, BufferRef target)
 cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
                            tuple constants, tuple bindings, BufferRef parameters=*, bint dynamic=*)
+cdef void hide_from_collector(Dispatch c) noexcept
 cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,
                        tuple writes)
 cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object communicator, str operation,

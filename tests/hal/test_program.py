@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import weakref
 
 import networkx as nx
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import hal
 from hal.dependencies import Planner, lane_width
 from tests import kernels
+from tests.conftest import open_device
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +215,57 @@ def test_nested_names_the_commands_each_execute_commands_recorded(host):
     assert program.nested == ((1, 3), (4, 6))
     assert [c.kind for c in program.commands[3:]] == ["if_nonzero", "dispatch", "fill"]
     assert program.commands[3].body.nested == ((1, 3),)
+
+
+def test_records_of_plain_dispatches_are_hidden_from_the_cycle_collector(device):
+    """The collector passes over every tracked object at each young collection: the record of a dispatch with plain
+    constants that binds device buffers and slots (nothing holding a command buffer) is untracked with its bindings.
+    One that binds a transient (whose device is the command buffer: a cycle), reads a constant slot or takes
+    indirect counts stays tracked, and so do the other commands."""
+    exe = device.load_executable(kernels.SOURCE)
+    out = device.allocate(1024)
+    params = device.upload(np.ones(3, np.uint32), usage=hal.BufferUsage.DISPATCH_STORAGE)
+    cb = device.create_command_buffer(binding_capacity=1, constant_capacity=1)
+    with cb:
+        cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (hal.ref(out, 0, 256),))
+        cb.dispatch(exe, "scale", (2, 1, 1), (64, 1.5), (hal.slot(0),))
+        cb.dispatch(exe, "scale", (1, 1, 1), (64, np.float32(2)), (hal.ref(out, 256, 256),))
+        cb.dispatch(exe, "scale", (1, 1, 1), (64, hal.constant_slot(0)), (hal.ref(out, 512, 256),))
+        cb.dispatch_indirect(exe, "mark", params, constants=(1,), bindings=(hal.ref(out, 768, 256),))
+        cb.execution_barrier()
+        cb.fill_buffer(out, b"\x01")
+    assert [gc.is_tracked(c) for c in cb.program.commands] == [False, False, True, True, True, True]
+    assert [gc.is_tracked(c.bindings) for c in cb.program.commands[:2]] == [False, False]
+
+    cb = device.create_command_buffer()
+    with cb:
+        scratch = cb.alloca(256)
+        cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (hal.ref(out, 0, 256),))
+        cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (scratch,))
+    assert [gc.is_tracked(c) for c in cb.program.commands] == [False, True]
+
+
+@pytest.mark.parametrize("backend", ["host", pytest.param("vulkan", marks=pytest.mark.vulkan),
+                                     pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_a_command_buffer_whose_records_bind_transients_is_collected(backend):
+    """A transient's device is its command buffer, so a record binding one closes a reference cycle: the collector
+    must see it (the record stays tracked) to free the command buffer and its transients."""
+    with open_device(backend) as dev:
+        exe = dev.load_executable(kernels.SOURCE)
+        out = dev.allocate(1024)
+        cb = dev.create_command_buffer()
+        with cb:
+            scratch = cb.alloca(256)
+            cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (hal.ref(out, 0, 256),))
+            cb.fill_buffer(scratch, b"\x02")
+            cb.execution_barrier()
+            cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (scratch,))
+        dev.queue_execute(cb)
+        dev.synchronize()
+        dropped, transient = weakref.ref(cb), weakref.ref(scratch.buffer)
+        del cb, scratch
+        gc.collect()
+        assert dropped() is None and transient() is None
 
 
 @pytest.mark.parametrize("dependencies", ["barriers", "hazards"])
