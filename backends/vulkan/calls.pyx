@@ -46,6 +46,7 @@ cdef void _global_barrier(VkMemoryBarrier* barrier, VkAccessFlags source, VkAcce
     barrier.srcAccessMask = source
     barrier.dstAccessMask = target
 
+
 cdef class Calls:
     """The vkCmd* calls of one encoding into VkCommandBuffer `cb`, made in the driver at once."""
 
