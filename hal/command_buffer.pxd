@@ -58,10 +58,10 @@ cdef class CommandBuffer:
     cdef void release_transients(self)
     cdef bint workgroups_fit(self, tuple workgroups)
     cdef void not_recording(self, str what) except *
-    cdef void check_table(self, tuple table) except *
+    cdef void check_table(self, tuple table, object token) except *
     cdef tuple index_slots(self)
     cdef tuple direct(self, tuple commands)
-    cdef void check_released(self, str what, tuple commands) except *
+    cdef void check_released(self, str what, tuple commands, object token) except *
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage)
     cdef BufferRef check_parameters(self, object parameters, Py_ssize_t index, str name)
     cdef BufferRef check_condition(self, object condition, str what)

@@ -185,7 +185,7 @@ cdef class CommandBuffer:
         try:
             if not self.single_pass:
                 self.planner.plan(commands)
-            self.check_released("end", commands)
+            self.check_released("end", commands, self.device.release_token)
             slot_users, constant_users = _users(self.slot_commands, self.constant_commands)
             self.slots_needed = _needed(slot_users)
             self.constants_needed = _needed(constant_users)
@@ -736,10 +736,9 @@ cdef class CommandBuffer:
         table = binding_table if type(binding_table) is tuple else _table(binding_table)
         token = self.device.release_token
         last = self.table
-        if token is self.table_token and (table is last or (
-                len(table) == len(last) and all([a is b for a, b in zip(table, last)]))):
+        if token is self.table_token and _same_entries(table, last):
             return table
-        self.check_table(table)
+        self.check_table(table, token)
         self.table = table
         if self.mode == "reusable":  # accepted again without a look (see `accepts`)
             self.table_token = token
@@ -763,7 +762,9 @@ cdef class CommandBuffer:
                     raise ValidationError(f"queue_execute: constants[{i}] = {value!r}: {e}") from None
         return values
 
-    cdef void check_table(self, tuple table) except *:
+    cdef void check_table(self, tuple table, object token) except *:
+        """Check `table` against the recording. `token`: the device's release token, read once by the caller, so
+        every check of one submission answers for the same moment."""
         if len(table) > self.binding_capacity:
             raise ValidationError(f"queue_execute: the binding table has {len(table)} entries, more than the "
                                   f"command buffer's binding_capacity {self.binding_capacity}")
@@ -779,13 +780,13 @@ cdef class CommandBuffer:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is {_foreign(b)}")
             if (<Buffer>b).released:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
-        self.check_released("queue_execute", self.recorded.commands)
+        self.check_released("queue_execute", self.recorded.commands, token)
         if not self.slot_commands:
             return
         segment_of, direct = self.slot_index or self.index_slots()
         users = self.recorded.slot_users
         commands = self.recorded.commands
-        cdef tuple last = self.table if self.table_token is self.device.release_token else ()
+        cdef tuple last = self.table if self.table_token is token else ()
         cdef vector[Py_ssize_t] changed  # the slots whose buffer changed since the last table
         for i in range(n):
             if i >= len(last) or table[i] is not last[i]:
@@ -827,10 +828,10 @@ cdef class CommandBuffer:
             self.direct_buffers = tuple(found)
         return self.direct_buffers
 
-    cdef void check_released(self, str what, tuple commands) except *:
+    cdef void check_released(self, str what, tuple commands, object token) except *:
         """Refuse a recording that uses a buffer or an executable released since it was recorded (each
-        reference was checked as it was recorded: only a release since then can matter)."""
-        token = self.device.release_token
+        reference was checked as it was recorded: only a release since then can matter); `token`: the device's
+        release token now."""
         if token is self.live_token:
             return
         for i in self.collective_commands:  # a closed communicator released its order tokens
@@ -974,6 +975,18 @@ def _check_range(Py_ssize_t offset, Py_ssize_t nbytes, Buffer b, caps, index, co
         if nbytes > caps.max_storage_buffer_range:
             raise ValidationError(f"command {index} ({command}): {what} spans {nbytes} bytes, more than the "
                                   f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
+
+
+cdef bint _same_entries(tuple table, tuple last):
+    """Do the two tables hold the very same buffers?"""
+    if table is last:
+        return True
+    if len(table) != len(last):
+        return False
+    for i in range(len(table)):
+        if table[i] is not last[i]:
+            return False
+    return True
 
 
 cdef bint _same_answers(tuple table, tuple last, Py_ssize_t n, vector[Py_ssize_t]& changed, frozenset direct):

@@ -407,12 +407,12 @@ class CudaDevice(Device):
         token = self.resubmission.token  # before the checks: a loss, a release or a close while this runs replaces it
         if self._lost is not None:
             self.check_lost()
+        self.activate()
         if waits:
             # A resubmission from another thread must not land between this one's wait and its launch, and none
             # may hold the GIL in a launch queued behind a wait only the host can end: none until it has run.
             self._replace_token()
-        self.activate()
-        self._stream_waits(waits)
+            self._stream_waits(waits)
         emitter = command_buffer.emitter
         emitter.token = None  # until this submission is queued: its table may differ from the last one's
         try:
