@@ -245,7 +245,10 @@ def constant_change_host_us(dev: hal.Device, gate: Gate, chain: Chain, length: i
         dev.queue_execute(cb, constants=(word(i, 3),))
     dev.queue_execute(cb, constants=(chain.n,))
     dev.synchronize()
-    gate.close(chain_of(dev, chain, 1))
+    # The gate's command buffer lives until the gate opens: one let go behind a closed gate would wait there to be
+    # destroyed, and a device with something to destroy checks at every submission whether its time has come.
+    gated = chain_of(dev, chain, 1)
+    gate.close(gated)
     t0 = time.perf_counter()
     for _ in range(submits):
         dev.queue_execute(cb, constants=(chain.n,))
@@ -256,7 +259,7 @@ def constant_change_host_us(dev: hal.Device, gate: Gate, chain: Chain, length: i
             t0 = time.perf_counter()
             dev.queue_execute(cb, constants=(given[i],))
             seconds[label] += time.perf_counter() - t0
-    gate.open()
+    gate.open()  # (and `gated` goes once the queue is idle)
     return dict(dispatches=length, **result, **{label: s / submits * 1e6 for label, s in seconds.items()})
 
 
