@@ -280,8 +280,9 @@ class VulkanDevice(Device):
                     self._driver.put(lambda: self._submit(work, waits, signals), waits, signals)
                 return
             self._submit(work, waits, signals)
-        with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
-            self.lifetime.collect()
+        if self.lifetime.pending:
+            with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
+                self.lifetime.collect()
         if not (waits or signals or self.lifetime.pending or self._closed) and emitter.resubmits_in_one_submit:
             emitter.token = token  # the same again is one vkQueueSubmit
 
@@ -351,8 +352,7 @@ class VulkanDevice(Device):
         """Queue the VkCommandBuffer `vkcb` after everything submitted before; returns its timeline value."""
         with self._queue_lock:  # the pending list stays in submission order
             try:
-                value = self._submitter.submit(vkcb, tuple((s.address, v) for s, v in waits),
-                                               tuple((s.address, v) for s, v in signals))
+                value = self._submitter.submit(vkcb, _addressed(waits), _addressed(signals))
             except DeviceLostError as e:
                 self.raise_failure(e)
             if waits or signals:
@@ -533,3 +533,8 @@ class VulkanDevice(Device):
         for sem, value in waits_for_the_host(list(self._pending) + self._driver.entries(), current):
             with contextlib.suppress(Exception):
                 sem.host_signal(value)
+
+
+def _addressed(pairs: tuple[tuple[VulkanSemaphore, int], ...]) -> tuple[tuple[int, int], ...]:
+    """(semaphore handle's address, value) per pair, as the Submitter takes them."""
+    return tuple([(sem.address, value) for sem, value in pairs]) if pairs else ()
