@@ -268,6 +268,55 @@ def test_a_command_buffer_whose_records_bind_transients_is_collected(backend):
         assert dropped() is None and transient() is None
 
 
+KINDS = ("buffer", "transient", "slot", "constant slot", "fill", "region", "nested")
+
+
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_whatever_its_records_bind_a_dropped_command_buffer_is_freed(device, kinds):
+    """Hidden records (hal.commands.hide_from_collector) must close no reference cycle the collector cannot see:
+    whatever mix of device buffers, transients, slots, constant slots, regions and nested command buffers (binding
+    the outer one's transients) a recording holds, once dropped its command buffers and transients are freed."""
+    exe = device.load_executable(kernels.SOURCE)
+    out = device.allocate(256 * (len(kinds) + 1))
+    flag = device.allocate(4)
+    cb = device.create_command_buffer(binding_capacity=1, constant_capacity=1)
+    inner = device.create_command_buffer(mode="reusable", binding_capacity=1)
+    made = [weakref.ref(cb), weakref.ref(inner)]
+
+    def transient(cb: hal.CommandBuffer) -> hal.BufferRef:
+        ref = cb.alloca(256)
+        made.append(weakref.ref(ref.buffer))
+        return ref
+
+    with inner:
+        inner.dispatch(exe, "scale", (1, 1, 1), (64, 3), (hal.slot(0),))
+    with cb:
+        for k, kind in enumerate(kinds):
+            target = hal.ref(out, 256 * k, 256)
+            if kind == "buffer":
+                cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (target,))
+            elif kind == "transient":
+                cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (transient(cb),))
+            elif kind == "slot":
+                cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (hal.slot(0),))
+            elif kind == "constant slot":
+                cb.dispatch(exe, "scale", (1, 1, 1), (64, hal.constant_slot(0)), (target,))
+            elif kind == "fill":
+                cb.fill_buffer(target, b"\x01")
+            elif kind == "region":
+                with cb.if_nonzero(flag):
+                    cb.dispatch(exe, "scale", (1, 1, 1), (64, 3), (target,))
+            else:
+                cb.execute_commands(inner, (transient(cb),))
+            cb.execution_barrier()
+    device.queue_execute(cb, (out,), constants=(2,))
+    device.synchronize()
+    del cb, inner
+    gc.collect()
+    assert [r() for r in made] == [None] * len(made)
+
+
 @pytest.mark.parametrize("dependencies", ["barriers", "hazards"])
 def test_a_dropped_command_buffer_leaves_nothing_for_the_cycle_collector(device, dependencies):
     """A recording of thousands of commands is freed when its command buffer goes, not at the next collection
