@@ -1,5 +1,8 @@
+from libc.stdint cimport uint32_t
+from libcpp.vector cimport vector
+
 from hal.buffer cimport Buffer, BufferRef
-from hal.commands cimport Command
+from hal.commands cimport Command, Range
 from hal.dependencies cimport Planner, RaceDetector
 from hal.program cimport Emitter, Program
 
@@ -29,6 +32,8 @@ cdef class CommandBuffer:
     cdef bint single_pass, uses_slot
     cdef Planner planner
     cdef RaceDetector races
+    cdef vector[Range] ranges  # a dispatch's bindings and constants as C data, written as they are checked
+    cdef vector[uint32_t] words  # (hal.commands.with_arguments)
     cdef Program recorded  # the Program, once ended (single_pass: while recording, too)
     cdef list slot_commands
     cdef list constant_commands  # dispatches with a constant slot

@@ -14,6 +14,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isinf, isnan
+from libc.stdint cimport uint32_t
 from libcpp.vector cimport vector
 
 from collections.abc import Iterator, Sequence
@@ -23,9 +24,9 @@ import networkx as nx
 import numpy as np
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
-from hal.commands cimport (Collective, Command, Dispatch, Entries, Entry, Fill, Region, Segment, new_collective,
-                           hide_from_collector, new_copy, new_dispatch, new_fill, new_region, new_segment,
-                           new_update)
+from hal.commands cimport (Collective, Command, Dispatch, Entries, Entry, Fill, Region, Segment, checked_word,
+                           hide_from_collector, new_collective, new_copy, new_dispatch, new_fill, new_region,
+                           new_segment, new_update, with_arguments)
 from hal.dependencies cimport (Planner, RaceDetector, access_range, give_back_race_detector, refs_and_writes,
                                take_race_detector)
 from hal.program cimport Program
@@ -400,8 +401,9 @@ cdef class CommandBuffer:
                                   f"exceed the device's max_push_constants_size {self.max_constant_bytes}")
         cdef bint constant_slots = False
         cdef bint hidden = parameters is None  # from the collector (hal.commands.hide_from_collector)
-        for c in <tuple>constants:
-            if not _plain_word(c):
+        self.words.resize(n)
+        for i in range(n):
+            if not _plain_word((<tuple>constants)[i], &self.words[i]):
                 constant_slots = _check_constants(constants, index, name, self.constant_capacity, command)
                 hidden = False
                 break
@@ -413,16 +415,24 @@ cdef class CommandBuffer:
                                   f"the export takes {entry.bindings}")
         cdef tuple resolved = PyTuple_New(n)  # filled below: a tuple built in place, not from a list
         cdef BufferRef r
+        cdef bint buffers = True  # every binding a buffer, none a slot
+        self.ranges.resize(n)
         for i in range(n):
             r = self.check_ref((<tuple>bindings)[i], index, command, None, i, STORAGE)
             Py_INCREF(r)  # PyTuple_SET_ITEM steals a reference
             PyTuple_SET_ITEM(resolved, i, r)
-            if r.buffer is not None and r.buffer.device is not self.device:
+            if r.buffer is None:
+                buffers = False
+            elif r.buffer.device is not self.device:
                 hidden = False  # a transient, whose device is a command buffer
+            else:
+                self.ranges[i].handle, self.ranges[i].offset, self.ranges[i].size = r.buffer.handle, r.offset, r.nbytes
         cdef Dispatch d = new_dispatch(index, self.barriers, executable, entry, workgroups, constants, resolved,
                                        parameters, dynamic)
         if hidden:
             hide_from_collector(d)
+            if buffers and self.emitter.reads_arguments:
+                with_arguments(d, self.ranges.data(), self.words.data())
         if parameters is None:
             self.record(d, d.bindings, d.writes)
         else:
@@ -747,6 +757,7 @@ cdef class CommandBuffer:
     def prepare_constants(self, constants: Sequence[Any]) -> tuple:
         """Check the values given for the constant slots at a submit (as literal constants are checked when
         recorded); returns them as a tuple."""
+        cdef uint32_t word
         values = constants if type(constants) is tuple else _constant_values(constants)
         if len(values) > self.constant_capacity:
             raise ValidationError(f"queue_execute: {len(values)} constants given, more than the command buffer's "
@@ -755,7 +766,7 @@ cdef class CommandBuffer:
             raise ValidationError(f"queue_execute: {len(values)} constants given; the command buffer needs "
                                   f"{self.constants_needed} (it reads constant slot {self.constants_needed - 1})")
         for i, value in enumerate(values):
-            if not _plain_word(value):
+            if not _plain_word(value, &word):
                 try:
                     constant_word(value)
                 except (TypeError, OverflowError) as e:
@@ -863,14 +874,23 @@ cdef inline bint _int_within(object value, long long low, long long high):
     return not overflow and low <= v <= high
 
 
-cdef bint _plain_word(object c):
-    """A constant that is certainly a valid 32-bit word: an int in range, or a float within float32's range."""
-    if type(c) is int:
-        return _int_within(c, -2147483648, 4294967295)
+cdef int _plain_word(object c, uint32_t* word) except -1:
+    """Is `c` a constant that is certainly a valid 32-bit word (an int in range, or a float within float32's range)?
+    If so, `word` is set to it."""
+    cdef int overflow = 0
+    cdef long long n, low = -2147483648, high = 4294967295
     cdef double v
+    if type(c) is int:
+        n = PyLong_AsLongLongAndOverflow(c, &overflow)
+        if overflow or not low <= n <= high:
+            return False
+        word[0] = <uint32_t>n
+        return True
     if type(c) is float:
         v = c
-        return -FLOAT32_MAX <= v <= FLOAT32_MAX or isinf(v) or isnan(v)
+        if -FLOAT32_MAX <= v <= FLOAT32_MAX or isinf(v) or isnan(v):
+            word[0] = checked_word(c)
+            return True
     return False
 
 

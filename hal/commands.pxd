@@ -1,6 +1,28 @@
 from cpython.long cimport PyLong_AsUnsignedLongMask
+from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 
 from hal.buffer cimport BufferRef
+
+
+cdef struct Range:  # a binding as a driver takes it: the buffer's handle (Buffer.handle), where it starts, its bytes
+    uintptr_t handle
+    uint64_t offset
+    uint64_t size
+
+
+cdef struct DispatchArguments:  # a dispatch's arguments as C data, followed by `bindings` Ranges and `words` words
+    uint32_t groups[3]
+    uint32_t bindings
+    uint32_t words
+    uint32_t size  # in bytes, all of it
+
+
+cdef inline Range* argument_ranges(DispatchArguments* arguments) noexcept nogil:
+    return <Range*>(arguments + 1)
+
+
+cdef inline uint32_t* argument_words(DispatchArguments* arguments) noexcept nogil:
+    return <uint32_t*>(argument_ranges(arguments) + arguments.bindings)
 
 
 cdef class Command:
@@ -46,6 +68,7 @@ cdef class Dispatch(Command):
     cdef readonly tuple writes  # per binding: does the kernel write it?
     cdef readonly BufferRef parameters  # dispatch_indirect: 12 bytes, the workgroup counts; None for dispatch
     cdef readonly bint dynamic  # dispatch_indirect: the counts may be written by earlier commands
+    cdef DispatchArguments* arguments  # a plain dispatch's, made when recorded (see with_arguments); else NULL
 
 
 cdef class Region(Command):
@@ -82,6 +105,9 @@ cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, Buffe
 cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
                            tuple constants, tuple bindings, BufferRef parameters=*, bint dynamic=*)
 cdef void hide_from_collector(Dispatch c) noexcept
+cdef int with_arguments(Dispatch c, const Range* ranges, const uint32_t* words) except -1
+cdef size_t arguments_size(Py_ssize_t bindings, Py_ssize_t words) noexcept
+cdef int fill_arguments(DispatchArguments* arguments, Dispatch c, tuple table, tuple slot_constants) except -1
 cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,
                        tuple writes)
 cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object communicator, str operation,

@@ -10,12 +10,21 @@ A dispatch whose record reaches only numbers, executables and device buffers is 
 dispatch (bench/README.md). Nothing such a record reaches holds a command buffer or a Program, except a device's
 queue while it runs them, so no reference cycle can pass through it, and reference counting frees it with its
 command buffer. A transient's device is its command buffer, so a record that binds a transient stays tracked.
+
+Such a record that binds only device buffers also holds its arguments as C data (`DispatchArguments`: workgroup
+counts, each binding's handle, offset and length, the constants' words), written by the recorder as it checks them,
+for a backend that reads them (hal.program.Emitter.reads_arguments). It reads them without a Python object, and so
+without the GIL: the Vulkan backend's worker thread encodes them (backends.vulkan.call_stream), where the recording
+thread would otherwise walk the record's tuples again.
 """
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport isinf
 from libc.string cimport memcpy
+
+from hal.buffer cimport Buffer, ConstantSlot
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op) noexcept
@@ -68,9 +77,24 @@ cdef class Dispatch(Command):
 
     kind = "dispatch"
 
+    def __dealloc__(self):
+        PyMem_Free(self.arguments)
+
     def accesses(self):
         accessed = tuple(zip(self.bindings, self.writes))
         return accessed if self.parameters is None else accessed + ((self.parameters, READ),)
+
+    @property
+    def c_arguments(self):
+        """The arguments held as C data (see the module's docstring), as ((x, y, z), ((handle, offset, length), ...),
+        (word, ...)); None for a dispatch that holds none."""
+        if self.arguments == NULL:
+            return None
+        cdef Range* ranges = argument_ranges(self.arguments)
+        cdef uint32_t* words = argument_words(self.arguments)
+        return (tuple([self.arguments.groups[i] for i in range(3)]),
+                tuple([(ranges[i].handle, ranges[i].offset, ranges[i].size) for i in range(self.arguments.bindings)]),
+                tuple([words[i] for i in range(self.arguments.words)]))
 
 
 cdef class Region(Command):
@@ -160,6 +184,57 @@ cdef void hide_from_collector(Dispatch c) noexcept:
     """Untrack `c` and its bindings tuple: for a record of plain constants that binds no transient (see above)."""
     PyObject_GC_UnTrack(<void*>c)
     PyObject_GC_UnTrack(<void*>c.bindings)
+
+
+@cython.boundscheck(False)  # (three workgroup counts)
+cdef int with_arguments(Dispatch c, const Range* ranges, const uint32_t* words) except -1:
+    """Give `c` its arguments as C data, from its bindings' `ranges` and its constants' `words`, which the recorder
+    wrote as it checked them: for a dispatch without parameters whose bindings are device buffers and whose constants
+    are plain words (the recorder decides)."""
+    cdef uint32_t bindings = len(c.bindings), count = len(c.constants)
+    cdef size_t size = arguments_size(bindings, count)
+    cdef DispatchArguments* arguments = <DispatchArguments*>PyMem_Malloc(size)
+    cdef Py_ssize_t i
+    if arguments == NULL:
+        raise MemoryError()
+    arguments.bindings, arguments.words, arguments.size = bindings, count, size
+    for i in range(3):
+        arguments.groups[i] = <uint32_t>PyLong_AsUnsignedLongMask(c.workgroups[i])  # (checked ints)
+    memcpy(argument_ranges(arguments), ranges, bindings * sizeof(Range))
+    memcpy(argument_words(arguments), words, 4 * count)
+    c.arguments = arguments
+    return 0
+
+
+cdef size_t arguments_size(Py_ssize_t bindings, Py_ssize_t words) noexcept:
+    """The bytes of the DispatchArguments of a dispatch with these counts: a multiple of 8, as its Ranges are."""
+    return (sizeof(DispatchArguments) + bindings * sizeof(Range) + 4 * words + 7) // 8 * 8
+
+
+cdef int fill_arguments(DispatchArguments* arguments, Dispatch c, tuple table, tuple slot_constants) except -1:
+    """Write `c`'s arguments at `arguments` (arguments_size bytes for its counts): its slot references resolved through
+    binding table `table`, its constant slots by `slot_constants` (each checked by the caller)."""
+    cdef Py_ssize_t i
+    cdef BufferRef r
+    cdef Buffer b
+    arguments.bindings, arguments.words = len(c.bindings), len(c.constants)
+    arguments.size = arguments_size(arguments.bindings, arguments.words)
+    for i in range(3):
+        arguments.groups[i] = c.workgroups[i]
+    cdef Range* ranges = argument_ranges(arguments)
+    for i in range(arguments.bindings):
+        r = <BufferRef>c.bindings[i]
+        b = r.buffer if r.buffer is not None else <Buffer>table[r.slot]
+        ranges[i].handle = b.handle
+        ranges[i].offset = r.offset
+        ranges[i].size = r.nbytes if r.bounded else b.size - r.offset
+    cdef uint32_t* words = argument_words(arguments)
+    for i in range(arguments.words):
+        value = c.constants[i]
+        if type(value) is ConstantSlot:
+            value = slot_constants[(<ConstantSlot>value).index]
+        words[i] = checked_word(value)
+    return 0
 
 
 cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,

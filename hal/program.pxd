@@ -47,4 +47,6 @@ cdef class Program:
 
 
 cdef class Emitter:
+    cdef readonly bint reads_arguments  # the recorder gives plain dispatches their arguments as C data
+
     cpdef void command(self, Program program, object command) except *

@@ -278,7 +278,9 @@ cdef class Emitter:
       emitter; by default it emits nothing before end();
     - `end(program)`, which gets the frozen Program, and `reset()`;
     - `lanes`: the most chains the planner may spread a segment over (0: no limit, or no graph to lay out), and
-      `graph_layout`: whether end() reads the graph layout (else the Program lays it out only if asked for it).
+      `graph_layout`: whether end() reads the graph layout (else the Program lays it out only if asked for it);
+    - `reads_arguments` (False unless a compiled subclass sets it): whether it reads the arguments of plain
+      dispatches as C data (hal.commands.DispatchArguments), which the recorder then makes for each.
 
     Submission goes through the backend's device, which calls its own emitter.
     """

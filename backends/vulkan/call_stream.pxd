@@ -10,11 +10,7 @@ from backends.vulkan.khronos cimport VkCommandBuffer, VkWriteDescriptorSet
 
 
 cdef enum Kind:
-    BIND_PIPELINE
-    PUSH_DESCRIPTOR_SET
-    BIND_DESCRIPTOR_SET
-    PUSH_CONSTANTS
-    DISPATCH
+    ENCODE_DISPATCH
     DISPATCH_INDIRECT
     FILL_BUFFER
     UPDATE_BUFFER
@@ -25,16 +21,16 @@ cdef enum Kind:
 cdef struct Call:  # one vkCmd* call and its arguments, as StreamedCalls writes them (see replay)
     Kind kind
     VkCommandBuffer cb
-    void* first  # a pipeline, layout or buffer
-    void* second  # a descriptor set, a copy's target buffer, a barrier
-    uint64_t a, b, c  # offsets, sizes, counts, words, stages
-    size_t data  # where its descriptors, words or bytes start in the chunk's data
+    void* first  # a pipeline or a buffer
+    void* second  # a Bound, a copy's target buffer, a barrier
+    uint64_t a, b, c  # a layout, offsets, sizes, words, stages, flags
+    size_t data  # where its arguments or bytes start in the chunk's data
 
 
 cdef cppclass Chunk:
     vector[Call] calls  # CHUNK_CALLS of them, `count` written
     size_t count
-    vector[uint64_t] data  # descriptors, push-constant words and update data, each 8-byte aligned; `used` written
+    vector[uint64_t] data  # dispatches' arguments and update data, each 8-byte aligned; `used` written
     size_t used
 
 

@@ -7,6 +7,12 @@ device's `CallStream` worker thread makes the chunk's calls (without the GIL) wh
 goes on, so record+end costs about the larger of the two. Chunks are replayed in the order they were
 pushed, so the calls into each VkCommandBuffer keep their order.
 
+A dispatch goes into the chunk as its arguments (hal.commands.DispatchArguments: copied from its record, which holds
+them when its bindings are device buffers and its constants plain), and the worker decides which state-setting calls
+it needs (backends.vulkan.calls.encode_dispatch, on the command pool's Bound): the recording thread neither walks the
+record's Python objects again nor compares state. A device without push descriptors takes its descriptor sets from
+Python: its single_pass command buffers make their calls in the recording thread.
+
 Vulkan requires a command buffer's pool to be used by one thread at a time: while calls for a
 VkCommandBuffer may wait in the stream, only the worker touches its pool. drain() waits until the worker
 made every call pushed so far; whoever ends, resets or gives back such a pool drains first
@@ -16,19 +22,22 @@ no Python code and takes no lock but the stream's own, so waiting for it cannot 
 
 import threading
 
-from libc.stdint cimport uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.mutex cimport mutex, unique_lock
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from backends.vulkan.calls cimport (
-    cmd_bind_descriptor_set, cmd_bind_pipeline, cmd_copy_buffer, cmd_pipeline_barrier, cmd_push_constants,
-    cmd_push_descriptor_set, storage_buffer_write
+    Bound, cmd_copy_buffer, cmd_pipeline_barrier, encode_dispatch, storage_buffer_write
 )
 from backends.vulkan.khronos cimport (
-    VkBuffer, VkBufferCopy, VkDescriptorBufferInfo, VkDescriptorSet, VkDeviceSize, VkMemoryBarrier, VkPipeline,
-    VkPipelineLayout, VkPipelineStageFlags
+    VkBuffer, VkBufferCopy, VkDescriptorSet, VkDeviceSize, VkMemoryBarrier, VkPipeline, VkPipelineLayout,
+    VkPipelineStageFlags
 )
+from backends.vulkan.recording cimport CommandPool
+from hal.commands cimport DispatchArguments
+
+from hal.errors import ValidationError
 
 cdef extern from *:
     """
@@ -49,7 +58,8 @@ cdef extern from *:
     void prefetch_read "__builtin_prefetch"(const void* address) noexcept nogil
 
 cdef size_t CHUNK_CALLS = 64  # calls per chunk: a handoff (a lock, perhaps a wake-up) per 64 calls
-cdef size_t DATA_WORDS = 512  # a chunk's data before it is pushed: 4 KiB
+cdef size_t DATA_WORDS = 1024  # a chunk's data before it is pushed: 8 KiB, about 80 dispatches' arguments
+cdef uint64_t FORGET = 1, DISPATCH = 2  # an ENCODE_DISPATCH's flags (encode_dispatch's `forget` and `dispatch`)
 cdef size_t SPARE = 16  # replayed chunks kept for reuse
 cdef long SPIN_NS = 50000  # how long the worker looks for the next chunk before it sleeps
 # Calls (a cache line each) fetched ahead: the other thread's core wrote (or read) each line last, and a line asked
@@ -216,19 +226,12 @@ cdef class CallStream:
             call = &chunk.calls[i]
             if i + AHEAD < chunk.count:
                 prefetch_read(call + AHEAD)
-            if call.kind == DISPATCH:
-                self.fn.dispatch(call.cb, <uint32_t>call.a, <uint32_t>call.b, <uint32_t>call.c)
-            elif call.kind == PUSH_DESCRIPTOR_SET:
+            if call.kind == ENCODE_DISPATCH:
                 if call.data + 8 * AHEAD < chunk.used:
                     prefetch_read(data + call.data + 8 * AHEAD)
-                cmd_push_descriptor_set(self.fn, call.cb, &self.write, <VkPipelineLayout>call.first, <uint32_t>call.c,
-                                        <const VkDescriptorBufferInfo*>(data + call.data))
-            elif call.kind == BIND_PIPELINE:
-                cmd_bind_pipeline(self.fn, call.cb, <VkPipeline>call.first)
-            elif call.kind == BIND_DESCRIPTOR_SET:
-                cmd_bind_descriptor_set(self.fn, call.cb, <VkPipelineLayout>call.first, <VkDescriptorSet>call.second)
-            elif call.kind == PUSH_CONSTANTS:
-                cmd_push_constants(self.fn, call.cb, <VkPipelineLayout>call.first, <uint32_t>call.c, data + call.data)
+                encode_dispatch(self.fn, call.cb, &self.write, <Bound*>call.second, <VkPipeline>call.first,
+                                <VkPipelineLayout>call.a, call.b & FORGET, call.b & DISPATCH,
+                                <const DispatchArguments*>(data + call.data))
             elif call.kind == DISPATCH_INDIRECT:
                 self.fn.dispatch_indirect(call.cb, <VkBuffer>call.first, call.a)
             elif call.kind == FILL_BUFFER:
@@ -244,10 +247,10 @@ cdef class CallStream:
 
 
 cdef class StreamedCalls(Calls):
-    """The vkCmd* calls of one encoding into VkCommandBuffer `cb`, written to `stream` for its worker to make."""
+    """The vkCmd* calls of one encoding into `pool`'s VkCommandBuffer, written to `stream` for its worker to make."""
 
-    def __init__(self, CallStream stream, uintptr_t cb):
-        Calls.__init__(self, stream.fn, cb)
+    def __init__(self, CallStream stream, CommandPool pool):
+        Calls.__init__(self, stream.fn, pool)
         self.stream = stream
         stream.start()
 
@@ -282,35 +285,28 @@ cdef class StreamedCalls(Calls):
             self.stream.push()
         return 0
 
-    cdef int bind_pipeline(self, VkPipeline pipeline) except -1:
-        cdef Call* call = self.add(BIND_PIPELINE)
-        call.first = pipeline
+    cdef int encode(self, VkPipeline pipeline, VkPipelineLayout layout, bint forget, bint dispatch,
+                    const DispatchArguments* arguments) except -1:
+        """A dispatch, encoded by the worker on the command pool's Bound (its arguments copied into the chunk)."""
+        self.make_room(arguments)
+        cdef Call* call = self.add(ENCODE_DISPATCH)
+        call.first, call.second = pipeline, self.bound
+        call.a = <uint64_t>layout
+        call.b = (FORGET if forget else 0) | (DISPATCH if dispatch else 0)
+        call.data = self.copy(arguments, arguments.size)
         return self.added()
 
-    cdef int push_descriptor_set(self, VkPipelineLayout layout, uint32_t count,
-                                 const VkDescriptorBufferInfo* infos) except -1:
-        cdef Call* call = self.add(PUSH_DESCRIPTOR_SET)
-        call.first = layout
-        call.c = count
-        call.data = self.copy(infos, count * sizeof(VkDescriptorBufferInfo))
-        return self.added()
+    cdef int make_room(self, const DispatchArguments* arguments) except -1:
+        """The Bound has room for the device's limits, which the recorder checks: it cannot grow while the worker
+        uses it."""
+        if arguments.bindings > self.most_bindings or arguments.words > self.most_words:
+            raise ValidationError(f"a dispatch of {arguments.bindings} bindings and {arguments.words} constants "
+                                  f"exceeds the {self.most_bindings} and {self.most_words} the device allows")
+        return 0
 
     cdef int bind_descriptor_set(self, VkPipelineLayout layout, VkDescriptorSet chosen) except -1:
-        cdef Call* call = self.add(BIND_DESCRIPTOR_SET)
-        call.first, call.second = layout, chosen
-        return self.added()
-
-    cdef int push_constants(self, VkPipelineLayout layout, uint32_t count, const uint32_t* words) except -1:
-        cdef Call* call = self.add(PUSH_CONSTANTS)
-        call.first = layout
-        call.c = count
-        call.data = self.copy(words, 4 * count)
-        return self.added()
-
-    cdef int dispatch(self, uint32_t x, uint32_t y, uint32_t z) except -1:
-        cdef Call* call = self.add(DISPATCH)
-        call.a, call.b, call.c = x, y, z
-        return self.added()
+        raise RuntimeError("descriptor sets are not streamed: a device without push descriptors encodes single_pass "
+                           "command buffers in the recording thread")
 
     cdef int dispatch_indirect(self, VkBuffer buffer, VkDeviceSize offset) except -1:
         cdef Call* call = self.add(DISPATCH_INDIRECT)

@@ -1,5 +1,8 @@
 from libc.stdint cimport uint32_t
-from libc.string cimport memset
+from libc.string cimport memcmp, memcpy, memset
+from libcpp.vector cimport vector
+
+from hal.commands cimport DispatchArguments, Range, argument_ranges, argument_words
 
 from backends.vulkan.khronos cimport (
     VkBuffer, VkBufferCopy, VkCommandBuffer, VkDescriptorBufferInfo, VkDescriptorSet, VkDeviceSize, VkMemoryBarrier,
@@ -29,17 +32,38 @@ cdef class DeviceCommands:
     cdef VkMemoryBarrier fault_barrier  # the guards' fault record, written by shaders, then read by the host
 
 
+cdef struct Counts:  # an encoding's state-setting calls, by kind
+    Py_ssize_t barriers
+    Py_ssize_t pipelines
+    Py_ssize_t descriptor_sets
+    Py_ssize_t constant_pushes
+    Py_ssize_t dispatches
+
+
+cdef cppclass Bound:  # the compute state one VkCommandBuffer holds as its encoding set it, and the calls that set it
+    VkPipeline pipeline
+    vector[VkDescriptorBufferInfo] descriptors  # the first descriptor_count set (sized: see Calls.make_room)
+    vector[uint32_t] words  # the push constants: the first word_count set
+    uint32_t descriptor_count
+    uint32_t word_count
+    bint descriptors_set
+    bint words_set
+    Counts counts
+
+
 cdef class Calls:
     cdef DeviceCommands fn
     cdef VkCommandBuffer cb
+    cdef Bound* bound  # its command pool's (backends.vulkan.recording.CommandPool)
+    # The room `bound` has for descriptors and constants, read once: a worker thread writes `bound` at every dispatch,
+    # and the recording thread reading it too would pull its cache line back and forth between their cores.
+    cdef size_t most_bindings, most_words
     cdef VkWriteDescriptorSet write
 
-    cdef int bind_pipeline(self, VkPipeline pipeline) except -1
-    cdef int push_descriptor_set(self, VkPipelineLayout layout, uint32_t count,
-                                 const VkDescriptorBufferInfo* infos) except -1
+    cdef int make_room(self, const DispatchArguments* arguments) except -1
+    cdef int encode(self, VkPipeline pipeline, VkPipelineLayout layout, bint forget, bint dispatch,
+                    const DispatchArguments* arguments) except -1
     cdef int bind_descriptor_set(self, VkPipelineLayout layout, VkDescriptorSet chosen) except -1
-    cdef int push_constants(self, VkPipelineLayout layout, uint32_t count, const uint32_t* words) except -1
-    cdef int dispatch(self, uint32_t x, uint32_t y, uint32_t z) except -1
     cdef int dispatch_indirect(self, VkBuffer buffer, VkDeviceSize offset) except -1
     cdef int fill_buffer(self, VkBuffer buffer, VkDeviceSize offset, VkDeviceSize size, uint32_t word) except -1
     cdef int update_buffer(self, VkBuffer buffer, VkDeviceSize offset, VkDeviceSize size, const void* data) except -1
@@ -91,3 +115,60 @@ cdef inline void cmd_copy_buffer(DeviceCommands fn, VkCommandBuffer cb, VkBuffer
 cdef inline void cmd_pipeline_barrier(DeviceCommands fn, VkCommandBuffer cb, VkPipelineStageFlags source,
                                       VkPipelineStageFlags target, const VkMemoryBarrier* barrier) noexcept nogil:
     fn.pipeline_barrier(cb, source, target, 0, 1, barrier, 0, NULL, 0, NULL)
+
+
+# The state Vulkan keeps across dispatches is set only when it changes: Calls (in the recording thread) and the call
+# stream's worker both encode a dispatch with these, on the command pool's Bound.
+
+cdef inline void begin_state(Bound* bound) noexcept nogil:
+    """A VkCommandBuffer begun: nothing bound, nothing counted."""
+    bound.pipeline = NULL
+    bound.descriptors_set = bound.words_set = False
+    memset(&bound.counts, 0, sizeof(Counts))
+
+
+cdef inline bint descriptors_differ(Bound* bound, const Range* ranges, uint32_t count) noexcept nogil:
+    """Do the descriptors of `ranges` differ from those set? They are the ones set from now on: the caller sets them
+    if so."""
+    cdef bint differ = not bound.descriptors_set or bound.descriptor_count != count
+    cdef VkDescriptorBufferInfo* info
+    cdef uint32_t i
+    for i in range(count):
+        info = &bound.descriptors[i]
+        if differ or info.buffer != <VkBuffer>ranges[i].handle or info.offset != ranges[i].offset or \
+                info.range != ranges[i].size:
+            differ = True
+            info.buffer, info.offset, info.range = <VkBuffer>ranges[i].handle, ranges[i].offset, ranges[i].size
+    bound.descriptor_count = count
+    bound.descriptors_set = True
+    return differ
+
+
+cdef inline void encode_dispatch(DeviceCommands fn, VkCommandBuffer cb, VkWriteDescriptorSet* write, Bound* bound,
+                                 VkPipeline pipeline, VkPipelineLayout layout, bint forget, bint dispatch,
+                                 const DispatchArguments* arguments) noexcept nogil:
+    """Set what a dispatch of `pipeline` (`layout`) with `arguments` needs that `bound` does not hold, then make the
+    dispatch (`dispatch`; else the caller makes it: a dispatch_indirect). `forget`: the layout is of another kind
+    than the last one's, so the descriptors and constants set may be disturbed (VulkanExecutable.compatible)."""
+    cdef uint32_t count = arguments.words
+    cdef const uint32_t* words = argument_words(<DispatchArguments*>arguments)
+    if forget:
+        bound.descriptors_set = bound.words_set = False
+    if pipeline != bound.pipeline:
+        cmd_bind_pipeline(fn, cb, pipeline)
+        bound.pipeline = pipeline
+        bound.counts.pipelines += 1
+    if arguments.bindings and descriptors_differ(bound, argument_ranges(<DispatchArguments*>arguments),
+                                                 arguments.bindings):
+        cmd_push_descriptor_set(fn, cb, write, layout, arguments.bindings, bound.descriptors.data())
+        bound.counts.descriptor_sets += 1
+    if count and not (bound.words_set and bound.word_count == count and
+                      memcmp(bound.words.data(), words, 4 * count) == 0):
+        memcpy(bound.words.data(), words, 4 * count)
+        bound.word_count = count
+        bound.words_set = True
+        cmd_push_constants(fn, cb, layout, count, words)
+        bound.counts.constant_pushes += 1
+    if dispatch:
+        fn.dispatch(cb, arguments.groups[0], arguments.groups[1], arguments.groups[2])
+    bound.counts.dispatches += 1

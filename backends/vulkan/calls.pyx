@@ -1,7 +1,9 @@
 """Where an encoder's vkCmd* calls go (compiled): `Calls` makes them in the driver at once, through the driver's own
 entry points (`DeviceCommands`: vkGetDeviceProcAddr, no loader trampoline); backends.vulkan.call_stream's
-`StreamedCalls` hands them to a worker thread instead. The encoder (backends.vulkan.command_buffer) decides which
-calls to make and writes them the same way to either."""
+`StreamedCalls` hands them to a worker thread instead. The encoder (backends.vulkan.command_buffer) writes each
+command the same way to either; for a dispatch, its arguments as C data (hal.commands.DispatchArguments). Which of
+the calls that set state a dispatch needs is decided where the calls are made, by `encode_dispatch` (calls.pxd), on
+the command pool's `Bound`: what its VkCommandBuffer holds."""
 
 from libc.stdint cimport uint32_t, uintptr_t
 from libc.string cimport memset
@@ -12,6 +14,9 @@ from backends.vulkan.khronos cimport (
     VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
     VK_ACCESS_INDIRECT_COMMAND_READ_BIT, VK_ACCESS_HOST_READ_BIT
 )
+from backends.vulkan.recording cimport CommandPool
+
+from hal.errors import ValidationError
 
 
 cdef class DeviceCommands:
@@ -48,28 +53,32 @@ cdef void _global_barrier(VkMemoryBarrier* barrier, VkAccessFlags source, VkAcce
 
 
 cdef class Calls:
-    """The vkCmd* calls of one encoding into VkCommandBuffer `cb`, made in the driver at once."""
+    """The vkCmd* calls of one encoding into `pool`'s VkCommandBuffer, made in the driver at once."""
 
-    def __init__(self, DeviceCommands fn, uintptr_t cb):
+    def __init__(self, DeviceCommands fn, CommandPool pool):
         self.fn = fn
-        self.cb = <VkCommandBuffer>cb
+        self.cb = pool.command_buffer
+        self.bound = &pool.bound
+        self.most_bindings, self.most_words = pool.bound.descriptors.size(), pool.bound.words.size()
         storage_buffer_write(&self.write)
 
-    cdef int bind_pipeline(self, VkPipeline pipeline) except -1:
-        cmd_bind_pipeline(self.fn, self.cb, pipeline)
+    cdef int make_room(self, const DispatchArguments* arguments) except -1:
+        """Make room on the Bound for the descriptors and constants of `arguments`. With push descriptors it was made
+        with room for the device's limits (CommandPools.create); without, it grows here, in the thread encoding."""
+        if arguments.bindings > self.most_bindings or arguments.words > self.most_words:
+            self.bound.descriptors.resize(max(arguments.bindings, self.most_bindings))
+            self.bound.words.resize(max(arguments.words, self.most_words))
+            self.most_bindings, self.most_words = self.bound.descriptors.size(), self.bound.words.size()
+        return 0
 
-    cdef int push_descriptor_set(self, VkPipelineLayout layout, uint32_t count,
-                                 const VkDescriptorBufferInfo* infos) except -1:
-        cmd_push_descriptor_set(self.fn, self.cb, &self.write, layout, count, infos)
+    cdef int encode(self, VkPipeline pipeline, VkPipelineLayout layout, bint forget, bint dispatch,
+                    const DispatchArguments* arguments) except -1:
+        """A dispatch (backends.vulkan.calls.encode_dispatch)."""
+        self.make_room(arguments)
+        encode_dispatch(self.fn, self.cb, &self.write, self.bound, pipeline, layout, forget, dispatch, arguments)
 
     cdef int bind_descriptor_set(self, VkPipelineLayout layout, VkDescriptorSet chosen) except -1:
         cmd_bind_descriptor_set(self.fn, self.cb, layout, chosen)
-
-    cdef int push_constants(self, VkPipelineLayout layout, uint32_t count, const uint32_t* words) except -1:
-        cmd_push_constants(self.fn, self.cb, layout, count, words)
-
-    cdef int dispatch(self, uint32_t x, uint32_t y, uint32_t z) except -1:
-        self.fn.dispatch(self.cb, x, y, z)
 
     cdef int dispatch_indirect(self, VkBuffer buffer, VkDeviceSize offset) except -1:
         self.fn.dispatch_indirect(self.cb, buffer, offset)

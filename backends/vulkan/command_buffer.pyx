@@ -26,23 +26,26 @@ Khronos headers), so recording costs what the driver charges.
 """
 
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
-from libc.string cimport memcmp, memset
+from libc.string cimport memset
 from libcpp.vector cimport vector
 
-from hal.buffer cimport Buffer, BufferRef, ConstantSlot
+from hal.buffer cimport Buffer, BufferRef
 from hal.command_buffer cimport CommandBuffer
-from hal.commands cimport Command, Copy, Dispatch, Fill, Region, Update, checked_word, new_dispatch
+from hal.commands cimport (
+    Command, Copy, Dispatch, DispatchArguments, Fill, Range, Region, Update, argument_ranges, arguments_size,
+    checked_word, fill_arguments, new_dispatch
+)
 from hal.program cimport Emitter, Program
 from backends.vulkan.khronos cimport (
     VkDeviceSize, VkPipelineStageFlags, VkQueue, VkCommandBuffer, VkBuffer, VkPipeline, VkPipelineLayout,
     VkDescriptorSet, VkSemaphore, VK_STRUCTURE_TYPE_SUBMIT_INFO, VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
     VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
-    VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, VkDescriptorBufferInfo, VkBufferCopy, VkSubmitInfo,
+    VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, VkBufferCopy, VkSubmitInfo,
     VkTimelineSemaphoreSubmitInfo
 )
 from backends.vulkan.call_stream cimport CallStream, StreamedCalls
-from backends.vulkan.calls cimport Calls, DeviceCommands
+from backends.vulkan.calls cimport Bound, Calls, Counts, DeviceCommands, descriptors_differ
 from backends.vulkan.driver_calls cimport check
 from backends.vulkan.recording cimport Recording
 
@@ -61,19 +64,11 @@ cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
 
 
-cdef struct Counts:  # an encoding's state-setting calls, by kind
-    Py_ssize_t barriers
-    Py_ssize_t pipelines
-    Py_ssize_t descriptor_sets
-    Py_ssize_t constant_pushes
-    Py_ssize_t dispatches
-
-
 cdef class Encoder:
     """Records commands into one VkCommandBuffer (begun) through `calls` (backends.vulkan.calls: made at once, or
-    streamed to a worker thread), skipping state Vulkan already holds; `table` resolves slot references and
-    `slot_constants` constant slots, `arena` gives descriptor sets when the device has no push descriptors, `guard`
-    (an IndirectGuard) guards dispatch_indirect commands."""
+    streamed to a worker thread), which skip the state Vulkan already holds; `table` resolves slot references and
+    `slot_constants` constant slots, `arena` gives descriptor sets when the device has no push descriptors (`calls`
+    then makes them at once), `guard` (an IndirectGuard) guards dispatch_indirect commands."""
 
     cdef Calls calls
     cdef tuple table
@@ -82,19 +77,14 @@ cdef class Encoder:
     cdef public object guard
     cdef object executable  # the last dispatch's executable and export ordinal, and their handles
     cdef Py_ssize_t ordinal
-    cdef VkPipeline pipeline  # what is bound
-    cdef VkPipeline pipeline_wanted
+    cdef VkPipeline pipeline
     cdef VkPipelineLayout layout
     cdef object set_layout
-    cdef object kind  # the layout kind state was set under (see VulkanExecutable.compatible)
-    cdef vector[VkDescriptorBufferInfo] descriptors  # the descriptors last set
-    cdef vector[uint32_t] constants  # the push constants last set
-    cdef vector[VkDescriptorBufferInfo] infos  # a dispatch's descriptors and constants, before the comparison
-    cdef vector[uint32_t] words
-    cdef bint descriptors_set, constants_set
+    cdef object kind  # the layout kind of the last dispatch (see VulkanExecutable.compatible)
+    cdef vector[uint64_t] scratch  # the arguments of a dispatch whose record holds none
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
-    cdef Counts counts  # the state-setting calls made so far, by kind: what the encoder did not skip
+    cdef Py_ssize_t barriers  # made so far (the calls' Bound counts the other state-setting calls)
 
     def __init__(self, Calls calls, tuple table, tuple slot_constants, arena, guard=None):
         self.calls = calls
@@ -104,14 +94,19 @@ cdef class Encoder:
         self.guard = guard
         self.executable = None
         self.ordinal = -1
-        self.pipeline = NULL
         self.kind = None
-        self.descriptors_set = self.constants_set = self.guarded = False
-        memset(&self.counts, 0, sizeof(Counts))
+        self.guarded = False
+        self.barriers = 0
+
+    cdef Counts counts(self):
+        """The state-setting calls made so far, by kind: what was not skipped (read once the calls were made)."""
+        cdef Counts counted = self.calls.bound.counts
+        counted.barriers = self.barriers
+        return counted
 
     cdef void barrier(self) except *:
         self.calls.pipeline_barrier(BARRIER_STAGES, BARRIER_STAGES, &self.calls.fn.memory_barrier)
-        self.counts.barriers += 1
+        self.barriers += 1
 
     cdef void encode(self, Command c) except *:
         cdef type kind = type(c)
@@ -152,7 +147,7 @@ cdef class Encoder:
         if self.guarded:
             self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
                                         &self.calls.fn.fault_barrier)
-            self.counts.barriers += 1
+            self.barriers += 1
 
     cdef void guard_static(self, list commands) except *:
         """At the start of a recording: the guards of the static dispatch_indirect `commands`, one after another, and
@@ -162,7 +157,7 @@ cdef class Encoder:
             self.guard_dispatch(<Dispatch>c)
         self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
                                     &self.calls.fn.indirect_barrier)
-        self.counts.barriers += 1
+        self.barriers += 1
         self.guarded_first = set(commands)
 
     cdef void guard_counts(self, Dispatch c) except *:
@@ -171,7 +166,7 @@ cdef class Encoder:
         self.guard_dispatch(c)
         self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
                                     &self.calls.fn.indirect_barrier)
-        self.counts.barriers += 1
+        self.barriers += 1
 
     cdef void guard_dispatch(self, Dispatch c) except *:
         """The guard dispatch of dispatch_indirect `c`: its checked counts where vkCmdDispatchIndirect reads them."""
@@ -186,68 +181,53 @@ cdef class Encoder:
         self.guarded = True
 
     cdef void dispatch(self, Dispatch c) except *:
-        cdef Py_ssize_t n, i
-        cdef BufferRef r
-        cdef Buffer b
-        cdef VkDescriptorSet chosen
+        cdef bint forget = False
+        cdef DispatchArguments* arguments
         if c.parameters is not None and (self.guarded_first is None or c not in self.guarded_first):
             self.guard_counts(c)
         exe = c.executable
         if exe is not self.executable or c.ordinal != self.ordinal:
             self.executable, self.ordinal = exe, c.ordinal
-            self.pipeline_wanted = <VkPipeline><uintptr_t>exe.pipeline_handles[c.ordinal]
+            self.pipeline = <VkPipeline><uintptr_t>exe.pipeline_handles[c.ordinal]
             self.layout = <VkPipelineLayout><uintptr_t>exe.layout_handles[c.ordinal]
             self.set_layout = exe.set_layouts[c.ordinal]
             kind = exe.compatible[c.ordinal]
             if kind is not self.kind:  # another kind of layout: what was set may be disturbed
                 self.kind = kind
-                self.descriptors_set = self.constants_set = False
-        if self.pipeline_wanted != self.pipeline:
-            self.pipeline = self.pipeline_wanted
-            self.calls.bind_pipeline(self.pipeline)
-            self.counts.pipelines += 1
-        n = len(c.bindings)
-        if n:
-            self.infos.resize(n)
-            for i in range(n):
-                r = <BufferRef>c.bindings[i]  # (checked when recorded)
-                b = self.resolve(r)
-                self.infos[i].buffer = <VkBuffer><uintptr_t>b.handle
-                self.infos[i].offset = r.offset
-                self.infos[i].range = self.length(r, b)
-            if not (self.descriptors_set and self.descriptors.size() == self.infos.size() and
-                    memcmp(self.descriptors.data(), self.infos.data(), n * sizeof(VkDescriptorBufferInfo)) == 0):
-                if self.arena is None:
-                    self.calls.push_descriptor_set(self.layout, <uint32_t>n, self.infos.data())
-                else:
-                    chosen = <VkDescriptorSet><uintptr_t>self.arena.write(self.set_layout, [
-                        x for i in range(n) for x in (<uintptr_t>self.infos[i].buffer, self.infos[i].offset,
-                                                      self.infos[i].range)])
-                    self.calls.bind_descriptor_set(self.layout, chosen)
-                self.descriptors.swap(self.infos)  # set now; the old ones' storage serves the next dispatch
-                self.descriptors_set = True
-                self.counts.descriptor_sets += 1
-        n = len(c.constants)
-        if n:
-            self.words.resize(n)
-            for i in range(n):
-                value = c.constants[i]
-                if type(value) is ConstantSlot:
-                    value = self.slot_constants[(<ConstantSlot>value).index]
-                self.words[i] = checked_word(value)
-            if not (self.constants_set and self.constants.size() == self.words.size() and
-                    memcmp(self.constants.data(), self.words.data(), n * sizeof(uint32_t)) == 0):
-                self.calls.push_constants(self.layout, <uint32_t>n, self.words.data())
-                self.constants.swap(self.words)
-                self.constants_set = True
-                self.counts.constant_pushes += 1
+                forget = True
+        arguments = c.arguments if c.arguments != NULL else self.resolved_arguments(c)
+        if self.arena is not None:
+            self.bind_descriptor_set(arguments, forget)
+            forget = False
         if c.parameters is None:
-            x, y, z = c.workgroups
-            self.calls.dispatch(x, y, z)
+            self.calls.encode(self.pipeline, self.layout, forget, True, arguments)
         else:
+            self.calls.encode(self.pipeline, self.layout, forget, False, arguments)
             chunk, slot = self.guard.place(c)
             self.calls.dispatch_indirect(<VkBuffer><uintptr_t>(<Buffer>chunk).handle, 12 * slot)
-        self.counts.dispatches += 1
+
+    cdef DispatchArguments* resolved_arguments(self, Dispatch c) except NULL:
+        """The arguments of `c`, whose record holds none (slots, transients, constant slots, parameters), resolved
+        through the table and constant values into `scratch`."""
+        self.scratch.resize(arguments_size(len(c.bindings), len(c.constants)) // 8)
+        cdef DispatchArguments* arguments = <DispatchArguments*>self.scratch.data()
+        fill_arguments(arguments, c, self.table, self.slot_constants)
+        return arguments
+
+    cdef void bind_descriptor_set(self, const DispatchArguments* arguments, bint forget) except *:
+        """Without push descriptors: a descriptor set for the arguments' bindings, bound if they differ from those
+        bound (on the calls' Bound, which only this thread touches then)."""
+        cdef Bound* bound = self.calls.bound
+        cdef const Range* ranges = argument_ranges(<DispatchArguments*>arguments)
+        cdef uint32_t i
+        if forget:
+            bound.descriptors_set = bound.words_set = False
+        self.calls.make_room(arguments)
+        if arguments.bindings and descriptors_differ(bound, ranges, arguments.bindings):
+            chosen = <VkDescriptorSet><uintptr_t>self.arena.write(self.set_layout, [
+                x for i in range(arguments.bindings) for x in (ranges[i].handle, ranges[i].offset, ranges[i].size)])
+            self.calls.bind_descriptor_set(self.layout, chosen)
+            bound.counts.descriptor_sets += 1
 
 
 cdef uint32_t _pattern_word(bytes pattern):
@@ -292,6 +272,7 @@ cdef class VulkanEmitter(Emitter):
         self.submitter = submitter
         self.lanes = 0  # replayed in recording order: no graph to lay out
         self.graph_layout = False
+        self.reads_arguments = True  # (Encoder.dispatch)
         self.one_time = mode == "one_shot"
         self.single_pass = strategy == "single_pass"
         self.stream = device.call_stream
@@ -315,7 +296,10 @@ cdef class VulkanEmitter(Emitter):
         if self.single_pass and not self.slots_possible:
             self.open = Recording(self.device, submitted=False)
             self.begin_recording(self.open)
-            self.encoder = Encoder(StreamedCalls(self.stream, self.open.handle), (), (), self.open.arena)
+            # Without push descriptors, the descriptor sets come from Python: encoded in this thread.
+            calls = Calls(self.fn, self.open.pool) if self.open.arena is not None else \
+                StreamedCalls(self.stream, self.open.pool)
+            self.encoder = Encoder(calls, (), (), self.open.arena)
 
     cpdef void command(self, Program program, object command) except *:
         if type(command) is Region and self.encoder is not None:  # regions are Steps, encoded at end()
@@ -346,7 +330,7 @@ cdef class VulkanEmitter(Emitter):
             self.stream.drain()  # the worker made every call: the VkCommandBuffer is this thread's again
             self.open.end()
             self.encodings += 1
-            self.counted = self.encoder.counts
+            self.counted = self.encoder.counts()
             self.recorded, self.open, self.encoder = self.open, None, None
         elif not program.slot_users and not program.constant_users:
             self.recorded = self.encode((), ())
@@ -398,7 +382,7 @@ cdef class VulkanEmitter(Emitter):
         cdef Py_ssize_t i
         try:
             self.begin_recording(rec)
-            encoder = Encoder(Calls(self.fn, rec.handle), table, constants, rec.arena,
+            encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
                               self.indirect_guard() if program.indirect else None)
             static = [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
             if static_first and static:
@@ -413,7 +397,7 @@ cdef class VulkanEmitter(Emitter):
             rec.release()
             raise
         self.encodings += 1
-        self.counted = encoder.counts
+        self.counted = encoder.counts()
         return rec
 
     cdef void number_regions(self, Program program):
@@ -457,7 +441,7 @@ cdef class VulkanEmitter(Emitter):
         region.srcOffset, region.dstOffset, region.size = offset, target, 4
         try:
             self.begin_recording(rec)
-            calls = Calls(self.fn, rec.handle)
+            calls = Calls(self.fn, rec.pool)
             calls.copy_buffer(<VkBuffer><uintptr_t>flag.handle, <VkBuffer><uintptr_t>(<Buffer>self.flags).handle,
                               &region)
             calls.pipeline_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, &self.fn.host_barrier)

@@ -1,5 +1,6 @@
 from libc.stdint cimport uintptr_t
 
+from backends.vulkan.calls cimport Bound
 from backends.vulkan.khronos cimport (
     VkCommandBuffer, VkCommandPool, VkDevice, PFN_vkAllocateCommandBuffers, PFN_vkBeginCommandBuffer,
     PFN_vkCreateCommandPool, PFN_vkDestroyCommandPool, PFN_vkEndCommandBuffer, PFN_vkResetCommandPool
@@ -9,6 +10,7 @@ from backends.vulkan.khronos cimport (
 cdef class CommandPool:
     cdef VkCommandPool pool  # NULL once destroyed
     cdef VkCommandBuffer command_buffer
+    cdef Bound bound  # what its command buffer holds (backends.vulkan.calls): outlives any call for it in the stream
     cdef public object arena
     cdef public bint recording
 
@@ -17,6 +19,7 @@ cdef class CommandPools:
     cdef object device
     cdef VkDevice handle
     cdef unsigned queue_family
+    cdef size_t most_bindings, most_words  # the device's limits, for each pool's Bound
     cdef object stream  # the device's CallStream (backends.vulkan.call_stream)
     cdef PFN_vkCreateCommandPool create_pool
     cdef PFN_vkDestroyCommandPool destroy_pool

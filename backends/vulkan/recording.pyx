@@ -27,6 +27,7 @@ cimport cython
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
+from backends.vulkan.calls cimport begin_state
 from backends.vulkan.driver_calls cimport check, entry
 from backends.vulkan.khronos cimport (
     VkCommandBufferAllocateInfo, VkCommandBufferBeginInfo, VkCommandPoolCreateInfo, PFN_vkAllocateCommandBuffers,
@@ -65,6 +66,11 @@ cdef class CommandPools:
         self.stream = stream
         self.handle = <VkDevice>handle
         self.queue_family = queue_family
+        # What a dispatch may need (a worker encoding on the Bound cannot make room): with push descriptors, at most
+        # 64 bindings (VulkanDevice); without, the recording thread makes room as it encodes (Calls.encode).
+        self.most_bindings = device.capabilities.max_per_stage_descriptor_storage_buffer if device.push_descriptors \
+            else 0
+        self.most_words = device.capabilities.max_push_constants_size // 4
         self.create_pool = <PFN_vkCreateCommandPool>entry(self.handle, b"vkCreateCommandPool")
         self.destroy_pool = <PFN_vkDestroyCommandPool>entry(self.handle, b"vkDestroyCommandPool")
         self.reset_pool = <PFN_vkResetCommandPool>entry(self.handle, b"vkResetCommandPool")
@@ -147,6 +153,8 @@ cdef class CommandPools:
         cdef VkCommandPoolCreateInfo info
         cdef VkCommandBufferAllocateInfo allocate
         cdef CommandPool made = CommandPool.__new__(CommandPool)
+        made.bound.descriptors.resize(self.most_bindings)
+        made.bound.words.resize(self.most_words)
         info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO
         info.pNext = NULL
         info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT
@@ -212,6 +220,7 @@ cdef class Recording:
         info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
         info.flags = flags
         self.pool.recording = True  # from before the call: a failed begin leaves nothing a reset would not clear
+        begin_state(&self.pool.bound)  # (no call for this command buffer waits in the stream: see CommandPools.take)
         check(self.pools.begin(self.pool.command_buffer, &info), "vkBeginCommandBuffer")
 
     cpdef void end(self) except *:

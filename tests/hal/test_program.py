@@ -247,6 +247,43 @@ def test_records_of_plain_dispatches_are_hidden_from_the_cycle_collector(device)
 
 @pytest.mark.parametrize("backend", ["host", pytest.param("vulkan", marks=pytest.mark.vulkan),
                                      pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_plain_dispatches_hold_their_arguments_as_c_data_where_the_backend_reads_them(backend):
+    """A dispatch with plain constants (ints, floats) that binds device buffers holds its workgroup counts, each
+    binding's (handle, offset, length) and its constants' words as C data, written as they were checked, when its
+    backend reads them there (Emitter.reads_arguments: Vulkan's, whose call stream encodes them without the GIL).
+    One that binds a slot or a transient, reads a numpy scalar or a constant slot, or takes indirect counts holds
+    none: its backend resolves it as it encodes it."""
+    with open_device(backend) as dev:
+        exe = dev.load_executable(kernels.SOURCE)
+        out, other = dev.allocate(1024), dev.allocate(1024)
+        params = dev.upload(np.ones(3, np.uint32), usage=hal.BufferUsage.DISPATCH_STORAGE)
+        cb = dev.create_command_buffer(binding_capacity=1, constant_capacity=1)
+        with cb:
+            scratch = cb.alloca(256)
+            cb.dispatch(exe, "scale", (2, 1, 1), (64, 3), (hal.ref(out, 0, 256),))
+            cb.dispatch(exe, "add", (1, 1, 1), (64,), (hal.ref(out, 256, 256), other, hal.ref(out, 512, 256)))
+            cb.dispatch(exe, "scale", (1, 3, 1), (64, -1.5), (hal.ref(out, 768, 256),))
+            cb.execution_barrier()
+            cb.dispatch(exe, "scale", (1, 1, 1), (64, 2), (hal.slot(0),))
+            cb.dispatch(exe, "scale", (1, 1, 1), (64, 2), (scratch,))
+            cb.dispatch(exe, "scale", (1, 1, 1), (64, np.float32(2)), (hal.ref(out, 0, 256),))
+            cb.dispatch(exe, "scale", (1, 1, 1), (64, hal.constant_slot(0)), (hal.ref(out, 256, 256),))
+            cb.dispatch_indirect(exe, "mark", params, constants=(1,), bindings=(hal.ref(out, 512, 256),))
+        arguments = [c.c_arguments for c in cb.program.commands]
+        if not cb.emitter.reads_arguments:
+            assert backend != "vulkan"
+            assert arguments == [None] * 8
+            return
+        assert arguments[:3] == [
+            ((2, 1, 1), ((out.handle, 0, 256),), (64, 3)),
+            ((1, 1, 1), ((out.handle, 256, 256), (other.handle, 0, 1024), (out.handle, 512, 256)), (64,)),
+            ((1, 3, 1), ((out.handle, 768, 256),), (64, 0xBFC00000)),  # -1.5 as float32 bits
+        ]
+        assert arguments[3:] == [None] * 5
+
+
+@pytest.mark.parametrize("backend", ["host", pytest.param("vulkan", marks=pytest.mark.vulkan),
+                                     pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_a_command_buffer_whose_records_bind_transients_is_collected(backend):
     """A transient's device is its command buffer, so a record binding one closes a reference cycle: the collector
     must see it (the record stays tracked) to free the command buffer and its transients."""

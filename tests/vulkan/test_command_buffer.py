@@ -143,9 +143,12 @@ def test_single_pass_with_slots_encodes_at_submit(vk, exe):
     np.testing.assert_array_equal(x.read(np.uint32), u32([5, 10, 15, 20]))
 
 
-def test_state_vulkan_keeps_is_not_set_again(vk, exe):
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_state_vulkan_keeps_is_not_set_again(vk, exe, strategy):
+    """Both where calls are made at once and where the call stream's worker makes them (single_pass), which decides
+    there what to set (backends.vulkan.calls.encode_dispatch)."""
     a, b, c = (vk.allocate(4 * N) for _ in range(3))
-    cb = vk.create_command_buffer()
+    cb = vk.create_command_buffer(strategy=strategy)
     cb.begin()
     cb.dispatch(exe, "scale", groups(N), (N, 3), (a,))
     cb.execution_barrier()
@@ -159,6 +162,28 @@ def test_state_vulkan_keeps_is_not_set_again(vk, exe):
     # barrier, bind, descriptors, constants, dispatch
     assert cb.emitter.counts == {"barriers": 3, "pipelines": 2, "descriptor_sets": 2, "constant_pushes": 3,
                                  "dispatches": 4}
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_dispatches_with_and_without_c_arguments_share_the_state_they_set(vk, exe, strategy):
+    """A dispatch whose record holds its arguments as C data and one whose arguments are resolved as it is encoded
+    (a numpy constant) keep one account of what the command buffer holds: neither sets again what the other set."""
+    start = np.arange(N, dtype=np.uint32)
+    a = vk.upload(start)
+    cb = vk.create_command_buffer(strategy=strategy)
+    with cb:
+        cb.dispatch(exe, "scale", groups(N), (N, 3), (a,))
+        cb.execution_barrier()
+        cb.dispatch(exe, "scale", groups(N), (N, np.uint32(3)), (a,))  # resolved: nothing new
+        cb.execution_barrier()
+        cb.dispatch(exe, "scale", groups(N), (np.uint32(N), np.uint32(5)), (a,))  # resolved: new constants
+        cb.execution_barrier()
+        cb.dispatch(exe, "scale", groups(N), (N, 5), (a,))  # C arguments: as set
+    assert [c.c_arguments is not None for c in cb.program.commands] == [True, False, False, True]
+    vk.queue_execute(cb)
+    assert cb.emitter.counts == {"barriers": 3, "pipelines": 1, "descriptor_sets": 1, "constant_pushes": 2,
+                                 "dispatches": 4}
+    np.testing.assert_array_equal(a.read(np.uint32), start * np.uint32(3 * 3 * 5 * 5))
 
 
 def test_push_descriptors_and_descriptor_sets_record_the_same(vk, fresh):
@@ -195,8 +220,8 @@ def test_push_descriptors_and_descriptor_sets_record_the_same(vk, fresh):
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
 def test_more_dispatches_than_a_descriptor_pool_holds_sets(fresh, strategy):
     """With descriptor sets, every dispatch whose bindings change takes a new set; past SETS_PER_POOL the arena opens
-    another pool (a driver that enforces maxSets, as NVIDIA's does, refuses a set from a full pool). single_pass
-    writes the sets while the worker thread binds the earlier ones."""
+    another pool (a driver that enforces maxSets, as NVIDIA's does, refuses a set from a full pool); single_pass
+    writes and binds them as it records."""
     dev = fresh(supports_push_descriptor=False)
     assert not dev.push_descriptors
     exe = dev.load_executable(kernels.SOURCE)
