@@ -44,6 +44,9 @@ class Program:
 
     @staticmethod
     def record_step(cb, exe, bufs, kind, a, b, c, k, n, data) -> None:
+        # An int constant leaves the record its arguments as C data; a numpy one is resolved as it is encoded: both
+        # kinds of dispatch set state on one account (backends.vulkan.calls.encode_dispatch).
+        k = np.uint32(k) if k % 2 else k
         if kind == "fill":
             cb.fill_buffer(hal.ref(bufs[a], 0, 4 * n), np.uint32(k))
         elif kind == "update":
