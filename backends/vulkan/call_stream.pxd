@@ -1,3 +1,4 @@
+cimport cython
 from libc.stdint cimport uint32_t, uint64_t
 from libcpp.atomic cimport atomic
 from libcpp.condition_variable cimport condition_variable
@@ -57,6 +58,7 @@ cdef class CallStream:
     cdef void replay(self, Chunk* chunk) noexcept nogil
 
 
+@cython.final  # its own methods called directly (and inlined by the compiler), not through the vtable
 cdef class StreamedCalls(Calls):
     cdef CallStream stream
 
