@@ -865,24 +865,26 @@ cdef class CommandBuffer:
         self.live_token = token
 
 
-cdef inline bint _int_within(object value, long long low, long long high):
-    """Is `value` an int (not a subclass) from `low` to `high`?"""
+cdef inline bint _int_within(object value, long long low, long long high, long long* got=NULL):
+    """Is `value` an int (not a subclass) from `low` to `high`? If so and `got` is given, it is set to it."""
     cdef int overflow = 0
     if type(value) is not int:
         return False
     cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
-    return not overflow and low <= v <= high
+    if overflow or not low <= v <= high:
+        return False
+    if got != NULL:
+        got[0] = v
+    return True
 
 
 cdef int _plain_word(object c, uint32_t* word) except -1:
     """Is `c` a constant that is certainly a valid 32-bit word (an int in range, or a float within float32's range)?
     If so, `word` is set to it."""
-    cdef int overflow = 0
-    cdef long long n, low = -2147483648, high = 4294967295
+    cdef long long n
     cdef double v
     if type(c) is int:
-        n = PyLong_AsLongLongAndOverflow(c, &overflow)
-        if overflow or not low <= n <= high:
+        if not _int_within(c, -2147483648, 4294967295, &n):
             return False
         word[0] = <uint32_t>n
         return True

@@ -107,7 +107,6 @@ cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executab
 cdef void hide_from_collector(Dispatch c) noexcept
 cdef int with_arguments(Dispatch c, const Range* ranges, const uint32_t* words) except -1
 cdef size_t arguments_size(Py_ssize_t bindings, Py_ssize_t words) noexcept
-cdef int fill_arguments(DispatchArguments* arguments, Dispatch c, tuple table, tuple slot_constants) except -1
 cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,
                        tuple writes)
 cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object communicator, str operation,

@@ -24,8 +24,6 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport isinf
 from libc.string cimport memcpy
 
-from hal.buffer cimport Buffer, ConstantSlot
-
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op) noexcept
 
@@ -209,32 +207,6 @@ cdef int with_arguments(Dispatch c, const Range* ranges, const uint32_t* words) 
 cdef size_t arguments_size(Py_ssize_t bindings, Py_ssize_t words) noexcept:
     """The bytes of the DispatchArguments of a dispatch with these counts: a multiple of 8, as its Ranges are."""
     return (sizeof(DispatchArguments) + bindings * sizeof(Range) + 4 * words + 7) // 8 * 8
-
-
-cdef int fill_arguments(DispatchArguments* arguments, Dispatch c, tuple table, tuple slot_constants) except -1:
-    """Write `c`'s arguments at `arguments` (arguments_size bytes for its counts): its slot references resolved through
-    binding table `table`, its constant slots by `slot_constants` (each checked by the caller)."""
-    cdef Py_ssize_t i
-    cdef BufferRef r
-    cdef Buffer b
-    arguments.bindings, arguments.words = len(c.bindings), len(c.constants)
-    arguments.size = arguments_size(arguments.bindings, arguments.words)
-    for i in range(3):
-        arguments.groups[i] = c.workgroups[i]
-    cdef Range* ranges = argument_ranges(arguments)
-    for i in range(arguments.bindings):
-        r = <BufferRef>c.bindings[i]
-        b = r.buffer if r.buffer is not None else <Buffer>table[r.slot]
-        ranges[i].handle = b.handle
-        ranges[i].offset = r.offset
-        ranges[i].size = r.nbytes if r.bounded else b.size - r.offset
-    cdef uint32_t* words = argument_words(arguments)
-    for i in range(arguments.words):
-        value = c.constants[i]
-        if type(value) is ConstantSlot:
-            value = slot_constants[(<ConstantSlot>value).index]
-        words[i] = checked_word(value)
-    return 0
 
 
 cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,

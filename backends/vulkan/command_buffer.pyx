@@ -29,11 +29,11 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memset
 from libcpp.vector cimport vector
 
-from hal.buffer cimport Buffer, BufferRef
+from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport (
-    Command, Copy, Dispatch, DispatchArguments, Fill, Range, Region, Update, argument_ranges, arguments_size,
-    checked_word, fill_arguments, new_dispatch
+    Command, Copy, Dispatch, DispatchArguments, Fill, Range, Region, Update, argument_ranges, argument_words,
+    arguments_size, checked_word, new_dispatch
 )
 from hal.program cimport Emitter, Program
 from backends.vulkan.khronos cimport (
@@ -209,9 +209,25 @@ cdef class Encoder:
     cdef DispatchArguments* resolved_arguments(self, Dispatch c) except NULL:
         """The arguments of `c`, whose record holds none (slots, transients, constant slots, parameters), resolved
         through the table and constant values into `scratch`."""
-        self.scratch.resize(arguments_size(len(c.bindings), len(c.constants)) // 8)
+        cdef Py_ssize_t i, bindings = len(c.bindings), count = len(c.constants)
+        cdef BufferRef r
+        cdef Buffer b
+        self.scratch.resize(arguments_size(bindings, count) // 8)
         cdef DispatchArguments* arguments = <DispatchArguments*>self.scratch.data()
-        fill_arguments(arguments, c, self.table, self.slot_constants)
+        arguments.bindings, arguments.words, arguments.size = bindings, count, arguments_size(bindings, count)
+        for i in range(3):
+            arguments.groups[i] = c.workgroups[i]
+        cdef Range* ranges = argument_ranges(arguments)
+        for i in range(bindings):
+            r = <BufferRef>c.bindings[i]  # (checked when recorded)
+            b = self.resolve(r)
+            ranges[i].handle, ranges[i].offset, ranges[i].size = b.handle, r.offset, self.length(r, b)
+        cdef uint32_t* words = argument_words(arguments)
+        for i in range(count):
+            value = c.constants[i]
+            if type(value) is ConstantSlot:
+                value = self.slot_constants[(<ConstantSlot>value).index]
+            words[i] = checked_word(value)
         return arguments
 
     cdef void bind_descriptor_set(self, const DispatchArguments* arguments, bint forget) except *:
