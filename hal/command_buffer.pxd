@@ -1,3 +1,4 @@
+cimport cython
 from libc.stdint cimport uint32_t
 from libcpp.vector cimport vector
 
@@ -7,6 +8,7 @@ from hal.dependencies cimport Planner, RaceDetector
 from hal.program cimport Emitter, Program
 
 
+@cython.final  # its methods are called directly
 cdef class CommandBuffer:
     cdef readonly object device
     cdef readonly str mode
@@ -32,8 +34,9 @@ cdef class CommandBuffer:
     cdef bint single_pass, uses_slot
     cdef Planner planner
     cdef RaceDetector races
-    cdef vector[Range] ranges  # a dispatch's bindings and constants as C data, written as they are checked
-    cdef vector[uint32_t] words  # (hal.commands.with_arguments)
+    cdef uint32_t groups[3]  # a dispatch's workgroup counts, its bindings and constants as C data, written as they
+    cdef vector[Range] ranges  # are checked (hal.commands.with_arguments)
+    cdef vector[uint32_t] words
     cdef Program recorded  # the Program, once ended (single_pass: while recording, too)
     cdef list slot_commands
     cdef list constant_commands  # dispatches with a constant slot
@@ -68,6 +71,8 @@ cdef class CommandBuffer:
     cdef tuple direct(self, tuple commands)
     cdef void check_released(self, str what, tuple commands, object token) except *
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage)
+    cdef BufferRef check_slot_ref(self, BufferRef ref, Py_ssize_t index, str command, str name, Py_ssize_t binding,
+                                  int usage)
     cdef BufferRef check_parameters(self, object parameters, Py_ssize_t index, str name)
     cdef BufferRef check_condition(self, object condition, str what)
     cdef void check_static_parameters(self, BufferRef p, Py_ssize_t index, str name) except *

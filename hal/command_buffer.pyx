@@ -380,16 +380,15 @@ cdef class CommandBuffer:
         """Check and record a dispatch (`command`: "dispatch", or "dispatch_indirect" with its `parameters`)."""
         cdef Py_ssize_t index = self.count, i
         cdef Entry entry = None
-        if isinstance(executable, Entries):
-            try:
-                entry = (<Entries>executable).entries.get(name)
-            except (AttributeError, TypeError):  # entries None; an unhashable name
-                pass
+        cdef dict entries = (<Entries>executable).entries if isinstance(executable, Entries) else None
+        if entries is not None and isinstance(name, str):  # (a name of another type names no export)
+            entry = entries.get(name)
         if entry is None or entry.device is not self.device:
             _bad_export(executable, name, self.device, index, command)
         if not (type(workgroups) is tuple and len(<tuple>workgroups) == 3 and self.workgroups_fit(workgroups)):
             workgroups = _workgroups(workgroups, index, name, (self.max_groups_x, self.max_groups_y,
                                                                self.max_groups_z))
+            self.workgroups_fit(workgroups)  # (they do now: it keeps them in `groups`)
         if type(constants) is not tuple:
             constants = _sequence(constants, index, name, "constants", command)
         cdef Py_ssize_t n = len(<tuple>constants)
@@ -432,7 +431,7 @@ cdef class CommandBuffer:
         if hidden:
             hide_from_collector(d)
             if buffers and self.emitter.reads_arguments:
-                with_arguments(d, self.ranges.data(), self.words.data())
+                with_arguments(d, self.groups, self.ranges.data(), self.words.data())
         if parameters is None:
             self.record(d, d.bindings, d.writes)
         else:
@@ -442,43 +441,52 @@ cdef class CommandBuffer:
             self.constant_commands.append(d)
 
     cdef bint workgroups_fit(self, tuple workgroups):
-        """The common case: three ints within the device's limits (anything else takes _workgroups' path)."""
-        return _int_within(workgroups[0], 1, self.max_groups_x) and _int_within(workgroups[1], 1, self.max_groups_y) \
-            and _int_within(workgroups[2], 1, self.max_groups_z)
+        """The common case: three ints within the device's limits, then kept in `groups` (anything else takes
+        _workgroups' path)."""
+        cdef long long x = 0, y = 0, z = 0
+        if _int_within(workgroups[0], 1, self.max_groups_x, &x) and \
+                _int_within(workgroups[1], 1, self.max_groups_y, &y) and \
+                _int_within(workgroups[2], 1, self.max_groups_z, &z):
+            self.groups[0], self.groups[1], self.groups[2] = x, y, z
+            return True
+        return False
 
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage):
         """Check reference `r` for use as `name` of command `index` (None: as its bindings[binding]); returns it as a
-        BufferRef. Messages are only formatted on the error path."""
+        BufferRef. The messages are worded by functions called only on the failing path."""
         cdef BufferRef ref
         if type(r) is BufferRef:
-            ref = r
+            ref = <BufferRef>r
         elif isinstance(r, Buffer):
             ref = (<Buffer>r).whole
         else:
-            raise ValidationError(f"command {index} ({command}): {_name(name, binding)} must be a hal.Buffer or a "
-                                  f"reference from hal.ref()/hal.slot(), got {type(r).__name__}")
+            _refuse(index, command, name, binding, _not_a_reference(r))
         cdef Buffer b = ref.buffer
         if b is None:
-            if ref.slot >= self.binding_capacity:
-                raise ValidationError(f"command {index} ({command}): {_name(name, binding)} uses slot {ref.slot}, "
-                                      f"but the command buffer's binding_capacity is {self.binding_capacity}")
-            if ref.bounded and ref.nbytes <= 0:
-                raise ValidationError(f"command {index} ({command}): {_name(name, binding)} has offset {ref.offset} "
-                                      f"and length {ref.nbytes}; the length must be > 0")
-            if usage == STORAGE and ref.offset % self.storage_alignment:
-                raise ValidationError(f"command {index} ({command}): {_name(name, binding)} offset {ref.offset} is "
-                                      f"not a multiple of the device's storage_buffer_offset_alignment "
-                                      f"{self.storage_alignment}")
-            self.uses_slot = True
-            return ref
+            return self.check_slot_ref(ref, index, command, name, binding, usage)
         # A transient's device is its command buffer (or, for execute_commands' scratch, the outer one).
         if b.device is not self.device and b.device is not self and b.device is not self.transients_of:
-            raise ValidationError(f"command {index} ({command}): {_name(name, binding)} is {_foreign(b)}")
+            _refuse(index, command, name, binding, _foreign(b))
         if b.released:
-            raise ValidationError(f"command {index} ({command}): {_name(name, binding)} is a released buffer")
+            _refuse(index, command, name, binding, "is a released buffer")
         if ref.nbytes <= 0 or ref.offset + ref.nbytes > b.size or not b.usage_bits & usage or (
                 usage == STORAGE and (ref.offset % self.storage_alignment or ref.nbytes > self.max_storage_range)):
             _check_range(ref.offset, ref.nbytes, b, self.caps, index, command, _name(name, binding), usage)
+        return ref
+
+    cdef BufferRef check_slot_ref(self, BufferRef ref, Py_ssize_t index, str command, str name, Py_ssize_t binding,
+                                  int usage):
+        """check_ref's part for a slot reference (resolved through the binding table at each submit)."""
+        if ref.slot >= self.binding_capacity:
+            _refuse(index, command, name, binding, f"uses slot {ref.slot}, but the command buffer's binding_capacity "
+                                                   f"is {self.binding_capacity}")
+        if ref.bounded and ref.nbytes <= 0:
+            _refuse(index, command, name, binding, f"has offset {ref.offset} and length {ref.nbytes}; the length must "
+                                                   f"be > 0")
+        if usage == STORAGE and ref.offset % self.storage_alignment:
+            _refuse(index, command, name, binding, f"offset {ref.offset} is not a multiple of the device's "
+                                                   f"storage_buffer_offset_alignment {self.storage_alignment}")
+        self.uses_slot = True
         return ref
 
     # Collectives (hal.communicator).
@@ -788,7 +796,7 @@ cdef class CommandBuffer:
             if not isinstance(b, Buffer):
                 raise ValidationError(f"queue_execute: binding_table[{i}] must be a hal.Buffer, got {type(b).__name__}")
             if (<Buffer>b).device is not self.device:
-                raise ValidationError(f"queue_execute: binding_table[{i}] is {_foreign(b)}")
+                raise ValidationError(f"queue_execute: binding_table[{i}] {_foreign(b)}")
             if (<Buffer>b).released:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
         self.check_released("queue_execute", self.recorded.commands, token)
@@ -881,7 +889,7 @@ cdef inline bint _int_within(object value, long long low, long long high, long l
 cdef int _plain_word(object c, uint32_t* word) except -1:
     """Is `c` a constant that is certainly a valid 32-bit word (an int in range, or a float within float32's range)?
     If so, `word` is set to it."""
-    cdef long long n
+    cdef long long n = 0
     cdef double v
     if type(c) is int:
         if not _int_within(c, -2147483648, 4294967295, &n):
@@ -1035,13 +1043,22 @@ cdef tuple _aliasing(tuple table, Py_ssize_t n):
 def _foreign(Buffer b) -> str:
     """What a buffer of another device, or a transient used outside its command buffer, is called in refusals."""
     if isinstance(b, Transient):
-        return (f"a transient (cb.alloca) of {b.device!r}: only that command buffer's own commands use it, "
+        return (f"is a transient (cb.alloca) of {b.device!r}: only that command buffer's own commands use it, "
                 f"directly (not through a binding table)")
-    return f"a buffer of another device ({b.device!r})"
+    return f"is a buffer of another device ({b.device!r})"
+
+
+def _not_a_reference(r) -> str:
+    return f"must be a hal.Buffer or a reference from hal.ref()/hal.slot(), got {type(r).__name__}"
 
 
 def _name(name, binding) -> str:
     return f"bindings[{binding}]" if name is None else name
+
+
+def _refuse(index, command, name, binding, what) -> None:
+    """Refuse reference `name` (None: bindings[binding]) of command `index`: it `what`."""
+    raise ValidationError(f"command {index} ({command}): {_name(name, binding)} {what}")
 
 
 def _bad_export(executable, name, device, index, command) -> None:

@@ -105,7 +105,7 @@ cdef Copy new_copy(Py_ssize_t index, Py_ssize_t segment, BufferRef source, Buffe
 cdef Dispatch new_dispatch(Py_ssize_t index, Py_ssize_t segment, object executable, Entry entry, tuple workgroups,
                            tuple constants, tuple bindings, BufferRef parameters=*, bint dynamic=*)
 cdef void hide_from_collector(Dispatch c) noexcept
-cdef int with_arguments(Dispatch c, const Range* ranges, const uint32_t* words) except -1
+cdef int with_arguments(Dispatch c, const uint32_t* groups, const Range* ranges, const uint32_t* words) except -1
 cdef size_t arguments_size(Py_ssize_t bindings, Py_ssize_t words) noexcept
 cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRef condition, object body, tuple refs,
                        tuple writes)

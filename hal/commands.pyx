@@ -184,20 +184,18 @@ cdef void hide_from_collector(Dispatch c) noexcept:
     PyObject_GC_UnTrack(<void*>c.bindings)
 
 
-@cython.boundscheck(False)  # (three workgroup counts)
-cdef int with_arguments(Dispatch c, const Range* ranges, const uint32_t* words) except -1:
-    """Give `c` its arguments as C data, from its bindings' `ranges` and its constants' `words`, which the recorder
-    wrote as it checked them: for a dispatch without parameters whose bindings are device buffers and whose constants
-    are plain words (the recorder decides)."""
+cdef int with_arguments(Dispatch c, const uint32_t* groups, const Range* ranges,
+                        const uint32_t* words) except -1:
+    """Give `c` its arguments as C data, from its workgroup counts' `groups`, its bindings' `ranges` and its constants'
+    `words`, which the recorder wrote as it checked them: for a dispatch without parameters whose bindings are device
+    buffers and whose constants are plain words (the recorder decides)."""
     cdef uint32_t bindings = len(c.bindings), count = len(c.constants)
     cdef size_t size = arguments_size(bindings, count)
     cdef DispatchArguments* arguments = <DispatchArguments*>PyMem_Malloc(size)
-    cdef Py_ssize_t i
     if arguments == NULL:
         raise MemoryError()
     arguments.bindings, arguments.words, arguments.size = bindings, count, size
-    for i in range(3):
-        arguments.groups[i] = <uint32_t>PyLong_AsUnsignedLongMask(c.workgroups[i])  # (checked ints)
+    memcpy(arguments.groups, groups, sizeof(arguments.groups))
     memcpy(argument_ranges(arguments), ranges, bindings * sizeof(Range))
     memcpy(argument_words(arguments), words, 4 * count)
     c.arguments = arguments

@@ -11,6 +11,7 @@ from hal.commands cimport Command
 from hal.program cimport Program
 
 
+@cython.final  # its methods are called directly
 cdef class Planner:
     cdef readonly Program program
     cdef bint hazards
@@ -153,6 +154,7 @@ cdef struct KeyRanges:  # RaceDetector: one key's unions of written (ws, we) and
     vector[PyObject*] quiet
 
 
+@cython.final  # its methods are called directly
 cdef class RaceDetector:
     cdef unordered_map[Py_ssize_t, Py_ssize_t] index  # key -> its entry in `keys`
     cdef vector[KeyRanges] keys  # entries [0, used) are the segment's; the others keep their memory

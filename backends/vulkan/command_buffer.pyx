@@ -25,6 +25,7 @@ Khronos headers), so recording costs what the driver charges.
   vkQueueSubmit after a few identity checks.
 """
 
+cimport cython
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memset
 from libcpp.vector cimport vector
@@ -64,6 +65,7 @@ cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
 
 
+@cython.final  # its methods are called directly
 cdef class Encoder:
     """Records commands into one VkCommandBuffer (begun) through `calls` (backends.vulkan.calls: made at once, or
     streamed to a worker thread), which skip the state Vulkan already holds; `table` resolves slot references and

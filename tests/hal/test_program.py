@@ -262,7 +262,7 @@ def test_plain_dispatches_hold_their_arguments_as_c_data_where_the_backend_reads
             scratch = cb.alloca(256)
             cb.dispatch(exe, "scale", (2, 1, 1), (64, 3), (hal.ref(out, 0, 256),))
             cb.dispatch(exe, "add", (1, 1, 1), (64,), (hal.ref(out, 256, 256), other, hal.ref(out, 512, 256)))
-            cb.dispatch(exe, "scale", (1, 3, 1), (64, -1.5), (hal.ref(out, 768, 256),))
+            cb.dispatch(exe, "scale", [1, np.int32(3)], (64, -1.5), (hal.ref(out, 768, 256),))  # counts normalised
             cb.execution_barrier()
             cb.dispatch(exe, "scale", (1, 1, 1), (64, 2), (hal.slot(0),))
             cb.dispatch(exe, "scale", (1, 1, 1), (64, 2), (scratch,))
