@@ -453,14 +453,15 @@ cdef class CommandBuffer:
 
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage):
         """Check reference `r` for use as `name` of command `index` (None: as its bindings[binding]); returns it as a
-        BufferRef. The messages are worded by functions called only on the failing path."""
+        BufferRef. Each refusal is raised by `_refuse` (or `_check_range`), off the common path."""
         cdef BufferRef ref
         if type(r) is BufferRef:
             ref = <BufferRef>r
         elif isinstance(r, Buffer):
             ref = (<Buffer>r).whole
         else:
-            _refuse(index, command, name, binding, _not_a_reference(r))
+            _refuse(index, command, name, binding, f"must be a hal.Buffer or a reference from hal.ref()/hal.slot(), "
+                                                   f"got {type(r).__name__}")
         cdef Buffer b = ref.buffer
         if b is None:
             return self.check_slot_ref(ref, index, command, name, binding, usage)
@@ -1046,10 +1047,6 @@ def _foreign(Buffer b) -> str:
         return (f"is a transient (cb.alloca) of {b.device!r}: only that command buffer's own commands use it, "
                 f"directly (not through a binding table)")
     return f"is a buffer of another device ({b.device!r})"
-
-
-def _not_a_reference(r) -> str:
-    return f"must be a hal.Buffer or a reference from hal.ref()/hal.slot(), got {type(r).__name__}"
 
 
 def _name(name, binding) -> str:

@@ -214,9 +214,10 @@ cdef class Encoder:
         cdef Py_ssize_t i, bindings = len(c.bindings), count = len(c.constants)
         cdef BufferRef r
         cdef Buffer b
-        self.scratch.resize(arguments_size(bindings, count) // 8)
+        cdef size_t size = arguments_size(bindings, count)
+        self.scratch.resize(size // 8)
         cdef DispatchArguments* arguments = <DispatchArguments*>self.scratch.data()
-        arguments.bindings, arguments.words, arguments.size = bindings, count, arguments_size(bindings, count)
+        arguments.bindings, arguments.words, arguments.size = bindings, count, size
         for i in range(3):
             arguments.groups[i] = c.workgroups[i]
         cdef Range* ranges = argument_ranges(arguments)
