@@ -9,20 +9,22 @@
 # libvulkan-dev), .whl (vulkan, cffi, pycparser, and Cython 3 where the machine's is older), .whl-bench
 # (matplotlib, tqdm, where the machine lacks them; the lent machines have both). From the repository root, through the device
 # tool:
-#     bash bench/gpu_check.sh [all|tests|bench|quick|cuda]      with carry [".gl", ".tools", ".whl"]
+#     bash bench/gpu_check.sh [all|tests|bench|quick|cuda|decode|collectives]   with carry [".gl", ".tools", ".whl"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
 # figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both. `quick` runs the
 # test suites, then bench.cuda for 1000 kernels only, bench.vulkan, and bench.indirect and bench.regions on both
 # devices (their reports and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda
 # for 10 kernels (its rebind and new-values rows are the same as at any size), bench.indirect, bench.regions,
 # bench.nested, bench.host_calls, bench.transients and bench.decode (with hal on Vulkan and PyTorch beside it): the
-# CUDA backend, in about two minutes. `collectives` runs the collectives' CUDA tests and bench.collectives (NCCL
-# through nccl4py's wheel in .whl), for a machine with several GPUs.
+# CUDA backend, in about two minutes. `decode` runs the decode example's tests on CUDA and Vulkan, bench.decode
+# (hal against PyTorch at its best and the GPU's floors), `python -m hal trace decode` and `python -m hal demo
+# decode`: about three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and
+# bench.collectives (NCCL through nccl4py's wheel in .whl), for a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
-case "$PART" in all|tests|bench|quick|cuda|collectives) ;;
-    *) echo "usage: $0 [all|tests|bench|quick|cuda|collectives]" >&2; exit 2 ;;
+case "$PART" in all|tests|bench|quick|cuda|decode|collectives) ;;
+    *) echo "usage: $0 [all|tests|bench|quick|cuda|decode|collectives]" >&2; exit 2 ;;
 esac
 OUT=${OUT:-bench/results/gpu-check}
 mkdir -p "$OUT"
@@ -44,7 +46,7 @@ if ! python3 -c "import matplotlib, tqdm" 2>/dev/null && [ -d .whl-bench ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl-bench/*.whl
 fi
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1  # (a crash prints Python's stack)
 if [ ! -e /usr/share/vulkan/icd.d/nvidia_icd.json ] && [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
@@ -79,6 +81,17 @@ if [ "$PART" = collectives ]; then  # on a machine with several GPUs: the collec
     if [ -e bench/collectives.py ]; then
         TIMEOUT=300 run bench.log "python -m bench.collectives" python3 -m bench.collectives --json "$OUT/collectives.json"
     fi
+    exit $status
+fi
+if [ "$PART" = decode ]; then
+    rm -f "$OUT"/tests-*.log "$OUT"/bench.log
+    run tests-decode.log "decode tests, CUDA and Vulkan" env HAL_REQUIRE=cuda,vulkan python3 -m pytest -q \
+        -p no:cacheprovider tests/examples tests/bench/test_decode_torch.py
+    TIMEOUT=420 run bench.log "python -m bench.decode" python3 -m bench.decode --json "$OUT/decode.json"
+    TIMEOUT=60 run bench.log "python -m hal trace decode --device cuda" python3 -m hal trace decode --device cuda \
+        --out "$OUT"
+    TIMEOUT=60 run bench.log "python -m hal demo decode --device cuda --tokens 256" python3 -m hal demo decode \
+        --device cuda --tokens 256
     exit $status
 fi
 if [ "$PART" = cuda ]; then

@@ -213,6 +213,9 @@ def trace_command(example: str | None, device: str | None, out: str) -> int:
         ranked = sorted(zip(result.command_us, cb.commands), key=lambda p: -p[0])
         print(f"device: {sum(result.command_us):.0f} us over {len(cb.commands)} commands, each run alone; the "
               f"longest: " + ", ".join(f"{label(c)} {us:.1f} us" for us, c in ranked[:5]))
+        if example == "decode":
+            from examples.decode.demo import kernel_table
+            print(kernel_table(decoder, cb.commands, result.command_us, decoder.position + 1))
         try:
             graph_path = folder / f"graph-{name}.png"
             draw_program(cb.program, graph_path, title)

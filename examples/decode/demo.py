@@ -1,5 +1,6 @@
-"""`python -m hal demo decode [--device D] [--tokens K]`: the decoder on a device, timed, its tokens checked
-against the numpy reference (exit status 1 on a mismatch)."""
+"""`python -m hal demo decode [--device D] [--tokens K]`: the decoder on a device, its first use (build, first
+submission) timed apart, then each way of submitting timed after that warm-up, its tokens checked against the numpy
+reference (exit status 1 on a mismatch)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import numpy as np
 
 import hal
+from examples.decode.kernels import bytes_moved
 from examples.decode.model import random_weights, reference_generate
 from examples.decode.runner import Decoder
 
@@ -24,8 +26,16 @@ def run(device: str | None, tokens: int) -> int:
     expected, expected_logits = reference_generate(weights, PROMPT, steps)
     with hal.create_device(device) as dev:
         print(f"device: {dev.driver}: {dev.name}")
+        start = time.perf_counter()
         decoder = Decoder(dev, weights)
-        ok = True
+        built = time.perf_counter()
+        decoder.reset(PROMPT)
+        decoder.generate(steps)
+        ok = decoder.tokens() == expected
+        first = time.perf_counter()
+        print(f"first use (not in the timings below): build {built - start:.3f} s (load the kernels, upload the "
+              f"weights, record), first submission of {steps} positions {first - built:.3f} s (the backend's "
+              f"instantiation included)")
         for mode in ("k tokens per submission", "one submission per token"):
             decoder.reset(PROMPT)
             dev.synchronize()
@@ -46,3 +56,14 @@ def run(device: str | None, tokens: int) -> int:
                   f"(largest logit difference {error:.2g})")
         print(f"tokens: {got[len(PROMPT):]}")
     return 0 if ok else 1
+
+
+def kernel_table(decoder: Decoder, commands: list, command_us: list[float], position: int) -> str:
+    """The traced step's dispatches: each one's time run alone beside the fewest bytes it moves at `position` and
+    the bandwidth that is (a time run alone includes what running alone adds: see hal.tracing)."""
+    lines = ["| command | µs alone | bytes | GB/s |", "|---|---:|---:|---:|"]
+    for command, us in zip(commands, command_us):
+        name = command.export.name
+        moved = bytes_moved(decoder.config, name, position)
+        lines.append(f"| #{command.index} {name} | {us:.1f} | {moved / 1e3:.0f} KB | {moved / us / 1e3:.0f} |")
+    return "\n".join(lines)

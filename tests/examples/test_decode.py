@@ -99,17 +99,21 @@ def test_ties_and_nan_logits_give_numpy_s_argmax(decoder, weights):
 
 def test_configurations_the_kernels_cannot_run_are_refused(decoder):
     from examples.decode import Config
-    for config in (Config(dim=4224, heads=65), Config(max_sequence=1024), Config(vocab=4095)):
+    for config in (Config(dim=320, heads=5), Config(dim=256, heads=16), Config(ffn=768), Config(vocab=4088)):
         with pytest.raises(hal.ValidationError, match="the kernels need"):
             Decoder(decoder.device, random_weights(config))
 
 
-def test_one_submission_across_several_attention_workgroups(decoder, weights):
-    """70 positions in one submission: the attention scores' workgroup counts, kept on the device from step to
-    step, grow past one workgroup of 64 positions."""
+def test_one_submission_across_several_attention_chunks(decoder, weights):
+    """70 positions in one submission: the attention's partials come from one chunk of 32 positions, then two,
+    then three, each combined by attn_out."""
     steps = 70
     expected_tokens, expected_logits = reference_generate(weights, PROMPT, steps)
     decoder.reset(PROMPT)
     decoder.generate(steps)
     assert decoder.tokens() == expected_tokens
     assert np.max(np.abs(decoder.logits() - expected_logits)) <= LOGIT_TOLERANCE * np.max(np.abs(expected_logits))
+
+
+def test_a_step_is_five_dispatches_a_layer_and_one_more(decoder):
+    assert decoder.dispatches_per_step() == 5 * decoder.config.layers + 1

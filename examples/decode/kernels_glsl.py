@@ -1,0 +1,302 @@
+"""The decoder's kernels in GLSL (glslc), one shader per export, the same work split as the CUDA kernels.
+
+A "warp" here is 32 consecutive invocations, as in kernels_cuda.py, so the grids and workgroup sizes are the same
+on both; its sums go through shared memory (a tree of barriers) rather than shuffles, since a Vulkan device's
+subgroups may be narrower than 32 (lavapipe's are 8 wide). Matrices and the vectors loaded as a row's slice are
+read as vec4s (16-byte loads).
+"""
+
+from __future__ import annotations
+
+_COMMON = """
+#define LANE (gl_LocalInvocationID.x % 32u)
+#define WARP (gl_LocalInvocationID.x / 32u)
+#define SLICE (DIM / 128u)
+#define NEG_INF uintBitsToFloat(0xff800000u)
+#define NONE 0xffffffffu
+#define ATTENDED (HEAD_DIM + 2u)
+#define LOGIT_ROWS 4u
+"""
+
+# The sum over this invocation's warp, in every invocation of it (every invocation of the workgroup calls it).
+_WARP_SUM = """
+shared float reduced[WG];
+float warp_sum(float v) {
+    uint t = gl_LocalInvocationID.x;
+    reduced[t] = v;
+    barrier();
+    for (uint s = 16u; s > 0u; s >>= 1u) {
+        if (LANE < s) reduced[t] += reduced[t + s];
+        barrier();
+    }
+    float r = reduced[t - LANE];
+    barrier();
+    return r;
+}
+"""
+
+# h = x / sqrt(mean(x * x) + EPSILON) * gain, this invocation's columns (4 * lane + 128 * j, as vec4 j).
+_RMS_NORM = """
+void rms_norm(out vec4 h[SLICE]) {
+    float s = 0.0;
+    for (uint j = 0u; j < SLICE; ++j) {
+        h[j] = x[LANE + 32u * j];
+        s += h[j].x * h[j].x + h[j].y * h[j].y + h[j].z * h[j].z + h[j].w * h[j].w;
+    }
+    float inv = 1.0 / sqrt(warp_sum(s) / float(DIM) + EPSILON);
+    for (uint j = 0u; j < SLICE; ++j) h[j] = h[j] * inv * gain[LANE + 32u * j];
+}
+float dot_slice(vec4 a[SLICE], vec4 b[SLICE]) {
+    float s = 0.0;
+    for (uint j = 0u; j < SLICE; ++j) s += a[j].x * b[j].x + a[j].y * b[j].y + a[j].z * b[j].z + a[j].w * b[j].w;
+    return s;
+}
+"""
+
+_PRECEDES = """
+// Does logit o at index j come before logit m at index k in numpy's argmax order (the first NaN, else the first
+// largest)? NONE: no index yet.
+bool precedes(float o, uint j, float m, uint k) {
+    if (j == NONE) return false;
+    if (k == NONE) return true;
+    if (isnan(o) != isnan(m)) return isnan(o);
+    if (isnan(o)) return j < k;
+    return o > m || (o == m && j < k);
+}
+"""
+
+
+def _buffers(*specs: str) -> str:
+    """Storage buffer i of set 0 for each spec "qualifier type name" (qualifier rw: none)."""
+    out = []
+    for i, spec in enumerate(specs):
+        qualifier, kind, name = spec.split()
+        qualifier = "" if qualifier == "rw" else qualifier
+        out.append(f"layout(set = 0, binding = {i}) {qualifier} buffer B{i} {{ {kind} {name}[]; }};\n")
+    return "".join(out)
+
+
+def _shader(workgroup: int, *parts: str) -> str:
+    """A shader's text after its #version and shape lines (see `shaders`)."""
+    return f"#define WG {workgroup}u\nlayout(local_size_x = {workgroup}) in;\n" + _COMMON + "".join(parts)
+
+
+def shaders(shape: str) -> dict[str, str]:
+    """Each export's GLSL, `shape` (the #define lines of the model's sizes) compiled in."""
+    return {name: "#version 450\n" + shape + text for name, text in _SHADERS.items()}
+
+
+_SHADERS = {
+    "start": _shader(256, _buffers("rw uint state", "readonly uint tokens", "readonly float embed",
+                                   "writeonly float x"), """
+layout(push_constant) uniform P { uint steps; } p;
+void main() {
+    uint t = gl_LocalInvocationID.x;
+    if (t == 0u) { state[1] = p.steps; state[3] = 0u; state[4] = p.steps >= UNROLL ? 1u : 0u; }
+    uint token = tokens[state[0]];
+    for (uint i = t; i < DIM; i += WG) x[i] = embed[token * DIM + i];
+}
+"""),
+    "qkv_rope": _shader(128, _buffers("readonly vec4 w", "readonly vec4 x", "readonly vec4 gain",
+                                      "readonly float rope", "readonly uint state", "writeonly float q",
+                                      "writeonly float keys", "writeonly float vals"), _WARP_SUM, _RMS_NORM, """
+void main() {
+    uint r = 2u * (gl_WorkGroupID.x * 4u + WARP), position = state[0];
+    vec4 a[SLICE], b[SLICE], h[SLICE];
+    for (uint j = 0u; j < SLICE; ++j) {
+        a[j] = w[r * (DIM / 4u) + LANE + 32u * j];
+        b[j] = w[(r + 1u) * (DIM / 4u) + LANE + 32u * j];
+    }
+    rms_norm(h);
+    float u = warp_sum(dot_slice(a, h)), v = warp_sum(dot_slice(b, h));
+    if (LANE != 0u) return;
+    if (r < 2u * DIM) {
+        uint t = (position * (HEAD_DIM / 2u) + (r % HEAD_DIM) / 2u) * 2u;
+        float c = rope[t], s = rope[t + 1u], ru = u * c - v * s, rv = u * s + v * c;
+        u = ru;
+        v = rv;
+    }
+    uint o = position * DIM + r % DIM;
+    if (r < DIM) { q[r] = u; q[r + 1u] = v; }
+    else if (r < 2u * DIM) { keys[o] = u; keys[o + 1u] = v; }
+    else { vals[o] = u; vals[o + 1u] = v; }
+}
+"""),
+    "attention": _shader(128, _buffers("readonly float q", "readonly float keys", "readonly float vals",
+                                       "readonly uint state", "writeonly float partials"), """
+#define PER_WARP (CHUNK / 4u)
+#define LANE_DIMS (HEAD_DIM / 32u)
+shared float scored[PER_WARP][WG];
+shared float largest[4], total[4], weighted[4][HEAD_DIM];
+void main() {
+    uint chunk = gl_WorkGroupID.x, h = gl_WorkGroupID.y, position = state[0], t = gl_LocalInvocationID.x;
+    if (chunk * CHUNK > position) return;
+    uint first = chunk * CHUNK + WARP * PER_WARP, column = h * HEAD_DIM + LANE * LANE_DIMS;
+    for (uint i = 0u; i < PER_WARP; ++i) {
+        float s = 0.0;
+        if (first + i <= position)  // (rows past it may hold anything, NaN included: never read)
+            for (uint d = 0u; d < LANE_DIMS; ++d) s += q[column + d] * keys[(first + i) * DIM + column + d];
+        scored[i][t] = s;
+    }
+    barrier();
+    for (uint s = 16u; s > 0u; s >>= 1u) {
+        if (LANE < s)
+            for (uint i = 0u; i < PER_WARP; ++i) scored[i][t] += scored[i][t + s];
+        barrier();
+    }
+    float score[PER_WARP], m = NEG_INF;
+    for (uint i = 0u; i < PER_WARP; ++i) {
+        score[i] = first + i <= position ? scored[i][t - LANE] * SCALE : NEG_INF;
+        m = max(m, score[i]);
+    }
+    float l = 0.0, o[LANE_DIMS];
+    for (uint d = 0u; d < LANE_DIMS; ++d) o[d] = 0.0;
+    if (m != NEG_INF) {
+        for (uint i = 0u; i < PER_WARP; ++i) {
+            if (first + i > position) continue;
+            float e = exp(score[i] - m);
+            l += e;
+            for (uint d = 0u; d < LANE_DIMS; ++d) o[d] += e * vals[(first + i) * DIM + column + d];
+        }
+    }
+    for (uint d = 0u; d < LANE_DIMS; ++d) weighted[WARP][LANE * LANE_DIMS + d] = o[d];
+    if (LANE == 0u) { largest[WARP] = m; total[WARP] = l; }
+    barrier();
+    if (t >= HEAD_DIM) return;
+    float big = max(max(largest[0], largest[1]), max(largest[2], largest[3])), sum = 0.0, acc = 0.0;
+    for (uint w = 0u; w < 4u; ++w) {  // (warp 0 always saw a position, so `big` is a number)
+        float scale = largest[w] == NEG_INF ? 0.0 : exp(largest[w] - big);
+        sum += total[w] * scale;
+        acc += weighted[w][t] * scale;
+    }
+    uint part = (h * CHUNKS + chunk) * ATTENDED;
+    partials[part + 2u + t] = acc;
+    if (t == 0u) { partials[part] = big; partials[part + 1u] = sum; }
+}
+"""),
+    "attn_out": _shader(256, _buffers("readonly float partials", "readonly uint state", "readonly vec4 wo",
+                                      "rw float x"), _WARP_SUM, """
+shared vec4 attended[DIM / 4u];
+void main() {
+    uint t = gl_LocalInvocationID.x, r = gl_WorkGroupID.x * 8u + WARP, chunks = state[0] / CHUNK + 1u;
+    for (uint i = t; i < DIM; i += WG) {
+        uint p = (i / HEAD_DIM) * CHUNKS * ATTENDED;
+        float big = NEG_INF, sum = 0.0, acc = 0.0;
+        for (uint c = 0u; c < chunks; ++c) big = max(big, partials[p + c * ATTENDED]);
+        for (uint c = 0u; c < chunks; ++c) {
+            float scale = exp(partials[p + c * ATTENDED] - big);
+            sum += partials[p + c * ATTENDED + 1u] * scale;
+            acc += partials[p + c * ATTENDED + 2u + i % HEAD_DIM] * scale;
+        }
+        attended[i / 4u][i % 4u] = acc / sum;
+    }
+    barrier();
+    float u = 0.0;
+    for (uint j = 0u; j < SLICE; ++j) {
+        vec4 a = attended[LANE + 32u * j], row = wo[r * (DIM / 4u) + LANE + 32u * j];
+        u += row.x * a.x + row.y * a.y + row.z * a.z + row.w * a.w;
+    }
+    u = warp_sum(u);
+    if (LANE == 0u) x[r] += u;
+}
+"""),
+    "ffn_in": _shader(256, _buffers("readonly vec4 w1", "readonly vec4 w3", "readonly vec4 x", "readonly vec4 gain",
+                                    "writeonly float g"), _WARP_SUM, _RMS_NORM, """
+void main() {
+    uint r = gl_WorkGroupID.x * 8u + WARP;
+    vec4 a[SLICE], b[SLICE], h[SLICE];
+    for (uint j = 0u; j < SLICE; ++j) {
+        a[j] = w1[r * (DIM / 4u) + LANE + 32u * j];
+        b[j] = w3[r * (DIM / 4u) + LANE + 32u * j];
+    }
+    rms_norm(h);
+    float u = warp_sum(dot_slice(a, h)), v = warp_sum(dot_slice(b, h));
+    if (LANE == 0u) g[r] = u / (1.0 + exp(-u)) * v;
+}
+"""),
+    "ffn_out": _shader(256, _buffers("readonly vec4 w2", "readonly vec4 g", "rw float x"), _WARP_SUM, """
+shared float part[8];
+void main() {
+    uint t = gl_LocalInvocationID.x, r = gl_WorkGroupID.x * (8u / SPLIT) + WARP / SPLIT;
+    uint span = (WARP % SPLIT) * (FFN / SPLIT / 4u);
+    float u = 0.0;
+    for (uint j = 0u; j < FFN / SPLIT / 128u; ++j) {
+        vec4 row = w2[r * (FFN / 4u) + span + LANE + 32u * j], a = g[span + LANE + 32u * j];
+        u += row.x * a.x + row.y * a.y + row.z * a.z + row.w * a.w;
+    }
+    u = warp_sum(u);
+    if (LANE == 0u) part[WARP] = u;
+    barrier();
+    if (t < 8u / SPLIT) {
+        float s = 0.0;
+        for (uint k = 0u; k < SPLIT; ++k) s += part[t * SPLIT + k];
+        x[gl_WorkGroupID.x * (8u / SPLIT) + t] += s;
+    }
+}
+"""),
+    # x is read as vec4s for the norm and written as floats for the next embedding: two views of binding 1.
+    "logits_argmax": _shader(256, _buffers("readonly vec4 w", "coherent vec4 x", "readonly vec4 gain",
+                                           "writeonly float logits", "coherent uint candidates",
+                                           "coherent uint state", "rw uint tokens", "readonly float embed"),
+                             _WARP_SUM, _RMS_NORM, _PRECEDES, """
+shared float best[WG];
+shared uint at[WG], chosen;
+shared bool last;
+void main() {
+    uint t = gl_LocalInvocationID.x, r = LOGIT_ROWS * (gl_WorkGroupID.x * 8u + WARP);
+    vec4 rows[LOGIT_ROWS][SLICE], h[SLICE];
+    for (uint k = 0u; k < LOGIT_ROWS; ++k)
+        for (uint j = 0u; j < SLICE; ++j) rows[k][j] = w[(r + k) * (DIM / 4u) + LANE + 32u * j];
+    rms_norm(h);
+    float m = 0.0;
+    uint k = NONE;
+    for (uint i = 0u; i < LOGIT_ROWS; ++i) {
+        float u = warp_sum(dot_slice(rows[i], h));
+        if (LANE == 0u) logits[r + i] = u;
+        if (precedes(u, r + i, m, k)) { m = u; k = r + i; }
+    }
+    if (LANE == 0u) { best[WARP] = m; at[WARP] = k; }
+    barrier();
+    if (t == 0u) {
+        float m = best[0];
+        uint k = at[0];
+        for (uint i = 1u; i < 8u; ++i)
+            if (precedes(best[i], at[i], m, k)) { m = best[i]; k = at[i]; }
+        candidates[2u * gl_WorkGroupID.x] = floatBitsToUint(m);
+        candidates[2u * gl_WorkGroupID.x + 1u] = k;
+        memoryBarrierBuffer();  // the candidate is visible before the count says so
+        last = atomicAdd(state[3], 1u) == gl_NumWorkGroups.x - 1u;
+    }
+    barrier();
+    if (!last) return;
+    memoryBarrierBuffer();
+    m = 0.0;
+    k = NONE;
+    for (uint i = t; i < gl_NumWorkGroups.x; i += WG) {
+        float o = uintBitsToFloat(candidates[2u * i]);
+        uint j = candidates[2u * i + 1u];
+        if (precedes(o, j, m, k)) { m = o; k = j; }
+    }
+    best[t] = m;
+    at[t] = k;
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+        if (t < s && precedes(best[t + s], at[t + s], best[t], at[t])) { best[t] = best[t + s]; at[t] = at[t + s]; }
+        barrier();
+    }
+    if (t == 0u) {
+        uint next = state[0] + 1u, left = state[1] > 0u ? state[1] - 1u : 0u;
+        if (next >= state[2]) tokens[next] = at[0];
+        chosen = tokens[next];
+        state[0] = next;
+        state[1] = left;
+        state[3] = 0u;
+        state[4] = left >= UNROLL ? 1u : 0u;
+    }
+    barrier();
+    for (uint i = t; i < DIM / 4u; i += WG)
+        x[i] = vec4(embed[chosen * DIM + 4u * i], embed[chosen * DIM + 4u * i + 1u],
+                    embed[chosen * DIM + 4u * i + 2u], embed[chosen * DIM + 4u * i + 3u]);
+}
+"""),
+}

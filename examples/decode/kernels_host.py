@@ -1,0 +1,90 @@
+"""The decoder's kernels for the host backend: numpy, each export once for its whole grid, with the same meaning as
+the CUDA and GLSL kernels (examples/decode/kernels.py), the attention's chunked partials included."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from examples.decode.model import Config, rms_norm
+
+
+def functions(c: Config, chunk: int, unroll: int) -> dict[str, Callable]:
+    """Each export's kernel for the shape `c`, the attention's `chunk` positions per partial and the unrolled loop's
+    `unroll` steps per iteration."""
+    dim, head_dim, chunks = c.dim, c.head_dim, -(-c.max_sequence // chunk)
+    attended = head_dim + 2  # a partial: largest score, sum of exponentials, weighted values
+
+    def start(ctx) -> None:
+        state, tokens = ctx.binding(0, np.uint32), ctx.binding(1, np.uint32)
+        steps = ctx.constants[0]
+        state[1], state[3], state[4] = steps, 0, steps >= unroll
+        token = int(tokens[state[0]])
+        ctx.binding(3, np.float32)[:dim] = ctx.binding(2, np.float32)[token * dim:(token + 1) * dim]
+
+    def qkv_rope(ctx) -> None:
+        position = int(ctx.binding(4, np.uint32)[0])
+        y = ctx.binding(0, np.float32)[:3 * dim * dim].reshape(3 * dim, dim) @ \
+            rms_norm(ctx.binding(1, np.float32)[:dim], ctx.binding(2, np.float32)[:dim])
+        pairs = head_dim // 2
+        table = ctx.binding(3, np.float32)[position * pairs * 2:(position + 1) * pairs * 2].reshape(pairs, 2)
+        qk = y[:2 * dim].reshape(-1, pairs, 2)
+        a, b = qk[..., 0].copy(), qk[..., 1].copy()
+        qk[..., 0], qk[..., 1] = a * table[:, 0] - b * table[:, 1], a * table[:, 1] + b * table[:, 0]
+        ctx.binding(5, np.float32)[:dim] = y[:dim]
+        ctx.binding(6, np.float32)[position * dim:(position + 1) * dim] = y[dim:2 * dim]
+        ctx.binding(7, np.float32)[position * dim:(position + 1) * dim] = y[2 * dim:]
+
+    def attention(ctx) -> None:
+        length = int(ctx.binding(3, np.uint32)[0]) + 1
+        q = ctx.binding(0, np.float32)[:dim].reshape(c.heads, head_dim)
+        keys = ctx.binding(1, np.float32)[:length * dim].reshape(length, c.heads, head_dim)
+        values = ctx.binding(2, np.float32)[:length * dim].reshape(length, c.heads, head_dim)
+        partials = ctx.binding(4, np.float32)[:c.heads * chunks * attended].reshape(c.heads, chunks, attended)
+        scale = np.float32(1.0 / np.sqrt(head_dim))
+        for first in range(0, length, chunk):
+            rows = slice(first, min(first + chunk, length))
+            scores = np.einsum("phd,hd->hp", keys[rows], q) * scale
+            largest = scores.max(axis=1)
+            e = np.exp(scores - largest[:, None])
+            part = partials[:, first // chunk]
+            part[:, 0], part[:, 1] = largest, e.sum(axis=1)
+            part[:, 2:] = np.einsum("hp,phd->hd", e, values[rows])
+
+    def attn_out(ctx) -> None:
+        chunks_seen = int(ctx.binding(1, np.uint32)[0]) // chunk + 1
+        partials = ctx.binding(0, np.float32)[:c.heads * chunks * attended].reshape(c.heads, chunks, attended)
+        part = partials[:, :chunks_seen]
+        scale = np.exp(part[:, :, 0] - part[:, :, 0].max(axis=1, keepdims=True))
+        heads = (part[:, :, 2:] * scale[:, :, None]).sum(axis=1) / (part[:, :, 1] * scale).sum(axis=1)[:, None]
+        ctx.binding(3, np.float32)[:dim] += ctx.binding(2, np.float32)[:dim * dim].reshape(dim, dim) @ \
+            heads.reshape(dim)
+
+    def ffn_in(ctx) -> None:
+        h = rms_norm(ctx.binding(2, np.float32)[:dim], ctx.binding(3, np.float32)[:dim])
+        a = ctx.binding(0, np.float32)[:c.ffn * dim].reshape(c.ffn, dim) @ h
+        b = ctx.binding(1, np.float32)[:c.ffn * dim].reshape(c.ffn, dim) @ h
+        ctx.binding(4, np.float32)[:c.ffn] = a / (np.float32(1.0) + np.exp(-a)) * b
+
+    def ffn_out(ctx) -> None:
+        ctx.binding(2, np.float32)[:dim] += ctx.binding(0, np.float32)[:dim * c.ffn].reshape(dim, c.ffn) @ \
+            ctx.binding(1, np.float32)[:c.ffn]
+
+    def logits_argmax(ctx) -> None:
+        """The argmax straight away (one call covers the grid: no candidates to gather)."""
+        x = ctx.binding(1, np.float32)
+        logits = ctx.binding(0, np.float32)[:c.vocab * dim].reshape(c.vocab, dim) @ \
+            rms_norm(x[:dim], ctx.binding(2, np.float32)[:dim])
+        ctx.binding(3, np.float32)[:c.vocab] = logits
+        state, tokens = ctx.binding(5, np.uint32), ctx.binding(6, np.uint32)
+        following = int(state[0]) + 1
+        if following >= state[2]:
+            tokens[following] = int(np.argmax(logits))
+        left = max(int(state[1]) - 1, 0)
+        state[0], state[1], state[3], state[4] = following, left, 0, left >= unroll
+        token = int(tokens[following])
+        x[:dim] = ctx.binding(7, np.float32)[token * dim:(token + 1) * dim]
+
+    return {"start": start, "qkv_rope": qkv_rope, "attention": attention, "attn_out": attn_out, "ffn_in": ffn_in,
+            "ffn_out": ffn_out, "logits_argmax": logits_argmax}

@@ -1,0 +1,53 @@
+"""bench/decode_torch.py on the host: the eager row's tokens and the device-position step's (which the CUDA graph
+rows capture) equal numpy's; rows that need CUDA say so instead of raising. The compiled rows are left to the GPU
+run (Inductor takes half a minute per bucket on a small CPU)."""
+
+import sys
+
+import pytest
+
+from bench.decode_torch import BUCKET, EAGER, GRAPH, K_PER_GRAPH, REDUCE_OVERHEAD, TorchDecoder, torch_rows
+from examples.decode.model import random_weights, reference_generate
+
+TORCH_MISSING = "the PyTorch rows need torch (pip install torch)"
+PROMPT = [1, 2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return random_weights()
+
+
+def test_eager_row_matches_numpy_and_cuda_rows_say_why_not(weights):
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    steps = 12
+    expected, _ = reference_generate(weights, PROMPT, steps)
+    rows = torch_rows(weights, PROMPT, steps, expected, runs=1, device="cpu",
+                      rows=(EAGER, GRAPH, REDUCE_OVERHEAD, K_PER_GRAPH))
+    eager = rows[EAGER]
+    assert eager["error"] is None and eager["match"], eager
+    assert eager["tokens_per_s"] > 0 and len(eager["runs"]) == 1 and eager["compile_s"] is None
+    assert eager["gpu_us"] is None and eager["kernels"] is None and "CPU" in eager["note"]
+    for name in (GRAPH, REDUCE_OVERHEAD, K_PER_GRAPH):
+        assert rows[name]["error"] == "needs a CUDA device" and not rows[name]["match"]
+
+
+@pytest.mark.parametrize("complex_rope", [True, False], ids=["complex-rope", "real-rope"])
+@pytest.mark.parametrize("prompt, steps", [(PROMPT, BUCKET + 6), (list(range(10, 20)), 5)],
+                         ids=["across-buckets", "prompt-only"])
+def test_device_position_step_matches_numpy(weights, complex_rope, prompt, steps):
+    """The step rows 2 to 5 capture or compile, run uncaptured: masked buckets, the prompt forced on the device."""
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    expected, _ = reference_generate(weights, prompt, steps)
+    decoder = TorchDecoder(weights, prompt, "cpu", complex_rope=complex_rope)
+    decoder.reset()
+    for position in range(steps):
+        decoder.step(min(position // BUCKET * BUCKET + BUCKET, weights.config.max_sequence))
+    assert decoder.tokens[:len(expected)].tolist() == expected
+    assert int(decoder.position) == steps
+
+
+def test_without_torch_every_row_says_so(weights, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    rows = torch_rows(weights, PROMPT, 3, reference_generate(weights, PROMPT, 3)[0], device="cpu")
+    assert len(rows) == 5 and all(r["error"] == "torch is not installed" for r in rows.values())
