@@ -1,7 +1,8 @@
 """The decode example against PyTorch at its best and against the GPU's floors, side by side in one process.
 
 The same model, weights and positions (examples.decode) run as: hal on CUDA with one submission per token
-(generate(1)) and with every token in one submission (one graph launch, the loop a conditional node), hal on the
+(generate(1)) and with every token in one submission (one graph launch, the loop a conditional node), both again
+with plain edges (the GPU opened with supports_early_launch off) where the step's early launch is taken, hal on the
 GPU's Vulkan driver both ways, and PyTorch written as its best users write it (bench/decode_torch.py: eager, a
 CUDA graph per token, torch.compile captured by hand, torch.compile's reduce-overhead, k tokens per captured
 graph). Each row: tokens/s (wall, to the last token read), host µs per token (the calls that queue the work), GPU
@@ -11,15 +12,15 @@ Kernels are counted by CUPTI through torch.profiler, which sees hal's graph node
 submission and on Vulkan, which give the dispatches recorded (plus, in one submission, the loop's condition kernel
 once per UNROLL tokens): on an H200 (2026-11-28) CUPTI recorded only a fraction of the kernels run inside a CUDA
 conditional node's body, so hal's kernels are profiled one submission per token, where each token's step is the
-body's first iteration.
+body's first iteration, and with plain edges (with early launch a kernel's time would include its wait).
 
 Beside them, the floors on this GPU: the launch floor (dispatches per token x the GPU time per node of a chain of
-empty kernels in one graph, measured here), what a while loop's iteration adds beyond its kernels (measured here),
+empty kernels in one graph, measured here), the time of a while loop's iteration of empty kernels (measured here),
 and the bandwidth floor (the fewest bytes a token moves, each weight and cache row read once, over the
 device-to-device copy bandwidth measured here); and hal's kernels one by one (their time in the graph, from the
-profiler, beside the bytes each moves). Targets (issue 42), ratios from this run: hal
-CUDA in one submission >= 2x the fastest PyTorch row's tokens/s and <= 0.5x its GPU µs/token; hal's GPU µs/token
-<= 1.5x the launch floor plus the bandwidth floor; host <= 5 µs/token with k tokens per submission.
+profiler, beside the bytes each moves). Targets (issue 42), ratios from this run: hal CUDA in one submission
+>= 2x the fastest PyTorch row's tokens/s and <= 0.5x its GPU µs/token; hal's GPU µs/token <= 1.5x the launch floor
+plus the bandwidth floor; host <= 5 µs/token with k tokens per submission.
 
     python -m bench.decode [--tokens 256] [--runs 5] [--json PATH]
 """
@@ -27,7 +28,9 @@ CUDA in one submission >= 2x the fastest PyTorch row's tokens/s and <= 0.5x its 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -41,7 +44,7 @@ from examples.decode.demo import PROMPT
 TOKENS = 256
 RUNS = 5
 TARGET_TORCH, TARGET_TORCH_GPU, TARGET_FLOOR, TARGET_HOST_US = 2.0, 0.5, 1.5, 5.0
-SHORT_CHAIN, LONG_CHAIN = 20, 420  # the chains of empty kernels whose difference is the GPU time per node
+SHORT_CHAIN, LONG_CHAIN = 21, 105  # chains of empty kernels as long as a step and as the main loop's body
 LOOP_BODY, LOOP_ITERATIONS = 20, 200  # the while loop that measures what an iteration adds
 COPY_BYTES = 1 << 30
 
@@ -81,12 +84,14 @@ def median_row(runs: list[dict]) -> dict:
     return row
 
 
-def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int) -> dict:
+def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, plain_edges: bool = False) -> dict:
     """hal's rows on `device` (per token, and one submission), its first-use costs, and on CUDA its kernels and
-    the floors measured on the same device."""
+    the floors measured on the same device; `plain_edges`: on a CUDA device told it takes no early launch (the
+    rows only, named so)."""
     c = weights.config
     found: dict = {"rows": {}}
-    with hal.create_device(device) as dev:
+    capabilities = {"supports_early_launch": False} if plain_edges else None
+    with hal.create_device(device, capabilities=capabilities) as dev:
         start = time.perf_counter()
         decoder = Decoder(dev, weights)
         built = time.perf_counter()
@@ -120,18 +125,23 @@ def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int) -
             one_run(queue)  # warm-up
             row = median_row([one_run(queue) for _ in range(runs)])
             row.update(kernels=dispatches, first_use_s=None)
-            found["rows"][f"hal {dev.driver} {mode}"] = row
-        ours = found["rows"][f"hal {dev.driver} one submission"]
+            found["rows"][f"hal {dev.driver} {mode}{' (plain edges)' * plain_edges}"] = row
+        ours = found["rows"][f"hal {dev.driver} one submission{' (plain edges)' * plain_edges}"]
         ours["first_use_s"] = first - start
         if dev.driver == "cuda":  # each iteration of the loop a node that sets its condition
             ours["kernels"] = dispatches + 1 / kernels.UNROLL
-        found.update(name=dev.name, build_s=built - start, first_run_s=first - built, dispatches=dispatches)
+        found.update(name=dev.name, build_s=built - start, first_run_s=first - built, dispatches=dispatches,
+                     early_launch=dev.capabilities.supports_early_launch)
         if dev.driver == "cuda":
+            # Profiled with plain edges: with early launch, a kernel's time would include its wait for the one before.
             profiled = device_kernels(lambda: (decoder.reset(PROMPT), per_token(), decoder.tokens()))
             if profiled:
-                found["rows"]["hal cuda per token"]["kernels"] = sum(n for n, _ in profiled.values()) / steps
-                found["kernels"] = kernel_table(c, profiled, steps)
-            found["floors"] = measure_floors(dev)
+                found["rows"][f"hal cuda per token{' (plain edges)' * plain_edges}"]["kernels"] = \
+                    sum(n for n, _ in profiled.values()) / steps
+                if plain_edges or not dev.capabilities.supports_early_launch:
+                    found["kernels"] = kernel_table(c, profiled, steps)
+            if not plain_edges:
+                found["floors"] = measure_floors(dev)
     return found
 
 
@@ -151,10 +161,10 @@ def kernel_table(c, profiled: dict[str, tuple[int, float]], steps: int) -> list[
 
 def measure_floors(dev: hal.Device) -> dict:
     """The GPU time per node of a chain of empty one-workgroup kernels in one graph (the slope between chains of
-    SHORT_CHAIN and LONG_CHAIN nodes, so the launch's own cost drops out); what an iteration of a while loop adds
-    to the kernels of its body (LOOP_BODY empty kernels and a countdown, LOOP_ITERATIONS times, beside its
-    condition's kernel); and the device-to-device copy bandwidth (bytes read plus written): each timing the median
-    of RUNS after warm-up launches."""
+    SHORT_CHAIN and LONG_CHAIN nodes, so the launch's own cost drops out); the GPU time of an iteration of a while
+    loop whose body is LOOP_BODY empty kernels and a countdown (LOOP_ITERATIONS of them, so with the condition's
+    kernel LOOP_BODY + 2 nodes an iteration); and the device-to-device copy bandwidth (bytes read plus written):
+    each timing the median of RUNS after warm-up launches."""
     events = Events(dev)
     exe = dev.load_executable(FLOOR_KERNELS)
 
@@ -194,8 +204,7 @@ def measure_floors(dev: hal.Device) -> dict:
     copy_gb_per_s = 2 * COPY_BYTES / timed(lambda: dev.queue_copy(source, target)) / 1e9
     for buffer in (flag, source, target):
         buffer.release()
-    return dict(node_us=node_us, loop_iteration_us=iteration_us - (LOOP_BODY + 2) * node_us,
-                copy_gb_per_s=copy_gb_per_s)
+    return dict(node_us=node_us, loop_iteration_us=iteration_us, copy_gb_per_s=copy_gb_per_s)
 
 
 def bytes_per_token(c, steps: int) -> float:
@@ -220,6 +229,11 @@ def run(tokens: int, runs: int) -> dict:
         result["rows"].update(found.pop("rows"))
         result["hal"][device] = found
         name = found["name"] if device == "cuda" or name == "no GPU" else name
+        if found["early_launch"]:  # the same without it, for the difference it makes (and hal's kernels alone)
+            plain = hal_rows(device, weights, steps, expected, runs, plain_edges=True)
+            result["rows"].update(plain["rows"])
+            if "kernels" in plain:
+                found["kernels"] = plain["kernels"]
     result["rows"].update(torch_rows(weights, PROMPT, steps, expected, runs))
     cuda = result["hal"].get("cuda")
     if cuda:
@@ -263,11 +277,13 @@ def report(result: dict) -> str:
                   f"record), first submission {cuda['first_run_s']:.3f} s (instantiation and upload included).", "",
                   f"Floors: a dependent node of a chain of empty kernels in a graph takes {f['node_us']:.2f} µs of "
                   f"GPU time, so hal's {cuda['dispatches']} dispatches a token cost at least {f['launch_us']:.1f} µs; "
-                  f"a while loop's iteration adds {f['loop_iteration_us']:.2f} µs beyond its kernels and its "
-                  f"condition's; a token moves at least {f['bytes_per_token'] / 1e6:.1f} MB, {f['bandwidth_us']:.1f} "
-                  f"µs at the copy bandwidth measured here ({f['copy_gb_per_s']:.0f} GB/s, read + write).", ""]
+                  f"an iteration of a while loop of {LOOP_BODY + 2} empty kernel nodes (its condition's included) "
+                  f"takes {f['loop_iteration_us']:.2f} µs; a token moves at least {f['bytes_per_token'] / 1e6:.1f} "
+                  f"MB, {f['bandwidth_us']:.1f} µs at the copy bandwidth measured here ({f['copy_gb_per_s']:.0f} "
+                  f"GB/s, read + write).", ""]
         if cuda.get("kernels"):
-            lines += ["hal's kernels, one submission per token (time in the graph from the profiler):", "",
+            lines += ["hal's kernels, one submission per token, plain edges (time in the graph from the profiler):",
+                      "",
                       "| kernel | per token | mean µs | bytes | GB/s |", "|---|---:|---:|---:|---:|"]
             for k in cuda["kernels"]:
                 moved = "-" if k["bytes"] is None else f"{k['bytes'] / 1e3:.0f} KB"
@@ -319,7 +335,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     result = run(args.tokens, max(1, args.runs))
-    return emit(result, report(result), args.json)
+    status = emit(result, report(result), args.json)
+    if "torch" in sys.modules:
+        # PyTorch (2.11) frees CUPTI's activity buffers at exit while CUPTI may still write them
+        # (pytorch/pytorch#195207): an intermittent "double free or corruption" abort after everything is written.
+        # With the results out, leave without the C++ exit handlers.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@
 # devices (their reports and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda
 # for 10 kernels (its rebind and new-values rows are the same as at any size), bench.indirect, bench.regions,
 # bench.nested, bench.host_calls, bench.transients and bench.decode (with hal on Vulkan and PyTorch beside it): the
-# CUDA backend, in about two minutes. `decode` runs the decode example's tests on CUDA and Vulkan, bench.decode
-# (hal against PyTorch at its best and the GPU's floors), `python -m hal trace decode` and `python -m hal demo
-# decode`: about three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and
+# CUDA backend, in about two minutes. `decode` runs the decode example's and early launch's tests on CUDA and
+# Vulkan, bench.decode (hal against PyTorch at its best and the GPU's floors), bench.early_launch, `python -m hal
+# trace decode` and `python -m hal demo decode`: about three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and
 # bench.collectives (NCCL through nccl4py's wheel in .whl), for a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,9 +85,12 @@ if [ "$PART" = collectives ]; then  # on a machine with several GPUs: the collec
 fi
 if [ "$PART" = decode ]; then
     rm -f "$OUT"/tests-*.log "$OUT"/bench.log
-    run tests-decode.log "decode tests, CUDA and Vulkan" env HAL_REQUIRE=cuda,vulkan python3 -m pytest -q \
-        -p no:cacheprovider tests/examples tests/bench/test_decode_torch.py
+    run tests-decode.log "decode and early launch tests, CUDA and Vulkan" env HAL_REQUIRE=cuda,vulkan python3 -m \
+        pytest -q -p no:cacheprovider tests/examples tests/bench/test_decode_torch.py \
+        tests/conformance/test_early_launch.py tests/cuda_graph/test_early_launch.py
     TIMEOUT=420 run bench.log "python -m bench.decode" python3 -m bench.decode --json "$OUT/decode.json"
+    TIMEOUT=120 run bench.log "python -m bench.early_launch" python3 -m bench.early_launch \
+        --json "$OUT/early-launch.json"
     TIMEOUT=60 run bench.log "python -m hal trace decode --device cuda" python3 -m hal trace decode --device cuda \
         --out "$OUT"
     TIMEOUT=60 run bench.log "python -m hal demo decode --device cuda --tokens 256" python3 -m hal demo decode \

@@ -39,6 +39,9 @@ class Capabilities:
     fill_buffer_alignment: int = 4
     update_buffer_alignment: int = 4
     copy_buffer_alignment: int = 1
+    # A kernel node may launch while the kernels it waits for finish, for exports marked early_launch
+    # (CUDA's programmatic dependent launch: compute capability 9.0 and driver 12.3 or newer).
+    supports_early_launch: bool = False
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> Capabilities:
         """A copy with `overrides` applied; unknown names or wrongly typed values raise ValidationError."""

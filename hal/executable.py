@@ -26,17 +26,22 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Export:
-    """One entry point: `bindings` buffers, `constants` 32-bit words, its workgroup size, and which
-    bindings it only reads (hazard analysis treats the others as read-write)."""
+    """One entry point: `bindings` buffers, `constants` 32-bit words, its workgroup size, which bindings it
+    only reads (hazard analysis treats the others as read-write), and `early_launch`: the kernel waits for the
+    commands it depends on itself (CUDA: cudaGridDependencySynchronize(), PTX griddepcontrol.wait) before it
+    reads or writes anything they touch, so on a device whose capabilities say supports_early_launch the CUDA
+    backend lets it launch while they finish (programmatic dependent launch); other backends ignore it."""
 
     name: str
     bindings: int
     constants: int = 0
     workgroup_size: tuple[int, int, int] = (1, 1, 1)
     readonly: tuple[int, ...] = ()
+    early_launch: bool = False
 
     def __init__(self, name: str, *, bindings: int, constants: int = 0,
-                 workgroup_size: Iterable[int] | int = (1, 1, 1), readonly: Iterable[int] = ()) -> None:
+                 workgroup_size: Iterable[int] | int = (1, 1, 1), readonly: Iterable[int] = (),
+                 early_launch: bool = False) -> None:
         if not isinstance(name, str) or not name:
             raise ValidationError(f"Export name must be a non-empty string, got {name!r}")
         bindings = integer(bindings, f"Export {name!r}: bindings", 0)
@@ -53,6 +58,9 @@ class Export:
         object.__setattr__(self, "constants", constants)
         object.__setattr__(self, "workgroup_size", size + (1,) * (3 - len(size)))
         object.__setattr__(self, "readonly", ro)
+        if not isinstance(early_launch, bool):
+            raise ValidationError(f"Export {name!r}: early_launch takes True or False, got {early_launch!r}")
+        object.__setattr__(self, "early_launch", early_launch)
         # Per binding: does the kernel write it? (Not a field: derived, and used on the hot path.)
         object.__setattr__(self, "writes", tuple(i not in ro for i in range(bindings)))
 

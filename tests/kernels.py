@@ -124,3 +124,48 @@ def groups(n: int) -> tuple[int, int, int]:
 
 def u32(values):
     return np.asarray(values, np.uint32)
+
+
+# Early launch: `shift` (out[i] = x[i] * 3 + k for i < n) marked early_launch, and the same as `shift_plain`, unmarked.
+# CUDA's `shift` lets the kernels after it launch at once and waits for the kernels before it before touching
+# memory (griddepcontrol, sm_90 and later; older GPUs compile the plain kernel); the other backends ignore the flag.
+EARLY_EXPORTS = (
+    hal.Export("shift", bindings=2, constants=2, workgroup_size=WORKGROUP, readonly=(0,), early_launch=True),
+    hal.Export("shift_plain", bindings=2, constants=2, workgroup_size=WORKGROUP, readonly=(0,)),
+)
+
+
+def _shift(ctx):
+    n, k = ctx.words
+    ctx.binding(1, np.uint32)[:n] = ctx.binding(0, np.uint32)[:n] * np.uint32(3) + np.uint32(k)
+
+
+_EARLY_GLSL = _GLSL_HEAD + """
+layout(set = 0, binding = 0) readonly buffer X { uint x[]; };
+layout(set = 0, binding = 1) writeonly buffer Y { uint y[]; };
+layout(push_constant) uniform P { uint n; uint k; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) y[i] = x[i] * 3u + p.k; }
+"""
+EARLY_CUDA_CODE = r"""
+#if __CUDA_ARCH__ >= 900
+#define LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define WAIT_FOR_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define LAUNCH_DEPENDENTS()
+#define WAIT_FOR_PREDECESSORS()
+#endif
+extern "C" __global__ void shift(const unsigned* x, unsigned* y, unsigned n, unsigned k) {
+    LAUNCH_DEPENDENTS();
+    WAIT_FOR_PREDECESSORS();
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * 3u + k;
+}
+extern "C" __global__ void shift_plain(const unsigned* x, unsigned* y, unsigned n, unsigned k) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * 3u + k;
+}
+"""
+EARLY_SOURCE = hal.ExecutableSource.multi(
+    host=hal.ExecutableSource.python({"shift": _shift, "shift_plain": _shift}, EARLY_EXPORTS),
+    cuda=hal.ExecutableSource.cuda(EARLY_CUDA_CODE, EARLY_EXPORTS),
+    vulkan=hal.ExecutableSource.glsl({"shift": _EARLY_GLSL, "shift_plain": _EARLY_GLSL}, EARLY_EXPORTS))

@@ -20,6 +20,11 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   which costs less than building and instantiating a graph that runs once (see bench/cuda.py); unless they
   hold a dispatch_indirect, which needs a graph.
 - dispatch_indirect: a device-updatable kernel node, and a setter node before it (backends.cuda_graph.indirect).
+- Early launch: on a device whose capabilities say supports_early_launch, the edges from plain dispatches' kernel
+  nodes into a plain dispatch whose export is marked early_launch are programmatic (programmatic dependent launch):
+  the kernel may launch once every block of the kernels it waits for has started or signalled
+  (griddepcontrol.launch_dependents), and waits for their end itself (griddepcontrol.wait). Edges from or to
+  anything else (joins, setters, regions, nested blocks, transfers) stay plain.
 - Regions: a conditional WHILE or IF node whose body graph is built from the region's Program, its condition set
   by a kernel node (backends.cuda_graph.regions). A new table or new constant values patch the nodes outside the
   regions as anywhere; only when a slot or constant slot that a region uses changes is the command buffer built
@@ -45,7 +50,8 @@ from libcpp.vector cimport vector
 from cuda.bindings cimport cydriver
 from cuda.bindings.cydriver cimport (CUcontext, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
                                      CUdeviceptr, CUfunction, CUgraph, CUgraphConditionalHandle, CUgraphExec,
-                                     CUgraphNode, CUgraphNodeParams, CUkernelNodeAttrValue, CUresult, CUstream)
+                                     CUgraphEdgeData, CUgraphNode, CUgraphNodeParams, CUkernelNodeAttrValue, CUresult,
+                                     CUstream)
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
@@ -65,6 +71,7 @@ from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError, UnsupportedError
 
 ARENA_BYTES = 1 << 20
+PROGRAMMATIC = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
 MAX_PARAMETERS = 1024  # 32-bit words: the classic 4 KiB kernel parameter limit
 DEVICE_SIDE_DRIVER = 12040  # device-updatable kernel nodes (dispatch_indirect) and conditional nodes (regions)
 # queue_execute's defaults, held in C: a module global is a dict lookup at every use on Python 3.12 and
@@ -250,6 +257,11 @@ cdef Node _setter_node(CUfunction function, list words):
     return node
 
 
+cdef inline Command _command(Program program, Py_ssize_t command, Command current):
+    """Command `command` of `program`; `current`: single_pass, the one just recorded (not yet among them)."""
+    return current if current is not None and current.index == command else program.commands[command]
+
+
 cdef inline void _add_once(vector[CUgraphNode]& nodes, CUgraphNode node):
     """Append `node` unless it is there (the driver refuses a dependency given twice)."""
     for n in nodes:
@@ -314,6 +326,7 @@ cdef class CudaEmitter(Emitter):
     cdef CUgraphExec exec
     cdef object graph_finalizer, exec_finalizer, exec_graph_finalizer
     cdef vector[CUgraphNode] nodes  # per layout node, its handle in `graph`
+    cdef vector[char] plain_kernels  # per layout node: a plain dispatch's kernel node (a programmatic edge may start)
     cdef vector[CUgraphNode] exec_nodes  # those of the graph the exec was instantiated from
     cdef Py_ssize_t emitted  # single_pass: layout nodes added so far
     cdef bint built, stream_launch
@@ -340,6 +353,7 @@ cdef class CudaEmitter(Emitter):
     cdef vector[CUgraphNode] exec_block_nodes  # those of the graph the exec was instantiated from
     cdef vector[char] block_changed  # patch(): per block, whether a node of its child graph was set
     cdef bint exec_no_update  # the exec has device-updatable or conditional nodes: never cuGraphExecUpdate it
+    cdef bint early_launch  # the device takes programmatic edges (into dispatches of early_launch exports)
     cdef bint upload  # the host patched a device-updatable node: upload the exec before its next launch
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
     cdef vector[Py_ssize_t] touched  # the commands the current patch changed
@@ -363,6 +377,7 @@ cdef class CudaEmitter(Emitter):
         self.graph = NULL
         self.exec = NULL
         self.exec_no_update = self.upload = False
+        self.early_launch = device.capabilities.supports_early_launch
         self.instantiations = self.updates = self.patched = 0
         self.forget()
 
@@ -379,6 +394,7 @@ cdef class CudaEmitter(Emitter):
         self.graph = NULL
         self.graph_finalizer = None
         self.nodes.clear()
+        self.plain_kernels.clear()
         self.emitted = 0
         self.built = False
         self.table_seen = self.words_seen = None
@@ -496,16 +512,22 @@ cdef class CudaEmitter(Emitter):
         """Add the layout's nodes [start, stop) to the graph, resolved through `table` and `constants`. `current`:
         single_pass, the command just recorded (not in the Program's commands before end())."""
         self.nodes.resize(stop)
-        self.add_layout(self.graph, self.program, self.nodes, table, constants, start, stop, current, True)
+        self.plain_kernels.resize(stop)
+        self.add_layout(self.graph, self.program, self.nodes, self.plain_kernels, table, constants, start, stop,
+                        current, True)
         self.emitted = stop
 
-    cdef void add_layout(self, CUgraph graph, Program program, vector[CUgraphNode]& nodes, tuple table,
-                         tuple constants, Py_ssize_t start, Py_ssize_t stop, Command current, bint top) except *:
-        """Add `program`'s layout nodes [start, stop) to `graph` (`nodes`: their handles); `top`: the command
-        buffer's own Program, not a region's body (only its nodes are kept for patches)."""
+    cdef void add_layout(self, CUgraph graph, Program program, vector[CUgraphNode]& nodes,
+                         vector[char]& plain_kernels, tuple table, tuple constants, Py_ssize_t start, Py_ssize_t stop,
+                         Command current, bint top) except *:
+        """Add `program`'s layout nodes [start, stop) to `graph` (`nodes`: their handles, `plain_kernels`: whether
+        each is a plain dispatch's kernel node); `top`: the command buffer's own Program, not a region's body (only
+        its nodes are kept for patches)."""
         cdef Py_ssize_t k, d, command
-        cdef vector[CUgraphNode] deps
+        cdef vector[CUgraphNode] deps, early  # early: the kernel nodes it waits for through programmatic edges
         cdef CUgraphNode node
+        cdef CUgraphEdgeData programmatic
+        cdef bint launches_early
         cdef Node params, scratch = Node.__new__(Node)
         cdef Kernel kernel
         cdef bint keep = top and self.at_submit
@@ -515,6 +537,9 @@ cdef class CudaEmitter(Emitter):
         cdef CUgraphNode dep
         cdef vector[CUgraphNode] outside  # the open block's dependencies outside it
         kernel.executable = NULL
+        memset(&programmatic, 0, sizeof(programmatic))
+        programmatic.from_port = cydriver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        programmatic.type = cydriver.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
         for k in range(start, stop):
             block = self.block_of[k] if blocks else -1
             # Blocks are runs of layout nodes (see find_blocks), but for joins of the command buffer's own graph
@@ -526,7 +551,12 @@ cdef class CudaEmitter(Emitter):
                 open_block = block
                 outside.clear()
             target = graph if block < 0 else self.blocks[block]
+            command = program.node_command[k]
+            c = None if command < 0 else _command(program, command, current)
+            plain_kernels[k] = type(c) is Dispatch and (<Dispatch>c).parameters is None
+            launches_early = self.early_launch and plain_kernels[k] and (<Dispatch>c).export.early_launch
             deps.clear()
+            early.clear()
             for d in range(program.dep_start[k], program.dep_start[k + 1]):
                 dep = nodes[program.node_deps[d]]
                 dep_block = self.block_of[program.node_deps[d]] if blocks else -1
@@ -534,14 +564,14 @@ cdef class CudaEmitter(Emitter):
                     dep = self.block_nodes[dep_block]
                 if block >= 0 and dep_block != block:
                     _add_once(outside, dep)
+                elif launches_early and plain_kernels[program.node_deps[d]]:
+                    _add_once(early, dep)
                 else:
                     _add_once(deps, dep)
-            command = program.node_command[k]
             if command < 0:
                 _check(cydriver.cuGraphAddEmptyNode(&node, target, deps.data(), deps.size()), "cuGraphAddEmptyNode")
                 nodes[k] = node
                 continue
-            c = current if current is not None and current.index == command else program.commands[command]
             if type(c) is Region:
                 nodes[k] = self.add_region(graph, <Region>c, deps, table, constants, top)
                 continue
@@ -556,6 +586,9 @@ cdef class CudaEmitter(Emitter):
             if params.kind == 1:
                 _check_at(cydriver.cuGraphAddKernelNode(&node, target, deps.data(), deps.size(), &params.kernel),
                           "cuGraphAddKernelNode", command)
+                for d in range(<Py_ssize_t>early.size()):
+                    _check_at(cydriver.cuGraphAddDependencies(target, &early[d], &node, &programmatic, 1),
+                              "cuGraphAddDependencies (programmatic)", command)
                 if (<Dispatch>c).parameters is not None:
                     self.add_setter(graph, <Dispatch>c, node, deps, table, top)
             elif params.kind == 2:
@@ -650,6 +683,7 @@ cdef class CudaEmitter(Emitter):
         cdef CUgraph body
         cdef Program program = r.body
         cdef vector[CUgraphNode] body_nodes
+        cdef vector[char] body_kernels
         cdef vector[CUgraphNode] sinks
         cdef vector[char] waited_for
         cdef CUgraphNode outer_static
@@ -671,9 +705,10 @@ cdef class CudaEmitter(Emitter):
                   r.index)
         body = params.conditional.phGraph_out[0]
         body_nodes.resize(n)
+        body_kernels.resize(n)
         outer_static = self.last_static  # static setters chain within one graph
         self.last_static = NULL
-        self.add_layout(body, program, body_nodes, table, constants, 0, n, None, False)
+        self.add_layout(body, program, body_nodes, body_kernels, table, constants, 0, n, None, False)
         self.last_static = outer_static
         if r.loop:  # the flag the body leaves decides the next iteration
             waited_for.assign(n, 0)
@@ -1089,7 +1124,7 @@ cdef class CudaEmitter(Emitter):
         for a dispatch_indirect's setter, ("condition", command) for the node setting a region's condition and
         ("nested", i) for the child graph node of the i-th nested block (its `body`: its child graph, read back the
         same way), each with its `type` (cuGraphNodeGetType, e.g. CU_GRAPH_NODE_TYPE_KERNEL); edge u -> v: v waits
-        for u."""
+        for u, `programmatic` when v may launch before u ends (early launch)."""
         if self.graph == NULL:
             raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
                              "command buffers with slots or constant slots build at their first submit)")
@@ -1115,8 +1150,8 @@ def _read_graph(uintptr_t handle, dict name_of) -> nx.DiGraph:
     emitted = nx.DiGraph()
     for node in found:
         emitted.add_node(name_of[int(node)], type=call(driver.cuGraphNodeGetType, node).name)
-    for u, v in zip(result[0][:count], result[1][:count]):
-        emitted.add_edge(name_of[int(u)], name_of[int(v)])
+    for u, v, edge in zip(result[0][:count], result[1][:count], result[2][:count]):
+        emitted.add_edge(name_of[int(u)], name_of[int(v)], programmatic=int(edge.type) == PROGRAMMATIC)
     return emitted
 
 

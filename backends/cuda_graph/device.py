@@ -40,6 +40,7 @@ from hal.semaphore import Semaphore
 A = driver.CUdevice_attribute
 STAGING_BYTES = 32 << 20
 POLL_S = 0.0002  # the host's polling period while the stream waits for a semaphore
+EARLY_LAUNCH_DRIVER = 12030  # programmatic edges in graphs (CUgraphEdgeData): driver 12.3
 # Chains the commands of one segment run in (see command_buffer.py). CUDA's instantiation and launch cost
 # grow with a graph's width: on an H100, a fan-out/fan-in of 1000 one-block kernels in 64 lanes
 # instantiates 7x faster than the full fan (4 against 28-32 µs a node), launches 3x faster, and runs
@@ -108,6 +109,8 @@ def query_capabilities(device: Any) -> Capabilities:
         fill_buffer_alignment=1,  # memset nodes take 1-, 2- and 4-byte elements at their own alignment
         update_buffer_alignment=1,
         copy_buffer_alignment=1,
+        supports_early_launch=attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) >= 9 and
+        int(call(driver.cuDriverGetVersion)) >= EARLY_LAUNCH_DRIVER,
     )
 
 

@@ -39,14 +39,16 @@ CHUNK = 32  # positions per attention partial
 UNROLL = 4  # steps per iteration of the decode's main loop (runner.py says why)
 STATE_WORDS = 8
 
+# The step's kernels are marked early_launch: on CUDA each lets the next launch at once and waits for the ones
+# before it to end before it touches what they write (kernels_cuda.py), so it loads its weights meanwhile.
 EXPORTS = (
     hal.Export("start", bindings=4, constants=1, workgroup_size=256, readonly=(1, 2)),
-    hal.Export("qkv_rope", bindings=8, workgroup_size=128, readonly=(0, 1, 2, 3, 4)),
-    hal.Export("attention", bindings=5, workgroup_size=128, readonly=(0, 1, 2, 3)),
-    hal.Export("attn_out", bindings=4, workgroup_size=256, readonly=(0, 1, 2)),
-    hal.Export("ffn_in", bindings=5, workgroup_size=256, readonly=(0, 1, 2, 3)),
-    hal.Export("ffn_out", bindings=3, workgroup_size=256, readonly=(0, 1)),
-    hal.Export("logits_argmax", bindings=8, workgroup_size=256, readonly=(0, 2, 7)),
+    hal.Export("qkv_rope", bindings=8, workgroup_size=128, readonly=(0, 1, 2, 3, 4), early_launch=True),
+    hal.Export("attention", bindings=5, workgroup_size=128, readonly=(0, 1, 2, 3), early_launch=True),
+    hal.Export("attn_out", bindings=4, workgroup_size=256, readonly=(0, 1, 2), early_launch=True),
+    hal.Export("ffn_in", bindings=5, workgroup_size=256, readonly=(0, 1, 2, 3), early_launch=True),
+    hal.Export("ffn_out", bindings=3, workgroup_size=256, readonly=(0, 1), early_launch=True),
+    hal.Export("logits_argmax", bindings=8, workgroup_size=256, readonly=(0, 2, 7), early_launch=True),
 )
 
 

@@ -19,6 +19,17 @@ CODE = r"""
 #define WARP (threadIdx.x / 32u)
 #define ATTENDED (HEAD_DIM + 2)  // a partial: the chunk's largest score, its sum of exponentials, its weighted values
 
+// Early launch (programmatic dependent launch, sm_90 and later): a step kernel lets the kernels after it launch at
+// once, and waits for the kernels before it to end before it touches what they write; only the weights, which
+// nothing writes, are read before that. Where the graph's edges are plain, the wait returns at once.
+#if __CUDA_ARCH__ >= 900
+#define LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define WAIT_FOR_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define LAUNCH_DEPENDENTS()
+#define WAIT_FOR_PREDECESSORS()
+#endif
+
 __device__ __forceinline__ float warp_sum(float v) {
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
@@ -43,11 +54,9 @@ template <int N> __device__ __forceinline__ float dot(const Slice<N>& a, const S
     return s;
 }
 
-// h = x / sqrt(mean(x * x) + EPSILON) * gain, this lane's columns (as the numpy reference rounds it).
-__device__ __forceinline__ void rms_norm(Slice<DIM>& h, const float* x, const float* gain) {
-    Slice<DIM> g;
-    h.load(x);
-    g.load(gain);
+// h = x / sqrt(mean(x * x) + EPSILON) * gain, this lane's columns of x (in h) and gain (in g), as the numpy
+// reference rounds it.
+__device__ __forceinline__ void rms_norm(Slice<DIM>& h, const Slice<DIM>& g) {
     float s = 0.0f;
     #pragma unroll
     for (int j = 0; j < DIM / 128; ++j)
@@ -101,12 +110,16 @@ extern "C" __global__ void __launch_bounds__(256) start(unsigned* state, const u
 extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const float* x, const float* gain,
                                                             const float* rope, const unsigned* state, float* q,
                                                             float* keys, float* values) {
+    LAUNCH_DEPENDENTS();
     unsigned r = 2u * (blockIdx.x * 4u + WARP);
-    unsigned position = state[0];
-    Slice<DIM> a, b, h;
+    Slice<DIM> a, b, h, g;
     a.load(w + r * DIM);
     b.load(w + (r + 1u) * DIM);
-    rms_norm(h, x, gain);
+    g.load(gain);
+    WAIT_FOR_PREDECESSORS();
+    unsigned position = state[0];
+    h.load(x);
+    rms_norm(h, g);
     float u = warp_sum(dot(a, h)), v = warp_sum(dot(b, h));
     if (LANE != 0u) return;
     if (r < 2u * DIM) {  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
@@ -131,6 +144,8 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
 extern "C" __global__ void __launch_bounds__(128) attention(const float* q, const float* keys, const float* values,
                                                              const unsigned* state, float* partials) {
     __shared__ float largest[4], total[4], weighted[4][HEAD_DIM];
+    LAUNCH_DEPENDENTS();
+    WAIT_FOR_PREDECESSORS();
     unsigned chunk = blockIdx.x, h = blockIdx.y, position = state[0];
     unsigned first = chunk * CHUNK + WARP * PER_WARP, column = h * HEAD_DIM + LANE * LANE_DIMS;
     float qv[LANE_DIMS], k[PER_WARP][LANE_DIMS], v[PER_WARP][LANE_DIMS], score[PER_WARP];
@@ -193,10 +208,13 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
     __shared__ __align__(16) float attended[DIM];
-    unsigned r = blockIdx.x * 8u + WARP, last = state[0] / CHUNK;  // the last chunk with a partial
-    float xr = x[r];
+    LAUNCH_DEPENDENTS();
+    unsigned r = blockIdx.x * 8u + WARP;
     Slice<DIM> row, a;
     row.load(wo + r * DIM);
+    WAIT_FOR_PREDECESSORS();
+    unsigned last = state[0] / CHUNK;  // the last chunk with a partial
+    float xr = x[r];
     for (unsigned i = threadIdx.x; i < DIM; i += 256u) {
         const float* p = partials + (i / HEAD_DIM) * CHUNKS * ATTENDED;
         unsigned d = 2u + i % HEAD_DIM, base = 0;
@@ -237,11 +255,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
 // g = SiLU(w1 @ h) * (w3 @ h), h = RMSNorm(x) * gain: a row of w1 and of w3 per warp.
 extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const float* w3, const float* x,
                                                           const float* gain, float* g) {
+    LAUNCH_DEPENDENTS();
     unsigned r = blockIdx.x * 8u + WARP;
-    Slice<DIM> a, b, h;
+    Slice<DIM> a, b, h, n;
     a.load(w1 + r * DIM);
     b.load(w3 + r * DIM);
-    rms_norm(h, x, gain);
+    n.load(gain);
+    WAIT_FOR_PREDECESSORS();
+    h.load(x);
+    rms_norm(h, n);
     float u = warp_sum(dot(a, h)), v = warp_sum(dot(b, h));
     if (LANE == 0u) g[r] = u / (1.0f + expf(-u)) * v;
 }
@@ -249,10 +271,12 @@ extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const 
 // x += w2 @ g: SPLIT warps per row (FFN / SPLIT columns each), 8 / SPLIT rows per block, summed in shared memory.
 extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const float* g, float* x) {
     __shared__ float part[8];
+    LAUNCH_DEPENDENTS();
     unsigned r = blockIdx.x * (8u / SPLIT) + WARP / SPLIT, span = (WARP % SPLIT) * (FFN / SPLIT);
-    float xr = threadIdx.x < 8u / SPLIT ? x[blockIdx.x * (8u / SPLIT) + threadIdx.x] : 0.0f;
     Slice<FFN / SPLIT> row, a;
     row.load(w2 + r * FFN + span);
+    WAIT_FOR_PREDECESSORS();
+    float xr = threadIdx.x < 8u / SPLIT ? x[blockIdx.x * (8u / SPLIT) + threadIdx.x] : 0.0f;
     a.load(g + span);
     float u = warp_sum(dot(row, a));
     if (LANE == 0u) part[WARP] = u;
@@ -278,16 +302,20 @@ extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, 
     __shared__ float best[8];
     __shared__ unsigned at[8], chosen;
     __shared__ bool last;
+    LAUNCH_DEPENDENTS();
     unsigned r = LOGIT_ROWS * (blockIdx.x * 8u + WARP), next = 0, left = 0, forced = NONE;
-    if (threadIdx.x == 0) {  // what the last block needs of the state, read while the rows are
+    Slice<DIM> rows[LOGIT_ROWS], h, g;
+    #pragma unroll
+    for (unsigned k = 0; k < LOGIT_ROWS; ++k) rows[k].load(w + (r + k) * DIM);
+    g.load(gain);
+    WAIT_FOR_PREDECESSORS();
+    if (threadIdx.x == 0) {  // what the last block needs of the state, read while x is
         next = state[0] + 1u;
         left = state[1];
         if (next < state[2]) forced = tokens[next];
     }
-    Slice<DIM> rows[LOGIT_ROWS], h;
-    #pragma unroll
-    for (unsigned k = 0; k < LOGIT_ROWS; ++k) rows[k].load(w + (r + k) * DIM);
-    rms_norm(h, x, gain);
+    h.load(x);
+    rms_norm(h, g);
     float m = 0.0f;
     unsigned k = NONE;
     #pragma unroll
