@@ -1,8 +1,9 @@
 """`python -m hal info` lists drivers, devices and capabilities; `python -m hal demo` records a small
 program, prints the dependency graph hal rediscovers from its barriers, runs it, checks the result
 against numpy, and compares one-shot recording with resubmitting a reusable command buffer;
-`python -m hal demo decode` runs the decode loop of examples/decode and checks its tokens; `python -m hal
-trace [decode]` writes a Chrome/Perfetto trace of one submission and a picture of its dependency graph."""
+`python -m hal demo NAME` runs a demo an installed package offers (entry-point group `hal.demos`: hal's own
+distribution offers `decode`, the decode loop of examples/decode, which checks its tokens); `python -m hal trace
+[NAME]` writes a Chrome/Perfetto trace of one submission and a picture of its dependency graph."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import pkgutil
 import sys
 import time
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import numpy as np
@@ -182,22 +184,23 @@ def demo(device: str | None, iterations: int) -> int:
         return 0 if ok else 1
 
 
+def demos() -> dict[str, EntryPoint]:
+    """The demos installed packages offer: entry-point group `hal.demos`, each naming a module with
+    `run(device, tokens) -> exit status` and `trace(device) -> (name, title, Trace, CommandBuffer, text)`. hal
+    imports none of them until asked."""
+    return {entry.name: entry for entry in entry_points(group="hal.demos")}
+
+
 def trace_command(example: str | None, device: str | None, out: str) -> int:
-    """`python -m hal trace [decode]`: trace one submission of the demo program (or of the decode step at position
-    64) and draw its dependency graph, into `out`."""
+    """`python -m hal trace [NAME]`: trace one submission of the demo program (or of demo NAME's choice) and draw
+    its dependency graph, into `out`."""
     from hal.tracing import draw_program, label, trace_recording
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     with hal.create_device(device) as dev:
-        if example == "decode":
-            from examples.decode import Decoder, random_weights
-            from examples.decode.demo import PROMPT
-            decoder = Decoder(dev, random_weights())
-            decoder.reset(PROMPT)
-            decoder.generate(64)
-            name, title = "decode-step", "one decode step (examples/decode), 4 layers"
-            result, cb = trace_recording(dev, lambda cb: decoder.record(cb, loop=False), constants=(1,),
-                                         constant_capacity=1)
+        report = ""
+        if example is not None:
+            name, title, result, cb, report = demos()[example].load().trace(dev)
         else:
             exe = dev.load_executable(SOURCE)
             b = {name: dev.allocate(4 * N) for name in BUFFERS}
@@ -213,9 +216,8 @@ def trace_command(example: str | None, device: str | None, out: str) -> int:
         ranked = sorted(zip(result.command_us, cb.commands), key=lambda p: -p[0])
         print(f"device: {sum(result.command_us):.0f} us over {len(cb.commands)} commands, each run alone; the "
               f"longest: " + ", ".join(f"{label(c)} {us:.1f} us" for us, c in ranked[:5]))
-        if example == "decode":
-            from examples.decode.demo import kernel_table
-            print(kernel_table(decoder, cb.commands, result.command_us, decoder.position + 1))
+        if report:
+            print(report)
         try:
             graph_path = folder / f"graph-{name}.png"
             draw_program(cb.program, graph_path, title)
@@ -265,14 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hal", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="drivers, devices and capabilities")
-    p = sub.add_parser("demo", help="record, analyse, run and check a small program (or the decode example)")
-    p.add_argument("example", nargs="?", choices=("decode",),
-                   help="decode: the GPT-style decode loop of examples/decode, checked against numpy")
+    names = sorted(demos())
+    p = sub.add_parser("demo", help="record, analyse, run and check a small program (or an installed demo)")
+    p.add_argument("example", nargs="?", choices=names,
+                   help="an installed demo (decode: the GPT-style decode loop of examples/decode, checked against "
+                        "numpy)")
     p.add_argument("--device", default=None, help="host, vulkan, vulkan:1, cuda:0 ... (default: the best)")
     p.add_argument("--iterations", type=int, default=200, help="runs for the one-shot vs reused comparison")
     p.add_argument("--tokens", type=int, default=32, help="decode: tokens to generate after its prompt")
     t = sub.add_parser("trace", help="a Chrome/Perfetto trace of a submission and a picture of its dependencies")
-    t.add_argument("example", nargs="?", choices=("decode",), help="decode: one step of examples/decode")
+    t.add_argument("example", nargs="?", choices=names, help="an installed demo (decode: one decode step)")
     t.add_argument("--device", default=None, help="host, vulkan, cuda ... (default: the best)")
     t.add_argument("--out", default=".", help="the folder for the trace JSON and the PNG (default: here)")
     args = parser.parse_args(argv)
@@ -281,9 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             return info()
         if args.command == "trace":
             return trace_command(args.example, args.device, args.out)
-        if args.example == "decode":
-            from examples.decode.demo import run
-            return run(args.device, max(1, args.tokens))
+        if args.example is not None:
+            return demos()[args.example].load().run(args.device, max(1, args.tokens))
         return demo(args.device, max(1, args.iterations))
     except hal.HalError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -570,28 +570,6 @@ def _no_commands(cb: CommandBuffer) -> None:
     """A submission that only waits and signals."""
 
 
-def queue_deadlock(value: int, current: int) -> ValidationError:
-    """The error for waiting on submitted work that waits for a semaphore value only the host can give,
-    when no other thread exists to give it: waiting would never end."""
-    return ValidationError(f"the queue waits for a semaphore to reach {value} (it is at {current}) and no other "
-                           f"thread can signal it, so waiting for submitted work would never end; signal it "
-                           f"first (sem.signal({value})), then read, write or synchronize")
-
-
-def waits_for_the_host(pending: Iterable[tuple[Any, tuple, tuple]],
-                       current: Callable[[Semaphore], int]) -> Iterator[tuple[Semaphore, int]]:
-    """In submission order, the waits of unfinished submissions ((key, waits, signals) entries) that
-    neither the semaphore's current value nor an earlier submission's signal reaches: only a host signal
-    can release them. Lazy: `current` is read at each wait, so a caller may signal as it goes."""
-    promised: dict[Semaphore, int] = {}
-    for _, waits, signals in pending:
-        for sem, value in waits:
-            if max(current(sem), promised.get(sem, 0)) < value:
-                yield sem, value
-        for sem, value in signals:
-            promised[sem] = max(promised.get(sem, 0), value)
-
-
 # The registry.
 _lock = threading.Lock()
 _classes: dict[str, Any] | None = None  # name -> Driver class, or "module:attr" not yet imported

@@ -10,6 +10,7 @@ the cause) instead of hanging, and work that waits on it fails the same way. Bac
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from hal.errors import DeviceError, ValidationError, integer
@@ -113,3 +114,25 @@ def check_host_signal(value: int, current: int, pending: int | None = None, why:
     if pending is not None and value >= pending:
         raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; {why}signal at most "
                               f"{pending - 1} from the host until that submission has run")
+
+
+def queue_deadlock(value: int, current: int) -> ValidationError:
+    """The error for waiting on submitted work that waits for a semaphore value only the host can give,
+    when no other thread exists to give it: waiting would never end."""
+    return ValidationError(f"the queue waits for a semaphore to reach {value} (it is at {current}) and no other "
+                           f"thread can signal it, so waiting for submitted work would never end; signal it "
+                           f"first (sem.signal({value})), then read, write or synchronize")
+
+
+def waits_for_the_host(pending: Iterable[tuple[Any, tuple, tuple]],
+                       current: Callable[[Semaphore], int]) -> Iterator[tuple[Semaphore, int]]:
+    """In submission order, the waits of unfinished submissions ((key, waits, signals) entries) that
+    neither the semaphore's current value nor an earlier submission's signal reaches: only a host signal
+    can release them. Lazy: `current` is read at each wait, so a caller may signal as it goes."""
+    promised: dict[Semaphore, int] = {}
+    for _, waits, signals in pending:
+        for sem, value in waits:
+            if max(current(sem), promised.get(sem, 0)) < value:
+                yield sem, value
+        for sem, value in signals:
+            promised[sem] = max(promised.get(sem, 0), value)

@@ -29,13 +29,13 @@ from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
-from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
+from hal.device import Device, DeviceInfo, Driver
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import Executable, ExecutableSource
 from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime, Release
-from hal.semaphore import Semaphore
+from hal.semaphore import Semaphore, queue_deadlock, waits_for_the_host
 
 A = driver.CUdevice_attribute
 STAGING_BYTES = 32 << 20

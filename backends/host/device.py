@@ -23,10 +23,11 @@ from backends.host.semaphore import HostSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
-from hal.device import Device, DeviceInfo, Driver, queue_deadlock
+from hal.device import Device, DeviceInfo, Driver
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.lifetime import Lifetime
+from hal.semaphore import queue_deadlock
 
 IDLE_EXIT_S = 1.0
 WORKER_NAME = "hal-host-queue"

@@ -35,13 +35,13 @@ from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_
 from backends.vulkan.timestamps import TimestampClock
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
-from hal.device import Device, DeviceInfo, Driver, queue_deadlock, waits_for_the_host
+from hal.device import Device, DeviceInfo, Driver
 from hal.errors import DeviceError, DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime
-from hal.semaphore import Semaphore
+from hal.semaphore import Semaphore, queue_deadlock, waits_for_the_host
 
 STAGING_BYTES = 32 << 20  # the most one staging copy moves; larger reads and writes go in pieces
 WAIT_SLICE_NS = 100_000_000  # waits for the GPU are cut in slices to notice a queue that can never run

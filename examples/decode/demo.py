@@ -1,6 +1,7 @@
-"""`python -m hal demo decode [--device D] [--tokens K]`: the decoder on a device, its first use (build, first
-submission) timed apart, then each way of submitting timed after that warm-up, its tokens checked against the numpy
-reference (exit status 1 on a mismatch)."""
+"""The decode demo (entry point `decode` of group `hal.demos`): `python -m hal demo decode [--device D] [--tokens
+K]` runs the decoder on a device, its first use (build, first submission) timed apart, then each way of submitting
+timed after that warm-up, its tokens checked against the numpy reference (exit status 1 on a mismatch);
+`python -m hal trace decode` traces one step."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import hal
 from examples.decode.kernels import bytes_moved
 from examples.decode.model import random_weights, reference_generate
 from examples.decode.runner import Decoder
+from hal.tracing import Trace, trace_recording
 
 PROMPT = [1, 2, 3, 4]
 LOGIT_TOLERANCE = 1e-3  # the largest logit difference allowed, relative to the largest logit
@@ -67,3 +69,14 @@ def kernel_table(decoder: Decoder, commands: list, command_us: list[float], posi
         moved = bytes_moved(decoder.config, name, position)
         lines.append(f"| #{command.index} {name} | {us:.1f} | {moved / 1e3:.0f} KB | {moved / us / 1e3:.0f} |")
     return "\n".join(lines)
+
+
+def trace(dev: hal.Device) -> tuple[str, str, Trace, hal.CommandBuffer, str]:
+    """One step at position 64, recorded without the loops and traced command by command (hal.tracing): its name,
+    title, trace, command buffer, and the table of each dispatch's time beside the bytes it moves."""
+    decoder = Decoder(dev, random_weights())
+    decoder.reset(PROMPT)
+    decoder.generate(64)
+    result, cb = trace_recording(dev, lambda cb: decoder.record(cb, loop=False), constants=(1,), constant_capacity=1)
+    table = kernel_table(decoder, cb.commands, result.command_us, decoder.position + 1)
+    return "decode-step", "one decode step (examples/decode), 4 layers", result, cb, table

@@ -32,7 +32,9 @@ import functools
 import numpy as np
 
 import hal
-from examples.decode import kernels_cuda, kernels_glsl, kernels_host
+from examples.decode.kernels_cuda import CODE as CUDA_CODE
+from examples.decode.kernels_glsl import shaders
+from examples.decode.kernels_host import functions as host_functions
 from examples.decode.model import EPSILON, Config
 
 CHUNK = 32  # positions per attention partial
@@ -94,9 +96,9 @@ def source(c: Config) -> hal.ExecutableSource:
     device loads it once)."""
     check(c)
     return hal.ExecutableSource.multi(
-        host=hal.ExecutableSource.python(kernels_host.functions(c, CHUNK, UNROLL), EXPORTS),
-        cuda=hal.ExecutableSource.cuda(_shape(c, "f") + kernels_cuda.CODE, EXPORTS),
-        vulkan=hal.ExecutableSource.glsl(kernels_glsl.shaders(_shape(c, "")), EXPORTS))
+        host=hal.ExecutableSource.python(host_functions(c, CHUNK, UNROLL), EXPORTS),
+        cuda=hal.ExecutableSource.cuda(_shape(c, "f") + CUDA_CODE, EXPORTS),
+        vulkan=hal.ExecutableSource.glsl(shaders(_shape(c, "")), EXPORTS))
 
 
 def bytes_moved(c: Config, export: str, position: int) -> int:

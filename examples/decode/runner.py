@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import examples.decode.kernels as kernels
 import hal
-from examples.decode import kernels
 from examples.decode.model import Weights
 
 

@@ -44,3 +44,10 @@ def test_trace_writes_a_trace_and_a_picture(capsys, tmp_path):
     assert (tmp_path / "trace-demo-host.json").stat().st_size > 0
     assert "over 10 commands" in out and "host: record" in out
     assert (tmp_path / "graph-demo.png").exists() or "graph: not drawn" in out
+
+
+def test_trace_of_the_decode_demo_gives_each_kernel_s_bytes(capsys, tmp_path):
+    assert main(["trace", "decode", "--device", "host", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "trace-decode-step-host.json").stat().st_size > 0
+    assert "| #21 logits_argmax |" in out and "4215 KB" in out
