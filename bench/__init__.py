@@ -7,6 +7,10 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import hal
 
 
 def wall_us(dev, cb, submissions: int, binding_table: tuple = ()) -> float:
@@ -48,3 +52,25 @@ def device_main(argv: list[str] | None, doc: str | None, run: Callable[[str | No
     args = parser.parse_args(argv)
     result = run(args.device)
     return emit(result, report(result), args.json)
+
+
+class Events:
+    """CUDA events on a hal device's stream (through cuda-bindings): `mark()` twice, then `seconds()`."""
+
+    def __init__(self, dev: hal.Device) -> None:
+        from cuda.bindings import driver
+        self.driver, self.dev, self.events = driver, dev, []
+
+    def mark(self) -> None:
+        self.dev.activate()
+        err, event = self.driver.cuEventCreate(0)
+        self.driver.cuEventRecord(event, self.driver.CUstream(self.dev.stream_handle))
+        self.events.append(event)
+
+    def seconds(self) -> float:
+        self.driver.cuEventSynchronize(self.events[-1])
+        err, ms = self.driver.cuEventElapsedTime(self.events[-2], self.events[-1])
+        for event in self.events:
+            self.driver.cuEventDestroy(event)
+        self.events.clear()
+        return ms / 1e3

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 
 import hal
-from bench import emit
+from bench import Events, emit
 from bench.decode_torch import torch_rows
 from bench.kernel_profile import device_kernels
 from examples.decode import Decoder, kernels, random_weights, reference_generate
@@ -45,7 +45,7 @@ TOKENS = 256
 RUNS = 5
 TARGET_TORCH, TARGET_TORCH_GPU, TARGET_FLOOR, TARGET_HOST_US = 2.0, 0.5, 1.5, 5.0
 SHORT_CHAIN, LONG_CHAIN = 21, 105  # chains of empty kernels as long as a step and as the main loop's body
-LOOP_BODY, LOOP_ITERATIONS = 20, 200  # the while loop that measures what an iteration adds
+LOOP_BODY, LOOP_ITERATIONS = 20, 200  # the while loop whose iteration is timed
 COPY_BYTES = 1 << 30
 
 FLOOR_KERNELS = hal.ExecutableSource.cuda(r"""
@@ -53,27 +53,6 @@ extern "C" __global__ void empty() {}
 extern "C" __global__ void set(unsigned* flag, unsigned n) { *flag = n; }
 extern "C" __global__ void countdown(unsigned* flag) { *flag -= 1u; }
 """, [hal.Export("empty", bindings=0), hal.Export("set", bindings=1, constants=1), hal.Export("countdown", bindings=1)])
-
-class Events:
-    """CUDA events on a hal device's stream (through cuda-bindings): `mark()` twice, then `seconds()`."""
-
-    def __init__(self, dev: hal.Device) -> None:
-        from cuda.bindings import driver
-        self.driver, self.dev, self.events = driver, dev, []
-
-    def mark(self) -> None:
-        self.dev.activate()
-        err, event = self.driver.cuEventCreate(0)
-        self.driver.cuEventRecord(event, self.driver.CUstream(self.dev.stream_handle))
-        self.events.append(event)
-
-    def seconds(self) -> float:
-        self.driver.cuEventSynchronize(self.events[-1])
-        err, ms = self.driver.cuEventElapsedTime(self.events[-2], self.events[-1])
-        for event in self.events:
-            self.driver.cuEventDestroy(event)
-        self.events.clear()
-        return ms / 1e3
 
 
 def median_row(runs: list[dict]) -> dict:
@@ -208,10 +187,8 @@ def measure_floors(dev: hal.Device) -> dict:
 
 
 def bytes_per_token(c, steps: int) -> float:
-    """The fewest bytes a step moves, averaged over the positions run (hal's kernels' bytes_moved, summed)."""
-    per_layer = ("qkv_rope", "attention", "attn_out", "ffn_in", "ffn_out")
-    return statistics.fmean(c.layers * sum(kernels.bytes_moved(c, k, p) for k in per_layer) +
-                            kernels.bytes_moved(c, "logits_argmax", p) for p in range(steps))
+    """The fewest bytes a step moves, averaged over the positions run."""
+    return statistics.fmean(kernels.step_bytes(c, p) for p in range(steps))
 
 
 def run(tokens: int, runs: int) -> dict:

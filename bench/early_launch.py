@@ -17,8 +17,7 @@ import statistics
 import numpy as np
 
 import hal
-from bench import emit
-from bench.decode import Events
+from bench import Events, emit
 from tests.kernels import EARLY_SOURCE
 
 LENGTHS = (10, 100, 1000)

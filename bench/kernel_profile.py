@@ -1,9 +1,10 @@
 """The GPU kernels a piece of work runs, read through CUPTI by torch.profiler.
 
-CUPTI sees every kernel of the process's CUDA context, whoever launched it: PyTorch's, hal's graph nodes (one
-record per kernel node per launch, a conditional node's body per iteration) and any other library's. So one tool
-counts and times the kernels of every competitor of a benchmark. Without PyTorch or a CUDA device there is nothing
-to read it with, and the answer is None.
+CUPTI sees the kernels of the process's CUDA context whoever launched them: PyTorch's, hal's graph nodes (one record
+per kernel node per launch) and any other library's, so one tool counts and times the kernels of every competitor
+of a benchmark. One exception seen on an H200 (2026-11-28): of the iterations of a CUDA conditional node's body it
+recorded only a fraction, so loops are profiled one iteration per launch. Without PyTorch or a CUDA device there is
+nothing to read it with, and the answer is None.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def device_kernels(work: Callable[[], object]) -> dict[str, tuple[int, float]] |
     torch.cuda.synchronize()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # that it clears its events after each cycle: there is one cycle
-        with profile(activities=[ProfilerActivity.CUDA]):  # CUPTI's first session in a process misses kernels
+        with profile(activities=[ProfilerActivity.CUDA]):  # a throwaway session: CUPTI's set-up stays out of the next
             torch.ones(1, device="cuda").add_(1)
             torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -257,11 +257,6 @@ cdef Node _setter_node(CUfunction function, list words):
     return node
 
 
-cdef inline Command _command(Program program, Py_ssize_t command, Command current):
-    """Command `command` of `program`; `current`: single_pass, the one just recorded (not yet among them)."""
-    return current if current is not None and current.index == command else program.commands[command]
-
-
 cdef inline void _add_once(vector[CUgraphNode]& nodes, CUgraphNode node):
     """Append `node` unless it is there (the driver refuses a dependency given twice)."""
     for n in nodes:
@@ -552,7 +547,10 @@ cdef class CudaEmitter(Emitter):
                 outside.clear()
             target = graph if block < 0 else self.blocks[block]
             command = program.node_command[k]
-            c = None if command < 0 else _command(program, command, current)
+            if command < 0:
+                c = None
+            else:  # single_pass: `current`, the command just recorded, is not among the Program's commands yet
+                c = current if current is not None and current.index == command else program.commands[command]
             plain_kernels[k] = type(c) is Dispatch and (<Dispatch>c).parameters is None
             launches_early = self.early_launch and plain_kernels[k] and (<Dispatch>c).export.early_launch
             deps.clear()

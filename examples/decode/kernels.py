@@ -117,3 +117,10 @@ def bytes_moved(c: Config, export: str, position: int) -> int:
         "ffn_out": c.dim * c.ffn + c.ffn + 2 * c.dim,
         "logits_argmax": c.vocab * c.dim + 2 * c.dim + c.vocab + c.dim + c.dim,
     }[export]
+
+
+def step_bytes(c: Config, position: int) -> int:
+    """The fewest bytes a whole step moves at `position`: its dispatches' bytes_moved, summed."""
+    per_layer = sum(bytes_moved(c, name, position) for name in ("qkv_rope", "attention", "attn_out", "ffn_in",
+                                                                 "ffn_out"))
+    return c.layers * per_layer + bytes_moved(c, "logits_argmax", position)
