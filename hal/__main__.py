@@ -23,6 +23,8 @@ import hal
 from hal.device import driver_status
 
 EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+DEMO_GROUP = "hal.demos"
+IN_TREE_DEMOS = {"decode": "examples.decode.demo"}  # found by module path when the entry points are not installed
 N = 16384  # elements: one update_buffer (64 KiB) fills a whole vector
 BUFFERS = ("x", "y", "t", "u", "v", "w", "out", "result", "y_copy")  # what record() uses, N floats each
 
@@ -185,22 +187,25 @@ def demo(device: str | None, iterations: int) -> int:
 
 
 def demos() -> dict[str, EntryPoint]:
-    """The demos installed packages offer: entry-point group `hal.demos`, each naming a module with
-    `run(device, tokens) -> exit status` and `trace(device) -> (name, title, Trace, CommandBuffer, text)`. hal
-    imports none of them until asked."""
-    return {entry.name: entry for entry in entry_points(group="hal.demos")}
+    """The demos packages offer: entry-point group `hal.demos`, each naming a module with `run(device, tokens) ->
+    exit status` and `trace(device) -> (name, title, Trace, CommandBuffer, text)`; and, as for drivers, the in-tree
+    ones by module path, for a source tree whose entry points are not installed. hal imports none of them until
+    asked."""
+    found = {name: EntryPoint(name, value, DEMO_GROUP) for name, value in IN_TREE_DEMOS.items()}
+    found.update((entry.name, entry) for entry in entry_points(group=DEMO_GROUP))
+    return found
 
 
-def trace_command(example: str | None, device: str | None, out: str) -> int:
-    """`python -m hal trace [NAME]`: trace one submission of the demo program (or of demo NAME's choice) and draw
-    its dependency graph, into `out`."""
+def trace_command(example: EntryPoint | None, device: str | None, out: str) -> int:
+    """`python -m hal trace [NAME]`: trace one submission of the demo program (or of demo `example`'s choice) and
+    draw its dependency graph, into `out`."""
     from hal.tracing import draw_program, label, trace_recording
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     with hal.create_device(device) as dev:
         report = ""
         if example is not None:
-            name, title, result, cb, report = demos()[example].load().trace(dev)
+            name, title, result, cb, report = example.load().trace(dev)
         else:
             exe = dev.load_executable(SOURCE)
             b = {name: dev.allocate(4 * N) for name in BUFFERS}
@@ -267,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hal", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="drivers, devices and capabilities")
-    names = sorted(demos())
+    found = demos()
+    names = sorted(found)
     p = sub.add_parser("demo", help="record, analyse, run and check a small program (or an installed demo)")
     p.add_argument("example", nargs="?", choices=names,
                    help="an installed demo (decode: the GPT-style decode loop of examples/decode, checked against "
@@ -284,9 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "info":
             return info()
         if args.command == "trace":
-            return trace_command(args.example, args.device, args.out)
+            return trace_command(found.get(args.example), args.device, args.out)
         if args.example is not None:
-            return demos()[args.example].load().run(args.device, max(1, args.tokens))
+            return found[args.example].load().run(args.device, max(1, args.tokens))
         return demo(args.device, max(1, args.iterations))
     except hal.HalError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import hal.__main__
 from hal.__main__ import main
 
 
@@ -51,3 +52,10 @@ def test_trace_of_the_decode_demo_gives_each_kernel_s_bytes(capsys, tmp_path):
     out = capsys.readouterr().out
     assert (tmp_path / "trace-decode-step-host.json").stat().st_size > 0
     assert "| #21 logits_argmax |" in out and "4215 KB" in out
+
+
+def test_demos_are_found_from_a_source_tree_without_entry_points(capsys, monkeypatch):
+    """As drivers are: `python -m hal demo decode` with PYTHONPATH=. and nothing installed (a GPU machine's run)."""
+    monkeypatch.setattr(hal.__main__, "entry_points", lambda group: [])
+    assert main(["demo", "decode", "--device", "host", "--tokens", "2"]) == 0
+    assert capsys.readouterr().out.count("2 tokens match numpy") == 2

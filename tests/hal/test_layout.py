@@ -1,5 +1,6 @@
 """The layout rules of DESIGN.md that code can check: hal/ imports neither examples/ nor a backend (the CLI finds
-demos through the `hal.demos` entry points, drivers through `hal.drivers`)."""
+demos through the `hal.demos` entry points and drivers through `hal.drivers`, or from a source tree by module
+path, never by an import statement)."""
 
 import re
 from pathlib import Path
