@@ -8,11 +8,12 @@ CUDA graph per token, torch.compile captured by hand, torch.compile's reduce-ove
 graph). Each row: tokens/s (wall, to the last token read), host µs per token (the calls that queue the work), GPU
 µs per token (CUDA events around the run; none on Vulkan), kernels per token and whether its tokens equal numpy's:
 the median of RUNS runs after a warm-up, the first-use cost (compilation, instantiation, captures) reported apart.
-Kernels are counted by CUPTI through torch.profiler, which sees hal's graph nodes too, except for hal's rows in one
-submission and on Vulkan, which give the dispatches recorded (plus, in one submission, the loop's condition kernel
-once per UNROLL tokens): on an H200 (2026-11-28) CUPTI recorded only a fraction of the kernels run inside a CUDA
-conditional node's body, so hal's kernels are profiled one submission per token, where each token's step is the
-body's first iteration, and with plain edges (with early launch a kernel's time would include its wait).
+Kernels are counted by CUPTI through torch.profiler once every row and floor is timed (a profiler session slows
+every launch after it), which sees hal's graph nodes too, except for hal's rows in one submission and on Vulkan,
+which give the dispatches recorded (plus, in one submission, the loop's condition kernel once per UNROLL tokens): on
+an H200 (2026-11-28) CUPTI recorded only a fraction of the kernels run inside a CUDA conditional node's body, so
+hal's kernels are profiled one submission per token, where each token's step is the body's first iteration, and with
+plain edges (with early launch a kernel's time would include its wait).
 
 Beside them, the floors on this GPU: the launch floor (dispatches per token x the GPU time per node of a chain of
 empty kernels in one graph, measured here), the time of a while loop's iteration of empty kernels (measured here),
@@ -36,7 +37,7 @@ from collections.abc import Callable
 
 import hal
 from bench import Events, emit
-from bench.decode_torch import torch_rows
+from bench.decode_torch import torch_kernel_counts, torch_rows
 from bench.kernel_profile import device_kernels
 from examples.decode import Decoder, kernels, random_weights, reference_generate
 from examples.decode.demo import PROMPT
@@ -64,12 +65,11 @@ def median_row(runs: list[dict]) -> dict:
 
 
 def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, plain_edges: bool = False) -> dict:
-    """hal's rows on `device` (per token, and one submission), its first-use costs, and on CUDA its kernels and
-    the floors measured on the same device; `plain_edges`: on a CUDA device told it takes no early launch (the
-    rows only, named so)."""
-    c = weights.config
+    """hal's rows on `device` (per token, and one submission), its first-use costs, and on CUDA the floors measured
+    on the same device; `plain_edges`: on a CUDA device told it takes no early launch (the rows only, named so)."""
     found: dict = {"rows": {}}
     capabilities = {"supports_early_launch": False} if plain_edges else None
+    suffix = " (plain edges)" * plain_edges
     with hal.create_device(device, capabilities=capabilities) as dev:
         start = time.perf_counter()
         decoder = Decoder(dev, weights)
@@ -96,32 +96,41 @@ def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, p
             return dict(tokens_per_s=steps / (done - t0), host_us=(queued - t0) / steps * 1e6,
                         gpu_us=events.seconds() / steps * 1e6 if events else None, match=tokens == expected)
 
-        def per_token() -> None:
-            for _ in range(steps):
-                decoder.step()
-
-        for mode, queue in (("per token", per_token), ("one submission", lambda: decoder.generate(steps))):
+        for mode, queue in (("per token", lambda: per_token(decoder, steps)),
+                            ("one submission", lambda: decoder.generate(steps))):
             one_run(queue)  # warm-up
             row = median_row([one_run(queue) for _ in range(runs)])
             row.update(kernels=dispatches, first_use_s=None)
-            found["rows"][f"hal {dev.driver} {mode}{' (plain edges)' * plain_edges}"] = row
-        ours = found["rows"][f"hal {dev.driver} one submission{' (plain edges)' * plain_edges}"]
+            found["rows"][f"hal {dev.driver} {mode}{suffix}"] = row
+        ours = found["rows"][f"hal {dev.driver} one submission{suffix}"]
         ours["first_use_s"] = first - start
         if dev.driver == "cuda":  # each iteration of the loop a node that sets its condition
             ours["kernels"] = dispatches + 1 / kernels.UNROLL
-        found.update(name=dev.name, build_s=built - start, first_run_s=first - built, dispatches=dispatches,
-                     early_launch=dev.capabilities.supports_early_launch)
-        if dev.driver == "cuda":
-            # Profiled with plain edges: with early launch, a kernel's time would include its wait for the one before.
-            profiled = device_kernels(lambda: (decoder.reset(PROMPT), per_token(), decoder.tokens()))
-            if profiled:
-                found["rows"][f"hal cuda per token{' (plain edges)' * plain_edges}"]["kernels"] = \
-                    sum(n for n, _ in profiled.values()) / steps
-                if plain_edges or not dev.capabilities.supports_early_launch:
-                    found["kernels"] = kernel_table(c, profiled, steps)
             if not plain_edges:
                 found["floors"] = measure_floors(dev)
+        found.update(name=dev.name, build_s=built - start, first_run_s=first - built, dispatches=dispatches,
+                     early_launch=dev.capabilities.supports_early_launch)
     return found
+
+
+def per_token(decoder: Decoder, steps: int) -> None:
+    for _ in range(steps):
+        decoder.step()
+
+
+def hal_kernels(weights, steps: int) -> tuple[float, list[dict]] | None:
+    """hal CUDA's kernels per token with one submission per token, and each kernel's time in the graph, from the
+    profiler: with plain edges (with early launch a kernel's time would include its wait for the one before).
+    None without a profiler."""
+    with hal.create_device("cuda", capabilities={"supports_early_launch": False}) as dev:
+        decoder = Decoder(dev, weights)
+        decoder.reset(PROMPT)
+        decoder.generate(1)  # built and instantiated before the profiler looks
+        decoder.tokens()
+        profiled = device_kernels(lambda: (decoder.reset(PROMPT), per_token(decoder, steps), decoder.tokens()))
+    if not profiled:
+        return None
+    return sum(n for n, _ in profiled.values()) / steps, kernel_table(weights.config, profiled, steps)
 
 
 def kernel_table(c, profiled: dict[str, tuple[int, float]], steps: int) -> list[dict]:
@@ -192,6 +201,7 @@ def bytes_per_token(c, steps: int) -> float:
 
 
 def run(tokens: int, runs: int) -> dict:
+    """Every row timed, then (a profiler session slows every launch after it) the kernels counted."""
     weights = random_weights()
     c = weights.config
     steps = len(PROMPT) - 1 + tokens
@@ -206,14 +216,23 @@ def run(tokens: int, runs: int) -> dict:
         result["rows"].update(found.pop("rows"))
         result["hal"][device] = found
         name = found["name"] if device == "cuda" or name == "no GPU" else name
-        if found["early_launch"]:  # the same without it, for the difference it makes (and hal's kernels alone)
-            plain = hal_rows(device, weights, steps, expected, runs, plain_edges=True)
-            result["rows"].update(plain["rows"])
-            if "kernels" in plain:
-                found["kernels"] = plain["kernels"]
+        if found["early_launch"]:  # the same without it, for the difference it makes
+            result["rows"].update(hal_rows(device, weights, steps, expected, runs, plain_edges=True)["rows"])
     result["rows"].update(torch_rows(weights, PROMPT, steps, expected, runs))
+    for row_name, count in torch_kernel_counts(weights, PROMPT, steps).items():
+        row = result["rows"][row_name]
+        if isinstance(count, int):
+            row["kernels"] = count
+        elif not row["error"]:
+            row["note"] = "; ".join(filter(None, (row["note"], count)))
     cuda = result["hal"].get("cuda")
     if cuda:
+        profiled = hal_kernels(weights, steps)
+        if profiled:
+            per_token_kernels, cuda["kernels"] = profiled
+            for row_name in ("hal cuda per token", "hal cuda per token (plain edges)"):
+                if row_name in result["rows"]:
+                    result["rows"][row_name]["kernels"] = per_token_kernels
         floors = cuda["floors"]
         floors["bytes_per_token"] = bytes_per_token(c, steps)
         floors["launch_us"] = cuda["dispatches"] * floors["node_us"]

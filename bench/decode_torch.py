@@ -34,8 +34,9 @@ run, then `runs` timed runs, each from a reset of the tokens and the position; m
 over the wall from the first queued call to the tokens read back on the host; host µs per token: the Python calls
 that queue the run; GPU µs per token: CUDA events recorded around the run; kernels per token: CUDA kernels (not
 copies or memsets) that torch.profiler sees in one step called outside any graph (reduce-overhead's: in its graph's
-replay); compile_s: the first-call work and the warm-up run's excess over a timed run's median (with Inductor's
-caches as the rows before left them). torch is imported inside functions, so this module imports without it.
+replay), counted in a second pass once every row is timed; compile_s: the first-call work and the warm-up run's
+excess over a timed run's median (with Inductor's caches as the rows before left them). torch is imported inside
+functions, so this module imports without it.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -61,6 +62,7 @@ REDUCE_OVERHEAD = "torch.compile reduce-overhead"
 K_PER_GRAPH = "torch.compile, k tokens per CUDA graph"
 ROWS = (EAGER, GRAPH, COMPILED_GRAPH, REDUCE_OVERHEAD, K_PER_GRAPH)
 
+T = TypeVar("T")
 BUCKET = 64  # positions per attention length bucket, and steps per graph in the k-tokens row
 WARMUP_CALLS = 3  # calls of a step on a side stream before its capture (the first compiles and autotunes)
 
@@ -407,7 +409,7 @@ def _kernels(row: Row) -> int:
 
 
 def _measure(row: Row, steps: int, expected: list[int], runs: int) -> dict:
-    """The row's numbers: prepare(), a warm-up run and `runs` timed runs; then its kernels per token."""
+    """The row's numbers: prepare(), a warm-up run and `runs` timed runs (its kernels are torch_kernel_counts')."""
     started = time.perf_counter()
     row.prepare()
     prepared = time.perf_counter() - started
@@ -416,22 +418,22 @@ def _measure(row: Row, steps: int, expected: list[int], runs: int) -> dict:
     timed = timings[1:]
     wall = statistics.median(t[0] for t in timed)
     cuda = row.decoder.cuda
-    notes = row.notes()
-    kernels = None
-    if not cuda:
-        notes.append("no kernel count on CPU")
-    else:
-        try:
-            kernels = _kernels(row) or None
-            if kernels is None:
-                notes.append("the profiler saw no kernels")
-        except Exception as e:  # the row's numbers stand without its kernel count
-            notes.append(f"profiler failed: {_one_line(e)}")
     return dict(tokens_per_s=steps / wall, host_us=statistics.median(t[1] for t in timed) / steps * 1e6,
-                gpu_us=statistics.median(t[2] for t in timed) / steps * 1e6 if cuda else None, kernels=kernels,
+                gpu_us=statistics.median(t[2] for t in timed) / steps * 1e6 if cuda else None, kernels=None,
                 match=all(t[3] == expected for t in timings),
                 compile_s=None if isinstance(row, Eager) else prepared + max(0.0, timings[0][0] - wall),
-                runs=[steps / t[0] for t in timed], error=None, note="; ".join(notes) or None)
+                runs=[steps / t[0] for t in timed], error=None, note="; ".join(row.notes()) or None)
+
+
+def _count(row: Row) -> int | str:
+    """prepare(), then the kernels of one step from the profiler, or why there is no count."""
+    if not row.decoder.cuda:
+        return "no kernel count on CPU"
+    row.prepare()
+    try:
+        return _kernels(row) or "the profiler saw no kernels"
+    except Exception as e:  # the row's numbers stand without its kernel count
+        return f"profiler failed: {_one_line(e)}"
 
 
 def _row(name: str, decoder: TorchDecoder, steps: int) -> Row:
@@ -469,24 +471,40 @@ def torch_rows(weights: Weights, prompt: list[int], steps: int, expected: list[i
                device: str = "cuda", rows: tuple[str, ...] | None = None) -> dict[str, dict]:
     """The rows named in `rows` (default: all of ROWS) for `steps` positions forwarded from position 0 of `prompt`;
     `expected` is reference_generate's token list. A row that cannot run or fails has `error` set, and the others
-    go on."""
-    names = ROWS if rows is None else rows
-    try:
-        import torch
-    except ImportError:
-        return {name: _error_row("torch is not installed") for name in names}
+    go on. Their kernels per token are left to torch_kernel_counts, called once every timing in the process is
+    done: a profiler session slows every launch after it (on an H200, 2026-11-29: an empty kernel's node in a CUDA
+    graph from 0.50 to 0.91 µs)."""
     c = weights.config
     if not 1 <= steps <= c.max_sequence or not prompt or len(expected) != max(len(prompt), steps + 1):
         raise ValueError(f"steps must be in 1..{c.max_sequence}, the prompt not empty and expected "
                          f"max(len(prompt), steps + 1) tokens long")
+    found = _each_row(weights, prompt, steps, device, rows, lambda row: _measure(row, steps, expected, runs))
+    return {name: _error_row(r) if isinstance(r, str) else r for name, r in found.items()}
+
+
+def torch_kernel_counts(weights: Weights, prompt: list[int], steps: int, device: str = "cuda",
+                        rows: tuple[str, ...] | None = None) -> dict[str, int | str]:
+    """Each row's CUDA kernels in one step (compiled and captured again), or why there is no count."""
+    return _each_row(weights, prompt, steps, device, rows, _count)
+
+
+def _each_row(weights: Weights, prompt: list[int], steps: int, device: str, rows: tuple[str, ...] | None,
+              work: Callable[[Row], T]) -> dict[str, T | str]:
+    """work(row) for each row named (default: all of ROWS), each set up afresh; a row that cannot run or fails
+    gives why instead, and the others go on."""
+    names = ROWS if rows is None else rows
+    try:
+        import torch
+    except ImportError:
+        return {name: "torch is not installed" for name in names}
     cuda = torch.device(device).type == "cuda"
     if cuda and not torch.cuda.is_available():
-        return {name: _error_row("needs a CUDA device (torch.cuda.is_available() is False)") for name in names}
-    results = {}
+        return {name: "needs a CUDA device (torch.cuda.is_available() is False)" for name in names}
+    results: dict[str, T | str] = {}
     with _float32_only():
         for name in names:
             if not cuda and name not in (EAGER, COMPILED_GRAPH):
-                results[name] = _error_row("needs a CUDA device")
+                results[name] = "needs a CUDA device"
                 continue
             compiles = name not in (EAGER, GRAPH)
             try:
@@ -495,11 +513,11 @@ def torch_rows(weights: Weights, prompt: list[int], steps: int, expected: list[i
                 with _stage("setup"):
                     row = _row(name, TorchDecoder(weights, prompt, device, complex_rope=not compiles), steps)
                 with torch._dynamo.config.patch(recompile_limit=max(8, len(row.buckets) + 1)):
-                    results[name] = _measure(row, steps, expected, runs)
+                    results[name] = work(row)
             except StageError as e:
-                results[name] = _error_row(str(e))
+                results[name] = str(e)
             except Exception as e:  # one row's failure must not stop the others
-                results[name] = _error_row(f"{name} failed: {_one_line(e)}")
+                results[name] = f"{name} failed: {_one_line(e)}"
             finally:
                 if compiles:
                     torch._dynamo.reset()

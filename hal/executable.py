@@ -30,7 +30,8 @@ class Export:
     only reads (hazard analysis treats the others as read-write), and `early_launch`: the kernel waits for the
     commands it depends on itself (CUDA: cudaGridDependencySynchronize(), PTX griddepcontrol.wait) before it
     reads or writes anything they touch, so on a device whose capabilities say supports_early_launch the CUDA
-    backend lets it launch while they finish (programmatic dependent launch); other backends ignore it."""
+    backend lets it launch while they finish (programmatic dependent launch: once every block of the kernels it
+    waits for has called griddepcontrol.launch_dependents or ended); other backends ignore it."""
 
     name: str
     bindings: int

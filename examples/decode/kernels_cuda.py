@@ -2,11 +2,12 @@
 
 Every kernel is a few warps working alone: a warp owns whole rows of a matrix-vector product, each lane holding
 columns 4l + 128j of a row as 16-byte loads (coalesced: a warp reads 512 contiguous bytes per load), all of a
-warp's loads issued before the first is used (the position's too: nothing waits for the state before reading),
-and its sums reduced by shuffles; workgroups meet in shared memory only to add up a row split over warps or to
-combine pieces of a softmax. So a kernel's time is its launch plus about one trip to memory. RMSNorm is computed
-by every warp that needs it, from the 1 KiB vector (cheaper than a kernel of its own). The shape is compiled in
-(the #defines `source` writes), so every loop has a constant trip count and unrolls.
+warp's loads issued before the first is used, and its sums reduced by shuffles; workgroups meet in shared memory
+only to add up a row split over warps or to combine pieces of a softmax. With early launch a kernel loads its
+weights, and whatever the kernels two or more back wrote, while the kernel before it runs; after its wait it makes
+one trip to memory for what that kernel wrote. RMSNorm is computed by every warp that needs it, from the 1 KiB
+vector (cheaper than a kernel of its own), its sum reduced beside the products'. The shape is compiled in (the
+#defines `source` writes), so every loop has a constant trip count and unrolls.
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ CODE = r"""
 #define WARP (threadIdx.x / 32u)
 #define ATTENDED (HEAD_DIM + 2)  // a partial: the chunk's largest score, its sum of exponentials, its weighted values
 
-// Early launch (programmatic dependent launch, sm_90 and later): a step kernel lets the kernels after it launch at
-// once, and waits for the kernels before it to end before it touches what they write; only the weights, which
-// nothing writes, are read before that. Where the graph's edges are plain, the wait returns at once.
+// Early launch (programmatic dependent launch, sm_90 and later). A step kernel waits for the kernels before it to end
+// before it touches what the kernel just before it wrote, and only then lets the kernels after it launch. So a step
+// kernel launches only once the kernel before it has passed its wait, that is once every kernel two or more back has
+// ended and its writes are visible: what those wrote (the state, the cache's earlier rows, x where the kernel just
+// before did not write it) is read before the wait, through L2 (__ldcg: no stale line in the SM's L1), as the
+// weights, which nothing writes, are. Where the graph's edges are plain, every kernel before has ended at launch and
+// the wait returns at once.
 #if __CUDA_ARCH__ >= 900
-#define LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#define WAIT_FOR_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define AFTER_PREDECESSORS() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
-#define LAUNCH_DEPENDENTS()
-#define WAIT_FOR_PREDECESSORS()
+#define AFTER_PREDECESSORS()
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -54,21 +57,29 @@ template <int N> __device__ __forceinline__ float dot(const Slice<N>& a, const S
     return s;
 }
 
-// h = x / sqrt(mean(x * x) + EPSILON) * gain, this lane's columns of x (in h) and gain (in g), as the numpy
-// reference rounds it.
-__device__ __forceinline__ void rms_norm(Slice<DIM>& h, const Slice<DIM>& g) {
-    float s = 0.0f;
-    #pragma unroll
-    for (int j = 0; j < DIM / 128; ++j)
-        s += h.v[j].x * h.v[j].x + h.v[j].y * h.v[j].y + h.v[j].z * h.v[j].z + h.v[j].w * h.v[j].w;
-    float inv = 1.0f / sqrtf(warp_sum(s) / DIM + EPSILON);
+// A warp's rows of W @ (RMSNorm(x) * gain), x / sqrt(mean(x * x) + EPSILON) * gain: each lane's parts of
+// sum(x * x) and of each row . (x * gain) are reduced at once (independent shuffles), then scaled by the norm.
+template <int ROWS> __device__ __forceinline__ void normed_dots(const Slice<DIM> (&w)[ROWS], const Slice<DIM>& x,
+                                                                const Slice<DIM>& gain, float (&out)[ROWS]) {
+    Slice<DIM> xg;
+    float squares = 0.0f;
     #pragma unroll
     for (int j = 0; j < DIM / 128; ++j) {
-        h.v[j].x = h.v[j].x * inv * g.v[j].x;
-        h.v[j].y = h.v[j].y * inv * g.v[j].y;
-        h.v[j].z = h.v[j].z * inv * g.v[j].z;
-        h.v[j].w = h.v[j].w * inv * g.v[j].w;
+        const float4 v = x.v[j], g = gain.v[j];
+        squares += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        xg.v[j] = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
     }
+    #pragma unroll
+    for (int i = 0; i < ROWS; ++i) out[i] = dot(w[i], xg);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        squares += __shfl_xor_sync(FULL_MASK, squares, o);
+        #pragma unroll
+        for (int i = 0; i < ROWS; ++i) out[i] += __shfl_xor_sync(FULL_MASK, out[i], o);
+    }
+    const float inv = 1.0f / sqrtf(squares / DIM + EPSILON);
+    #pragma unroll
+    for (int i = 0; i < ROWS; ++i) out[i] *= inv;
 }
 
 // Does logit o at index j come before logit m at index k in numpy's argmax order (the first NaN, else the first
@@ -106,25 +117,33 @@ extern "C" __global__ void __launch_bounds__(256) start(unsigned* state, const u
     for (unsigned i = threadIdx.x; i < DIM; i += 256u) x[i] = embed[token * DIM + i];
 }
 
-// A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection.
+// A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection. The first kernel of a step: the
+// kernel before it (the last step's logits_argmax) writes the position and x, so both are read after the wait, and
+// the rope table's pair at the position as soon as the position is in.
 extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const float* x, const float* gain,
                                                             const float* rope, const unsigned* state, float* q,
                                                             float* keys, float* values) {
-    LAUNCH_DEPENDENTS();
     unsigned r = 2u * (blockIdx.x * 4u + WARP);
-    Slice<DIM> a, b, h, g;
-    a.load(w + r * DIM);
-    b.load(w + (r + 1u) * DIM);
+    bool rotates = r < 2u * DIM;  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
+    Slice<DIM> rows[2], h, g;
+    rows[0].load(w + r * DIM);
+    rows[1].load(w + (r + 1u) * DIM);
     g.load(gain);
-    WAIT_FOR_PREDECESSORS();
+    AFTER_PREDECESSORS();
     unsigned position = state[0];
     h.load(x);
-    rms_norm(h, g);
-    float u = warp_sum(dot(a, h)), v = warp_sum(dot(b, h));
-    if (LANE != 0u) return;
-    if (r < 2u * DIM) {  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
+    float c = 1.0f, s = 0.0f;
+    if (rotates) {
         const float* t = rope + (position * (HEAD_DIM / 2) + (r % HEAD_DIM) / 2u) * 2u;
-        float c = t[0], s = t[1], ru = u * c - v * s, rv = u * s + v * c;
+        c = t[0];
+        s = t[1];
+    }
+    float uv[2];
+    normed_dots(rows, h, g, uv);
+    if (LANE != 0u) return;
+    float u = uv[0], v = uv[1];
+    if (rotates) {
+        float ru = u * c - v * s, rv = u * s + v * c;
         u = ru;
         v = rv;
     }
@@ -136,30 +155,39 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
 // Grid (CHUNKS, HEADS): the keys of chunk blockIdx.x (CHUNK positions) against head blockIdx.y's query. Each warp
 // scores CHUNK / 4 positions, a lane holding HEAD_DIM / 32 dimensions; the four warps' softmax pieces meet in
 // shared memory, and the chunk's partial (its largest score, its sum of exponentials, its exponential-weighted
-// values) goes to `partials` for attn_out. Every load is issued at once, the position's among them: rows past the
-// position are read too (they may hold anything, NaN included) and then left out by selection, never by
-// arithmetic; a chunk wholly past the position writes nothing.
+// values) goes to `partials` for attn_out. The position and the cache's rows are read before the wait (the kernels
+// that wrote them are two or more back), all at once: rows past the position too (they may hold anything, NaN
+// included; they are left out by selection, never by arithmetic); after the wait, the query and the position's own
+// row, which qkv_rope just wrote. A chunk wholly past the position writes nothing.
 #define PER_WARP (CHUNK / 4)
 #define LANE_DIMS (HEAD_DIM / 32)
 extern "C" __global__ void __launch_bounds__(128) attention(const float* q, const float* keys, const float* values,
                                                              const unsigned* state, float* partials) {
     __shared__ float largest[4], total[4], weighted[4][HEAD_DIM];
-    LAUNCH_DEPENDENTS();
-    WAIT_FOR_PREDECESSORS();
-    unsigned chunk = blockIdx.x, h = blockIdx.y, position = state[0];
+    unsigned chunk = blockIdx.x, h = blockIdx.y, position = __ldcg(state);
     unsigned first = chunk * CHUNK + WARP * PER_WARP, column = h * HEAD_DIM + LANE * LANE_DIMS;
     float qv[LANE_DIMS], k[PER_WARP][LANE_DIMS], v[PER_WARP][LANE_DIMS], score[PER_WARP];
-    #pragma unroll
-    for (int d = 0; d < LANE_DIMS; ++d) qv[d] = q[column + d];
     #pragma unroll
     for (int i = 0; i < PER_WARP; ++i) {
         unsigned row = min(first + i, MAX_SEQUENCE - 1u);
         #pragma unroll
         for (int d = 0; d < LANE_DIMS; ++d) {
-            k[i][d] = keys[row * DIM + column + d];
-            v[i][d] = values[row * DIM + column + d];
+            k[i][d] = __ldcg(keys + row * DIM + column + d);
+            v[i][d] = __ldcg(values + row * DIM + column + d);
         }
     }
+    AFTER_PREDECESSORS();
+    #pragma unroll
+    for (int d = 0; d < LANE_DIMS; ++d) qv[d] = q[column + d];
+    #pragma unroll
+    for (int i = 0; i < PER_WARP; ++i)
+        if (first + i == position) {
+            #pragma unroll
+            for (int d = 0; d < LANE_DIMS; ++d) {
+                k[i][d] = keys[position * DIM + column + d];
+                v[i][d] = values[position * DIM + column + d];
+            }
+        }
     float m = NEG_INF;
     #pragma unroll
     for (int i = 0; i < PER_WARP; ++i) {
@@ -201,20 +229,19 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
 }
 
 // x += wo @ attended, a row per warp. Every block first combines the chunks' partials into `attended` (a thread
-// per dimension): GROUP chunks' partials loaded at once, before the position says how many there are, the
-// group's exponentials independent of one another, groups merged by rescaling (one group up to GROUP * CHUNK
-// positions). Launch bounds of one block per SM: registers for a whole group without spilling.
+// per dimension): GROUP chunks' partials loaded at once, the group's exponentials independent of one another, groups
+// merged by rescaling (one group up to GROUP * CHUNK positions). The position and x (written three kernels back)
+// are read before the wait. Launch bounds of one block per SM: registers for a whole group without spilling.
 #define GROUP (CHUNKS < 16u ? CHUNKS : 16u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
     __shared__ __align__(16) float attended[DIM];
-    LAUNCH_DEPENDENTS();
     unsigned r = blockIdx.x * 8u + WARP;
     Slice<DIM> row, a;
     row.load(wo + r * DIM);
-    WAIT_FOR_PREDECESSORS();
-    unsigned last = state[0] / CHUNK;  // the last chunk with a partial
-    float xr = x[r];
+    unsigned last = __ldcg(state) / CHUNK;  // the last chunk with a partial
+    float xr = __ldcg(x + r);
+    AFTER_PREDECESSORS();
     for (unsigned i = threadIdx.x; i < DIM; i += 256u) {
         const float* p = partials + (i / HEAD_DIM) * CHUNKS * ATTENDED;
         unsigned d = 2u + i % HEAD_DIM, base = 0;
@@ -255,28 +282,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
 // g = SiLU(w1 @ h) * (w3 @ h), h = RMSNorm(x) * gain: a row of w1 and of w3 per warp.
 extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const float* w3, const float* x,
                                                           const float* gain, float* g) {
-    LAUNCH_DEPENDENTS();
     unsigned r = blockIdx.x * 8u + WARP;
-    Slice<DIM> a, b, h, n;
-    a.load(w1 + r * DIM);
-    b.load(w3 + r * DIM);
+    Slice<DIM> rows[2], h, n;
+    rows[0].load(w1 + r * DIM);
+    rows[1].load(w3 + r * DIM);
     n.load(gain);
-    WAIT_FOR_PREDECESSORS();
+    AFTER_PREDECESSORS();
     h.load(x);
-    rms_norm(h, n);
-    float u = warp_sum(dot(a, h)), v = warp_sum(dot(b, h));
-    if (LANE == 0u) g[r] = u / (1.0f + expf(-u)) * v;
+    float uv[2];
+    normed_dots(rows, h, n, uv);
+    if (LANE == 0u) g[r] = uv[0] / (1.0f + expf(-uv[0])) * uv[1];
 }
 
 // x += w2 @ g: SPLIT warps per row (FFN / SPLIT columns each), 8 / SPLIT rows per block, summed in shared memory.
+// x (written two kernels back) is read before the wait.
 extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const float* g, float* x) {
     __shared__ float part[8];
-    LAUNCH_DEPENDENTS();
     unsigned r = blockIdx.x * (8u / SPLIT) + WARP / SPLIT, span = (WARP % SPLIT) * (FFN / SPLIT);
     Slice<FFN / SPLIT> row, a;
     row.load(w2 + r * FFN + span);
-    WAIT_FOR_PREDECESSORS();
-    float xr = threadIdx.x < 8u / SPLIT ? x[blockIdx.x * (8u / SPLIT) + threadIdx.x] : 0.0f;
+    float xr = threadIdx.x < 8u / SPLIT ? __ldcg(x + blockIdx.x * (8u / SPLIT) + threadIdx.x) : 0.0f;
+    AFTER_PREDECESSORS();
     a.load(g + span);
     float u = warp_sum(dot(row, a));
     if (LANE == 0u) part[WARP] = u;
@@ -292,8 +318,8 @@ extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const
 // logits = output @ (RMSNorm(x) * gain), LOGIT_ROWS rows per warp, then numpy's argmax: each block's best goes to
 // `candidates`; the last block to finish (a counter in state[3]) picks among them, sets the next token (unless the
 // prompt gives it), moves the position on, counts the step, and writes the next token's embedding into x (every
-// other block has read x by then). Fewer, fuller blocks than the other kernels: each block's count is an atomic
-// on one word.
+// other block has read x by then). What the last block needs of the state and the prompt is read before the wait.
+// Fewer, fuller blocks than the other kernels: each block's count is an atomic on one word.
 #define LOGIT_ROWS 4u
 extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, float* x, const float* gain,
                                                                  float* logits, unsigned* candidates,
@@ -302,27 +328,25 @@ extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, 
     __shared__ float best[8];
     __shared__ unsigned at[8], chosen;
     __shared__ bool last;
-    LAUNCH_DEPENDENTS();
     unsigned r = LOGIT_ROWS * (blockIdx.x * 8u + WARP), next = 0, left = 0, forced = NONE;
     Slice<DIM> rows[LOGIT_ROWS], h, g;
     #pragma unroll
     for (unsigned k = 0; k < LOGIT_ROWS; ++k) rows[k].load(w + (r + k) * DIM);
     g.load(gain);
-    WAIT_FOR_PREDECESSORS();
-    if (threadIdx.x == 0) {  // what the last block needs of the state, read while x is
-        next = state[0] + 1u;
-        left = state[1];
-        if (next < state[2]) forced = tokens[next];
+    if (threadIdx.x == 0) {
+        next = __ldcg(state) + 1u;
+        left = __ldcg(state + 1);
+        if (next < __ldcg(state + 2)) forced = __ldcg(tokens + next);
     }
+    AFTER_PREDECESSORS();
     h.load(x);
-    rms_norm(h, g);
-    float m = 0.0f;
+    float u[LOGIT_ROWS], m = 0.0f;
     unsigned k = NONE;
+    normed_dots(rows, h, g, u);
     #pragma unroll
     for (unsigned i = 0; i < LOGIT_ROWS; ++i) {
-        float u = warp_sum(dot(rows[i], h));
-        if (LANE == 0u) logits[r + i] = u;
-        if (precedes(u, r + i, m, k)) { m = u; k = r + i; }
+        if (LANE == 0u) logits[r + i] = u[i];
+        if (precedes(u[i], r + i, m, k)) { m = u[i]; k = r + i; }
     }
     block_argmax(m, k, best, at);
     if (threadIdx.x == 0) {

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import bench.decode_torch as rivals
 from bench.decode_torch import BUCKET, EAGER, GRAPH, K_PER_GRAPH, REDUCE_OVERHEAD, TorchDecoder, torch_rows
 from examples.decode.model import random_weights, reference_generate
 
@@ -27,9 +28,11 @@ def test_eager_row_matches_numpy_and_cuda_rows_say_why_not(weights):
     eager = rows[EAGER]
     assert eager["error"] is None and eager["match"], eager
     assert eager["tokens_per_s"] > 0 and len(eager["runs"]) == 1 and eager["compile_s"] is None
-    assert eager["gpu_us"] is None and eager["kernels"] is None and "CPU" in eager["note"]
+    assert eager["gpu_us"] is None and eager["kernels"] is None
     for name in (GRAPH, REDUCE_OVERHEAD, K_PER_GRAPH):
         assert rows[name]["error"] == "needs a CUDA device" and not rows[name]["match"]
+    counts = rivals.torch_kernel_counts(weights, PROMPT, steps, device="cpu", rows=(EAGER, GRAPH))
+    assert counts == {EAGER: "no kernel count on CPU", GRAPH: "needs a CUDA device"}
 
 
 @pytest.mark.parametrize("complex_rope", [True, False], ids=["complex-rope", "real-rope"])
@@ -51,3 +54,4 @@ def test_without_torch_every_row_says_so(weights, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     rows = torch_rows(weights, PROMPT, 3, reference_generate(weights, PROMPT, 3)[0], device="cpu")
     assert len(rows) == 5 and all(r["error"] == "torch is not installed" for r in rows.values())
+    assert set(rivals.torch_kernel_counts(weights, PROMPT, 3, device="cpu").values()) == {"torch is not installed"}
