@@ -600,6 +600,8 @@ cdef class CommandBuffer:
         leaves this command buffer as it was."""
         if self.phase != RECORDING:
             self.not_recording("execute_commands")
+        if not isinstance(other, CommandBuffer):
+            raise ValidationError(f"execute_commands: expected a hal.CommandBuffer, got {type(other).__name__}")
         table = Resolver(check_nested(self, other, binding_table))
         commands = other.program.commands
         scratch = self.device.create_command_buffer(

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from hal.errors import UnsupportedError, ValidationError, integer
 
 if TYPE_CHECKING:
-    from hal.buffer import BufferRef
-    from hal.device import Device
+    from hal.buffer import Buffer, BufferRef
 
 # The element types every backend reduces (NCCL's, less those numpy lacks).
 DTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
@@ -32,16 +31,33 @@ DTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.uint32, np.
 REDUCTIONS = ("sum", "prod", "max", "min", "avg")
 
 
+@runtime_checkable
+class CommunicatorDevice(Protocol):
+    """What communicators need of a device (a hal.Device)."""
+
+    driver: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    def check_open(self) -> None: ...
+
+    def allocate(self, nbytes: int) -> Buffer: ...
+
+    def new_communicator(self, devices: tuple[CommunicatorDevice, ...], world: int, rank: int,
+                         rendezvous: str | None) -> Communicator: ...
+
+
 class Communicator:
     """Ranks `0 .. size - 1`; this process holds `devices` (rank `first_rank + i` is devices[i]).
 
-    Backends subclass it (`Device._create_communicator`) and implement `_drain` and `_close`. Closing lets the
-    devices' submitted work finish (a collective waiting for a rank that never comes keeps it waiting, as NCCL
-    would: close that rank's device, whose waits then fail), then releases the backend's resources; command
+    Backends subclass it (a device's new_communicator makes theirs) and implement `_drain` and `_close`. Closing
+    lets the devices' submitted work finish (a collective waiting for a rank that never comes keeps it waiting, as
+    NCCL would: close that rank's device, whose waits then fail), then releases the backend's resources; command
     buffers that recorded collectives on it can no longer be submitted.
     """
 
-    def __init__(self, devices: Sequence[Device], size: int, first_rank: int = 0) -> None:
+    def __init__(self, devices: Sequence[CommunicatorDevice], size: int, first_rank: int = 0) -> None:
         self.devices = tuple(devices)
         self.size = size
         self.first_rank = first_rank
@@ -56,14 +72,14 @@ class Communicator:
             self.release_tokens()
             raise
 
-    def rank(self, device: Device) -> int:
+    def rank(self, device: CommunicatorDevice) -> int:
         """The rank of `device`; ValidationError if it is not one of this process's devices of the communicator."""
         for i, d in enumerate(self.devices):
             if d is device:
                 return self.first_rank + i
         raise ValidationError(f"{device!r} is not a device of {self!r}; record the command on one of its devices")
 
-    def order_ref(self, device: Device) -> BufferRef:
+    def order_ref(self, device: CommunicatorDevice) -> BufferRef:
         """The order token of `device` (a 4-byte buffer no command of the user can name)."""
         return self._order[id(device)].whole
 
@@ -115,8 +131,8 @@ class Communicator:
         raise NotImplementedError
 
 
-def create_communicator(devices: Sequence[Device], *, rank: int | None = None, world: int | None = None,
-                        rendezvous: str | None = None) -> Communicator:
+def create_communicator(devices: Sequence[CommunicatorDevice], *, rank: int | None = None,
+                        world: int | None = None, rendezvous: str | None = None) -> Communicator:
     """A communicator over `devices` (all of one driver, each once): rank i is devices[i].
 
     One process per device: `create_communicator([dev], rank=r, world=n, rendezvous=path)` in each of n
@@ -125,9 +141,8 @@ def create_communicator(devices: Sequence[Device], *, rank: int | None = None, w
     devices = tuple(devices) if isinstance(devices, (list, tuple)) else (devices,)
     if not devices:
         raise ValidationError("create_communicator: give at least one device")
-    from hal.device import Device
     for d in devices:
-        if not isinstance(d, Device):
+        if not isinstance(d, CommunicatorDevice):
             raise ValidationError(f"create_communicator: {d!r} is not a hal.Device")
         d.check_open()
     if len({id(d) for d in devices}) != len(devices):
@@ -165,7 +180,7 @@ _ARGUMENTS = {"all_reduce": (True, True, None, False), "all_gather": (True, True
               "send_recv": (True, True, "peer", True)}
 
 
-def check_collective(operation: str, communicator: Any, device: Device, source: BufferRef | None,
+def check_collective(operation: str, communicator: Any, device: CommunicatorDevice, source: BufferRef | None,
                      target: BufferRef | None, dtype: Any, reduction: Any, peer: Any, source_peer: Any,
                      index: int) -> tuple:
     """Check a collective's arguments (the references' ranges are already checked); returns

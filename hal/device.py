@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -28,17 +28,13 @@ from hal.errors import DeviceError, HalError, UnsupportedError, ValidationError,
 from hal.executable import Executable, ExecutableSource
 from hal.host_call import HostCallThread
 from hal.program import Emitter
-
-if TYPE_CHECKING:
-    from hal.tracing import QueueClock
+from hal.queue_clock import HostCallClock, QueueClock
+from hal.readback import Readbacks
 from hal.semaphore import Semaphore, check_value
 
 ENTRY_POINT_GROUP = "hal.drivers"
 NO_SEMAPHORES: tuple = ()  # queue_execute's default waits and signals: fast paths test identity with it
 NO_CONSTANTS: tuple = ()  # queue_execute's default constants, tested by identity likewise
-# queue_read's staging buffers: the smallest made, and the few kept for reuse (allocating host-visible memory costs
-# more than the copy: 0.1 to 1 ms on a GPU).
-READBACK_BYTES, KEPT_READBACK_BYTES, KEPT_READBACKS = 64 << 10, 16 << 20, 4
 # Best first. Drivers not named here come after, alphabetically.
 PREFERENCE = ("cuda", "vulkan", "host")
 # In-tree backends, found by module path when the package's entry points are not installed.
@@ -97,10 +93,7 @@ class Device:
         self.host_calls = HostCallThread(self)  # runs queue_host_call's functions where the backend's queue is a GPU's
         self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
         self._read_lock = threading.Lock()
-        self._readbacks: list[tuple[Buffer, np.ndarray]] = []  # queue_read's staging, kept for reuse
-        # A lock of its own: a read's host call gives its staging back while another read, holding _read_lock, may
-        # wait on a driver call for the queue, which waits for that host call.
-        self._readbacks_lock = threading.Lock()
+        self._readbacks = Readbacks(self._readback_buffer)  # queue_read's staging
         self._transients: weakref.WeakSet[Buffer] = weakref.WeakSet()  # queue_alloca's buffers
 
     # Memory.
@@ -329,7 +322,7 @@ class Device:
                 self._reads[0].internal = True  # a failed read fails its own signals only
             sem, value = self._reads
             self._reads = sem, value + 1
-            staging, view = self._take_readback(n)
+            staging, view = self._readbacks.take(n)
             try:
                 if n:
                     self.queue_copy(ref(whole.buffer, whole.offset, n), ref(staging, 0, n), wait=wait,
@@ -339,29 +332,13 @@ class Device:
 
                 def deliver() -> None:
                     target[:] = view[:n]
-                    self._give_readback(staging, view)  # work queued later may reuse it: it runs after this
+                    self._readbacks.give(staging, view)  # work queued later may reuse it: it runs after this
 
                 self.queue_host_call(deliver, wait=wait + ((sem, value + 1),), signal=signal)  # a failed wait: no
                 # copy came, and the call fails its signals instead of filling `out`
             except BaseException:
                 staging.release()  # once the work queued so far is done
                 raise
-
-    def _take_readback(self, nbytes: int) -> tuple[Buffer, np.ndarray]:
-        """Staging for queue_read: a kept one that fits, else a new one (a power of two from 64 KiB)."""
-        with self._readbacks_lock:
-            for i, (buffer, _) in enumerate(self._readbacks):
-                if buffer.size >= nbytes:
-                    return self._readbacks.pop(i)
-        return self._readback_buffer(max(READBACK_BYTES, 1 << (nbytes - 1).bit_length()))
-
-    def _give_readback(self, buffer: Buffer, view: np.ndarray) -> None:
-        """Keep `buffer` for the next queue_read (a few, and not huge ones), or release it."""
-        with self._readbacks_lock:
-            if buffer.size <= KEPT_READBACK_BYTES and len(self._readbacks) < KEPT_READBACKS and not self._closed:
-                self._readbacks.append((buffer, view))
-                return
-        buffer.release()
 
     def _whole(self, reference: Buffer | BufferRef, what: str, role: str) -> BufferRef:
         if not isinstance(reference, (Buffer, BufferRef)) or isinstance(reference, BufferRef) and \
@@ -449,8 +426,7 @@ class Device:
             return
         self._closed = True
         self._executables.clear()
-        with self._readbacks_lock:
-            self._readbacks.clear()  # freed with the device
+        self._readbacks.close()
         self._close()
 
     def __enter__(self) -> Device:
@@ -539,7 +515,6 @@ class Device:
 
     def _queue_clock(self) -> QueueClock:
         """See queue_clock: here host calls, which the GPU backends replace with their own timers."""
-        from hal.tracing import HostCallClock
         return HostCallClock(self)
 
     def _queue_signals(self, signals: tuple[tuple[Semaphore, int], ...]) -> None:

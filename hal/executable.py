@@ -15,13 +15,10 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hal.commands import Entries, Entry
 from hal.errors import UnsupportedError, ValidationError, integer
-
-if TYPE_CHECKING:
-    from hal.device import Device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +61,14 @@ class Export:
         object.__setattr__(self, "early_launch", early_launch)
         # Per binding: does the kernel write it? (Not a field: derived, and used on the hot path.)
         object.__setattr__(self, "writes", tuple(i not in ro for i in range(bindings)))
+
+
+class Loader(Protocol):
+    """What an executable needs of the device that loaded it (a hal.Device)."""
+
+    driver: str
+
+    def executable_released(self, executable: Executable) -> None: ...
 
 
 class ExecutableSource:
@@ -188,7 +193,7 @@ class Executable(Entries):
 
     __slots__ = ("device", "source", "exports", "_released", "__weakref__")
 
-    def __init__(self, device: Device, source: ExecutableSource) -> None:
+    def __init__(self, device: Loader, source: ExecutableSource) -> None:
         self.device = device
         self.source = source
         self.exports = source.exports

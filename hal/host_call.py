@@ -20,16 +20,24 @@ import collections
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hal.errors import DeviceError, DeviceLostError
 
 if TYPE_CHECKING:
-    from hal.device import Device
     from hal.semaphore import Semaphore
 
 IDLE_EXIT_S = 1.0
 WAIT_SLICE_S = 0.05
+
+
+class HostCallOwner(Protocol):
+    """What the host-call thread needs of its device (a hal.Device)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def fail_signals(self, signals: tuple[tuple[Semaphore, int], ...], error: BaseException) -> None: ...
 
 
 class HostCall:
@@ -47,7 +55,7 @@ class HostCall:
 class HostCallThread:
     """The thread that runs one device's host calls, in queue order (started on demand, gone when idle)."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: HostCallOwner) -> None:
         self.device = device
         self.condition = threading.Condition()
         self.calls: collections.deque[HostCall] = collections.deque()

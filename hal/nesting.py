@@ -20,10 +20,7 @@ from hal.errors import ValidationError
 
 
 def check_nested(cb: Any, other: Any, binding_table: Sequence[Any]) -> tuple:
-    """Check `other` and the table for cb.execute_commands; returns the table as a tuple."""
-    from hal.command_buffer import CommandBuffer
-    if not isinstance(other, CommandBuffer):
-        raise ValidationError(f"execute_commands: expected a hal.CommandBuffer, got {type(other).__name__}")
+    """Check `other` (a hal.CommandBuffer) and the table for cb.execute_commands; returns the table as a tuple."""
     if other is cb:
         raise ValidationError("execute_commands: a command buffer cannot execute itself")
     if other.device is not cb.device:

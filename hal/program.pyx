@@ -270,7 +270,7 @@ cdef class Emitter:
 
     The command buffer records and plans; the emitter turns the Program into the backend's form and runs it.
     A dispatch's constants may hold hal.ConstantSlot entries, resolved per submission from the values the
-    backend's device is given (see Device._queue_execute). A subclass implements:
+    backend's device is given (see hal.Device.queue_execute). A subclass implements:
 
     - `begin(program)` and `command(program, command)`, which serve single_pass recording, where the backend may
       emit each command as it comes (`program` is then still growing: the planner has added the command's nodes

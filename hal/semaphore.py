@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hal.errors import DeviceError, ValidationError, integer
 
-if TYPE_CHECKING:
-    from hal.device import Device
-
 MAX_VALUE = (1 << 64) - 1
+
+
+class SemaphoreOwner(Protocol):
+    """What a semaphore needs of its device (a hal.Device)."""
+
+    driver: str
+
+    def check_open(self) -> None: ...
 
 
 class Semaphore:
@@ -30,7 +35,7 @@ class Semaphore:
 
     __slots__ = ("device", "promised", "failure", "internal", "__weakref__")
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: SemaphoreOwner) -> None:
         self.device = device
         self.promised = 0
         self.failure: BaseException | None = None

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from hal.errors import HalError, UnsupportedError, ValidationError
 from hal.nesting import replay
@@ -35,40 +35,6 @@ if TYPE_CHECKING:
     from hal.program import Program
 
 GATE_SECONDS = 120  # the longest the queue waits at the gate for the commands to be queued
-
-
-class QueueClock(Protocol):
-    """Marks queued in a device's queue order; their times, in seconds from the first, once the queue passed
-    them. `what` says what the times are; `capacity` is the most marks it holds (None: no limit)."""
-
-    what: str
-    capacity: int | None
-
-    def mark(self) -> None: ...
-
-    def seconds(self) -> list[float]: ...
-
-    def close(self) -> None: ...
-
-
-class HostCallClock:
-    """The host backend's clock: a host call per mark, which its queue thread runs between the commands."""
-
-    what = "host calls between the commands, on the host backend's queue thread"
-    capacity = None
-
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        self.times: list[float] = []
-
-    def mark(self) -> None:
-        self.device.queue_host_call(lambda: self.times.append(time.perf_counter()))
-
-    def seconds(self) -> list[float]:
-        return [t - self.times[0] for t in self.times]
-
-    def close(self) -> None:
-        pass
 
 
 class Trace:

@@ -3,23 +3,40 @@
 Memory comes from cuMemAllocAsync on the device's stream and goes back with cuMemFreeAsync on it,
 so a released buffer is freed exactly when the work submitted before the release is done, with no
 host wait. `read`/`write` go through pinned staging. Buffers speak the CUDA Array Interface and
-DLPack, so PyTorch, CuPy or JAX see the memory in place; `CudaDevice.import_buffer` goes the other way.
+DLPack, so PyTorch, CuPy or JAX see the memory in place; `MemoryDevice.import_buffer` goes the other way.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from cuda.bindings import driver
 
 from backends.cuda_graph.api import call
 from hal.buffer import Buffer, BufferUsage
-
-if TYPE_CHECKING:
-    from backends.cuda_graph.device import CudaDevice
+from hal.lifetime import Release
 
 DLPACK_CUDA = 2  # kDLCUDA
+
+
+class MemoryDevice(Protocol):
+    """What buffers need of their CUDA device."""
+
+    ordinal: int
+    stream_handle: int
+
+    def allocate_memory(self, nbytes: int) -> int: ...
+
+    def track(self, owner: object, kind: str, handle: Any) -> Release: ...
+
+    def collect(self) -> None: ...
+
+    def staging_copy(self, address: int, host: np.ndarray, to_device: bool) -> None: ...
+
+    def core_view(self, buffer: CudaBuffer) -> Any: ...
+
+    def order_consumer(self, stream: Any) -> None: ...
 
 
 class CudaBuffer(Buffer):
@@ -27,7 +44,7 @@ class CudaBuffer(Buffer):
 
     __slots__ = ("address", "owner", "_core", "_finalizer")
 
-    def __init__(self, device: CudaDevice, size: int, usage: BufferUsage, address: int | None = None,
+    def __init__(self, device: MemoryDevice, size: int, usage: BufferUsage, address: int | None = None,
                  owner: Any = None) -> None:
         self._finalizer = None
         if address is None:

@@ -11,25 +11,36 @@ constants as 4-byte values.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cuda.bindings import driver, nvrtc
 
 from backends.cuda_graph.api import call, fail
 from hal.errors import CompileError, UnsupportedError, ValidationError
 from hal.executable import DiskCache, Executable, ExecutableSource, Export
-
-if TYPE_CHECKING:
-    from backends.cuda_graph.device import CudaDevice
+from hal.lifetime import Release
 
 _cubin_cache = DiskCache("cuda")
 PARAMETER_BYTES = 4096  # the kernel parameter limit: bindings (8 bytes each) and constants (4) share it
 
 
+class ModuleDevice(Protocol):
+    """What executables need of their CUDA device."""
+
+    driver: str
+    compute_capability: tuple[int, int]
+
+    def track(self, owner: object, kind: str, handle: Any) -> Release: ...
+
+    def collect(self) -> None: ...
+
+    def executable_released(self, executable: Executable) -> None: ...
+
+
 class CudaExecutable(Executable):
     __slots__ = ("module", "functions", "_finalizer")
 
-    def __init__(self, device: CudaDevice, source: ExecutableSource) -> None:
+    def __init__(self, device: ModuleDevice, source: ExecutableSource) -> None:
         super().__init__(device, source)
         image = _image(device, source)
         self.module = call(driver.cuModuleLoadData, image)
@@ -70,7 +81,7 @@ def _function(module: Any, export: Export) -> Any:
     return func
 
 
-def _image(device: CudaDevice, source: ExecutableSource) -> bytes:
+def _image(device: ModuleDevice, source: ExecutableSource) -> bytes:
     """What cuModuleLoadData takes: a cubin (compiled or linked here), or PTX for the driver to compile."""
     arch = "sm_{}{}".format(*device.compute_capability)
     if source.format == "cubin":

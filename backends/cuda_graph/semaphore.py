@@ -8,26 +8,46 @@ submitted signal has yet to write, or that write would move the value back.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from backends.cuda_graph.buffer import host_alloc
 from hal.errors import DeviceLostError, TimeoutError
+from hal.lifetime import Release
 from hal.semaphore import Semaphore, check_host_signal
-
-if TYPE_CHECKING:
-    from backends.cuda_graph.device import CudaDevice
 
 SPIN_S = 50e-6  # poll without sleeping this long first: waits on a GPU are often short
 SLEEP_S = 100e-6  # then poll this often (a host signal wakes the waiters at once)
 
 
+class TimelineDevice(Protocol):
+    """What semaphores need of their CUDA device."""
+
+    driver: str
+    host_signalled: threading.Condition  # notified at each host write of a semaphore value
+
+    @property
+    def closed(self) -> bool: ...
+
+    def check_open(self) -> None: ...
+
+    def check_lost(self) -> None: ...
+
+    def track(self, owner: object, kind: str, handle: Any) -> Release: ...
+
+    def pending_signal(self, sem: Semaphore) -> int | None: ...
+
+    def waiting(self) -> contextlib.AbstractContextManager[None]: ...
+
+
 class CudaSemaphore(Semaphore):
     __slots__ = ("host_address", "device_address", "_cell")
 
-    def __init__(self, device: CudaDevice, initial: int) -> None:
+    def __init__(self, device: TimelineDevice, initial: int) -> None:
         super().__init__(device)
         self.host_address, self.device_address, view = host_alloc(8)
         self._cell = view.view(np.uint64)

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from hal.buffer import Buffer, BufferUsage
 from hal.errors import OutOfMemoryError
+from hal.lifetime import Lifetime
 
-if TYPE_CHECKING:
-    from backends.host.device import HostDevice
+
+class MemoryDevice(Protocol):
+    """What buffers need of their host device."""
+
+    lifetime: Lifetime
+
+    def count_memory(self, delta: int) -> None: ...
 
 
 class HostBuffer(Buffer):
     __slots__ = ("data",)
 
-    def __init__(self, device: HostDevice, size: int, usage: BufferUsage) -> None:
+    def __init__(self, device: MemoryDevice, size: int, usage: BufferUsage) -> None:
         try:
             self.data = np.zeros(size, np.uint8)
         except (MemoryError, ValueError) as e:

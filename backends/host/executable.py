@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from hal.commands import pack_constants
 from hal.errors import UnsupportedError, ValidationError
-from hal.executable import Executable, ExecutableSource
-
-if TYPE_CHECKING:
-    from backends.host.device import HostDevice
+from hal.executable import Executable, ExecutableSource, Loader
 
 
 class HostExecutable(Executable):
     __slots__ = ("functions",)
 
-    def __init__(self, device: HostDevice, source: ExecutableSource) -> None:
+    def __init__(self, device: Loader, source: ExecutableSource) -> None:
         if source.format != "python":
             raise UnsupportedError(f"the host device runs Python kernels only, not {source.format!r} code; "
                                    f"give ExecutableSource.python(...) or .multi(host=ExecutableSource.python(...))")

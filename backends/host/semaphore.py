@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hal.errors import DeviceLostError, TimeoutError
 from hal.semaphore import Semaphore, check_host_signal
 
-if TYPE_CHECKING:
-    from backends.host.device import HostDevice
+
+class TimelineDevice(Protocol):
+    """What semaphores need of their host device."""
+
+    driver: str
+    condition: threading.Condition  # the queue's state, notified as it changes
+
+    @property
+    def closed(self) -> bool: ...
+
+    def check_open(self) -> None: ...
 
 
 class HostSemaphore(Semaphore):
     __slots__ = ("value",)
 
-    def __init__(self, device: HostDevice, initial: int) -> None:
+    def __init__(self, device: TimelineDevice, initial: int) -> None:
         super().__init__(device)
         self.value = initial
 

@@ -7,21 +7,33 @@ device's staging buffer. Every buffer can be a transfer source and target, for t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from backends.vulkan.api import check, ffi, lib, vk
-from backends.vulkan.memory import DEVICE_LOCAL, HOST_VISIBLE
+from backends.vulkan.memory import DEVICE_LOCAL, HOST_VISIBLE, MemoryPool
 from hal.buffer import Buffer, BufferUsage
-
-if TYPE_CHECKING:
-    from backends.vulkan.device import VulkanDevice
+from hal.lifetime import Lifetime
 
 _TRANSFER = vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
 
 
-def create_buffer(device: VulkanDevice, nbytes: int, usage_bits: int, required: int, preferred: int = 0,
+class BufferDevice(Protocol):
+    """What buffers need of their Vulkan device."""
+
+    handle: Any
+    memory: MemoryPool
+    lifetime: Lifetime
+
+    def address(self, cdata: Any) -> int: ...
+
+    def count_objects(self, kind: str, delta: int) -> None: ...
+
+    def staging_copy(self, buffer: VulkanBuffer, offset: int, host: np.ndarray, to_device: bool) -> None: ...
+
+
+def create_buffer(device: BufferDevice, nbytes: int, usage_bits: int, required: int, preferred: int = 0,
                   own: bool = False) -> tuple:
     """A VkBuffer of `nbytes` bound to fresh memory (a whole allocation if `own`): (handle, allocation)."""
     info = ffi.new("VkBufferCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": nbytes,
@@ -37,7 +49,7 @@ def create_buffer(device: VulkanDevice, nbytes: int, usage_bits: int, required: 
     return out[0], allocation
 
 
-def destroy_buffer(device: VulkanDevice, handle: Any, allocation: Any) -> None:
+def destroy_buffer(device: BufferDevice, handle: Any, allocation: Any) -> None:
     lib.vkDestroyBuffer(device.handle, handle, ffi.NULL)
     device.memory.free(allocation)
     device.count_objects("VkBuffer", -1)
@@ -48,7 +60,7 @@ class VulkanBuffer(Buffer):
 
     __slots__ = ("vk_buffer", "_finalizer")
 
-    def __init__(self, device: VulkanDevice, size: int, usage: BufferUsage, indirect: bool = False) -> None:
+    def __init__(self, device: BufferDevice, size: int, usage: BufferUsage, indirect: bool = False) -> None:
         """`indirect`: vkCmdDispatchIndirect may read it (hal's own buffers for dispatch_indirect)."""
         super().__init__(device, size, usage)
         self.vk_buffer = None
@@ -82,7 +94,7 @@ class HostVisibleBuffer(Buffer):
 
     __slots__ = ("vk_buffer", "words", "_finalizer")
 
-    def __init__(self, device: VulkanDevice, size: int) -> None:
+    def __init__(self, device: BufferDevice, size: int) -> None:
         super().__init__(device, size, BufferUsage.DEFAULT)
         bits = _TRANSFER | vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
         self.vk_buffer, allocation = create_buffer(device, max(size, 4), bits, HOST_VISIBLE, own=True)
@@ -108,6 +120,6 @@ class HostVisibleBuffer(Buffer):
         self._finalizer()
 
 
-def _unmap_and_destroy(device: VulkanDevice, handle: Any, allocation: Any) -> None:
+def _unmap_and_destroy(device: BufferDevice, handle: Any, allocation: Any) -> None:
     lib.vkUnmapMemory(device.handle, allocation.memory)
     destroy_buffer(device, handle, allocation)

@@ -27,9 +27,8 @@ from libc.string cimport memcpy
 from libcpp.mutex cimport mutex, unique_lock
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-from backends.vulkan.calls cimport (
-    Bound, cmd_copy_buffer, cmd_pipeline_barrier, encode_dispatch, storage_buffer_write
-)
+from backends.vulkan.bound cimport Bound
+from backends.vulkan.calls cimport cmd_copy_buffer, cmd_pipeline_barrier, encode_dispatch, storage_buffer_write
 from backends.vulkan.khronos cimport (
     VkBuffer, VkBufferCopy, VkDescriptorSet, VkDeviceSize, VkMemoryBarrier, VkPipeline, VkPipelineLayout,
     VkPipelineStageFlags

@@ -4,6 +4,8 @@ from libcpp.vector cimport vector
 
 from hal.commands cimport DispatchArguments, Range, argument_ranges, argument_words
 
+from backends.vulkan.bound cimport Bound, begin_state, descriptors_differ
+
 from backends.vulkan.khronos cimport (
     VkBuffer, VkBufferCopy, VkCommandBuffer, VkDescriptorBufferInfo, VkDescriptorSet, VkDeviceSize, VkMemoryBarrier,
     VkPipeline, VkPipelineLayout, VkPipelineStageFlags, VkWriteDescriptorSet, VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
@@ -30,25 +32,6 @@ cdef class DeviceCommands:
     cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
     cdef VkMemoryBarrier host_barrier  # a region's flag, copied, then read by the host
     cdef VkMemoryBarrier fault_barrier  # the guards' fault record, written by shaders, then read by the host
-
-
-cdef struct Counts:  # an encoding's state-setting calls, by kind
-    Py_ssize_t barriers
-    Py_ssize_t pipelines
-    Py_ssize_t descriptor_sets
-    Py_ssize_t constant_pushes
-    Py_ssize_t dispatches
-
-
-cdef cppclass Bound:  # the compute state one VkCommandBuffer holds as its encoding set it, and the calls that set it
-    VkPipeline pipeline
-    vector[VkDescriptorBufferInfo] descriptors  # the first descriptor_count set (sized: see Calls.make_room)
-    vector[uint32_t] words  # the push constants: the first word_count set
-    uint32_t descriptor_count
-    uint32_t word_count
-    bint descriptors_set
-    bint words_set
-    Counts counts
 
 
 cdef class Calls:
@@ -118,31 +101,7 @@ cdef inline void cmd_pipeline_barrier(DeviceCommands fn, VkCommandBuffer cb, VkP
 
 
 # The state Vulkan keeps across dispatches is set only when it changes: Calls (in the recording thread) and the call
-# stream's worker both encode a dispatch with these, on the command pool's Bound.
-
-cdef inline void begin_state(Bound* bound) noexcept nogil:
-    """A VkCommandBuffer begun: nothing bound, nothing counted."""
-    bound.pipeline = NULL
-    bound.descriptors_set = bound.words_set = False
-    memset(&bound.counts, 0, sizeof(Counts))
-
-
-cdef inline bint descriptors_differ(Bound* bound, const Range* ranges, uint32_t count) noexcept nogil:
-    """Do the descriptors of `ranges` differ from those set? They are the ones set from now on: the caller sets them
-    if so."""
-    cdef bint differ = not bound.descriptors_set or bound.descriptor_count != count
-    cdef VkDescriptorBufferInfo* info
-    cdef uint32_t i
-    for i in range(count):
-        info = &bound.descriptors[i]
-        if differ or info.buffer != <VkBuffer>ranges[i].handle or info.offset != ranges[i].offset or \
-                info.range != ranges[i].size:
-            differ = True
-            info.buffer, info.offset, info.range = <VkBuffer>ranges[i].handle, ranges[i].offset, ranges[i].size
-    bound.descriptor_count = count
-    bound.descriptors_set = True
-    return differ
-
+# stream's worker both encode a dispatch with these, on the command pool's Bound (backends.vulkan.bound).
 
 cdef inline void encode_dispatch(DeviceCommands fn, VkCommandBuffer cb, VkWriteDescriptorSet* write, Bound* bound,
                                  VkPipeline pipeline, VkPipelineLayout layout, bint forget, bint dispatch,

@@ -46,7 +46,8 @@ from backends.vulkan.khronos cimport (
     VkTimelineSemaphoreSubmitInfo
 )
 from backends.vulkan.call_stream cimport CallStream, StreamedCalls
-from backends.vulkan.calls cimport Bound, Calls, Counts, DeviceCommands, descriptors_differ
+from backends.vulkan.bound cimport Bound, Counts, descriptors_differ
+from backends.vulkan.calls cimport Calls, DeviceCommands
 from backends.vulkan.driver_calls cimport check
 from backends.vulkan.recording cimport Recording
 

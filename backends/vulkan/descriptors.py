@@ -6,21 +6,26 @@ together when the recording is retired, so nothing is freed while the GPU may st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from backends.vulkan.api import FRAGMENTED_POOL, OUT_OF_POOL_MEMORY, SUCCESS, check, ffi, lib, vk
-
-if TYPE_CHECKING:
-    from backends.vulkan.device import VulkanDevice
 
 SETS_PER_POOL = 256
 DESCRIPTORS_PER_POOL = 2048
 
 
+class DescriptorDevice(Protocol):
+    """What descriptor pools need of their Vulkan device."""
+
+    handle: Any
+
+    def count_objects(self, kind: str, delta: int) -> None: ...
+
+
 class DescriptorArena:
     __slots__ = ("device", "pools", "info", "layout", "out")
 
-    def __init__(self, device: VulkanDevice) -> None:
+    def __init__(self, device: DescriptorDevice) -> None:
         self.device = device
         self.pools: list[Any] = []
         self.layout = ffi.new("VkDescriptorSetLayout[1]")

@@ -254,7 +254,7 @@ class VulkanDevice(Device):
         """Record a small VkCommandBuffer with `record(handle)` and queue it after the work queued so far; the
         caller keeps the Recording until the queue passed it (backends.vulkan.timestamps)."""
         recording = self._reusable_recording(record)
-        self._submit_in_order(lambda: self._submit(recording.handle), (), ())
+        self._submit_in_order(lambda: self.submit_recording(recording.handle), (), ())
         return recording
 
     def _queue_clock(self) -> TimestampClock:
@@ -277,9 +277,9 @@ class VulkanDevice(Device):
                 if emitter.driven:
                     self._driver.put(lambda: run_steps(self, work, waits, signals), waits, signals)
                 else:
-                    self._driver.put(lambda: self._submit(work, waits, signals), waits, signals)
+                    self._driver.put(lambda: self.submit_recording(work, waits, signals), waits, signals)
                 return
-            self._submit(work, waits, signals)
+            self.submit_recording(work, waits, signals)
         if self.lifetime.pending:
             with contextlib.suppress(HalError):  # the work is queued: a failure here surfaces at synchronize()
                 self.lifetime.collect()
@@ -302,8 +302,8 @@ class VulkanDevice(Device):
         n = self._host_calls_queued
 
         def submit() -> None:
-            self._submit(self._host_read_recording().handle, waits, ((reached, n),))
-            self._submit(self.empty_recording().handle, ((opened, n),), signals)
+            self.submit_recording(self._host_read_recording().handle, waits, ((reached, n),))
+            self.submit_recording(self.empty_recording().handle, ((opened, n),), signals)
 
         self._submit_in_order(submit, waits, signals)
         self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: reached.wait(n),
@@ -311,7 +311,7 @@ class VulkanDevice(Device):
 
     def _queue_signals(self, signals: tuple[tuple[VulkanSemaphore, int], ...]) -> None:
         self.check_lost()
-        self._submit_in_order(lambda: self._submit(self.empty_recording().handle, (), signals), (), signals)
+        self._submit_in_order(lambda: self.submit_recording(self.empty_recording().handle, (), signals), (), signals)
 
     def _submit_in_order(self, submit: Callable[[], None], waits: tuple, signals: tuple) -> None:
         """Make the submissions of `submit` now, or on the QueueDriver while it has jobs (queue order)."""
@@ -348,7 +348,7 @@ class VulkanDevice(Device):
             raise ValidationError(f"semaphore value {value} is more than the device's "
                                   f"maxTimelineSemaphoreValueDifference {limit} away from the current value {current}")
 
-    def _submit(self, vkcb: int, waits: tuple = (), signals: tuple = ()) -> int:
+    def submit_recording(self, vkcb: int, waits: tuple = (), signals: tuple = ()) -> int:
         """Queue the VkCommandBuffer `vkcb` after everything submitted before; returns its timeline value."""
         with self._queue_lock:  # the pending list stays in submission order
             try:
@@ -382,7 +382,7 @@ class VulkanDevice(Device):
         values += [v for _, _, signals in self._driver.entries() for s, v in signals if s is sem]
         return min(values) if values else None
 
-    def _wait_for(self, value: int) -> None:
+    def wait_for_submission(self, value: int) -> None:
         """Block until the timeline reaches `value`; refuse to wait forever for a host signal only this
         thread could give."""
         values = ffi.new("uint64_t[1]", [value])
@@ -415,7 +415,7 @@ class VulkanDevice(Device):
 
     def _synchronize(self) -> None:
         self._driver.wait_idle(self._refuse_driver_deadlock)
-        self._wait_for(self._submitter.submitted)
+        self.wait_for_submission(self._submitter.submitted)
         error = self._driver.take_error()
         if error is not None:
             raise error if isinstance(error, HalError) else DeviceError(f"a region's submission failed: {error!r}")
@@ -471,7 +471,7 @@ class VulkanDevice(Device):
                     self.fn.vkCmdPipelineBarrier(vkcb, vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
                                                  0, 1, self.host_barrier, 0, ffi.NULL, 0, ffi.NULL)
                 self._transfer.end()
-                self._wait_for(self._submit(self._transfer.handle))
+                self.wait_for_submission(self.submit_recording(self._transfer.handle))
                 if not to_device:
                     piece[:] = staging[2][:n]
 
@@ -481,7 +481,7 @@ class VulkanDevice(Device):
         if self._staging is not None and len(self._staging[2]) >= want:
             return self._staging
         if self._staging is not None:
-            self._wait_for(self._submitter.submitted)
+            self.wait_for_submission(self._submitter.submitted)
             self._unmap_staging()
         bits = vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
         handle, allocation = create_buffer(self, want, bits, HOST_VISIBLE, HOST_CACHED, own=True)

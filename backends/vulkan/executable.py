@@ -9,25 +9,43 @@ block of 32-bit words at offset 0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from backends.vulkan import shaders, spirv
 from backends.vulkan.api import check, ffi, lib, vk
+from hal.capabilities import Capabilities
 from hal.errors import CompileError, UnsupportedError, ValidationError
 from hal.executable import Executable, ExecutableSource, Export
-
-if TYPE_CHECKING:
-    from backends.vulkan.device import VulkanDevice
+from hal.lifetime import Lifetime
 
 COMPUTE = vk.VK_SHADER_STAGE_COMPUTE_BIT
 _LAYOUT_KINDS: dict[tuple[int, int], tuple[int, int]] = {}
+
+
+class PipelineDevice(Protocol):
+    """What executables need of their Vulkan device."""
+
+    handle: Any
+    capabilities: Capabilities
+    features: Any  # backends.vulkan.capabilities' query
+    lifetime: Lifetime
+    pipeline_cache: Any
+    push_descriptors: bool
+    target_env: str
+    driver: str
+
+    def address(self, cdata: Any) -> int: ...
+
+    def count_objects(self, kind: str, delta: int) -> None: ...
+
+    def executable_released(self, executable: Any) -> None: ...
 
 
 class VulkanExecutable(Executable):
     __slots__ = ("pipelines", "layouts", "set_layouts", "pipeline_handles", "layout_handles", "compatible",
                  "_finalizer")
 
-    def __init__(self, device: VulkanDevice, source: ExecutableSource) -> None:
+    def __init__(self, device: PipelineDevice, source: ExecutableSource) -> None:
         super().__init__(device, source)
         modules = _modules(device, source)  # export name -> (SPIR-V, entry point name)
         for export in source.exports:
@@ -52,7 +70,7 @@ class VulkanExecutable(Executable):
         self.compatible = tuple(_LAYOUT_KINDS.setdefault((e.bindings, e.constants), (e.bindings, e.constants))
                                 for e in source.exports)
 
-    def _create_pipeline(self, device: VulkanDevice, export: Export, code: bytes, entry: str) -> None:
+    def _create_pipeline(self, device: PipelineDevice, export: Export, code: bytes, entry: str) -> None:
         handle = device.handle
         bindings = ffi.new("VkDescriptorSetLayoutBinding[]", [
             {"binding": i, "descriptorType": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "descriptorCount": 1,
@@ -97,7 +115,7 @@ class VulkanExecutable(Executable):
         self.device.lifetime.collect()
 
 
-def destroy_pipelines(device: VulkanDevice, pipelines: list, layouts: list, set_layouts: list) -> None:
+def destroy_pipelines(device: PipelineDevice, pipelines: list, layouts: list, set_layouts: list) -> None:
     handle = device.handle
     for kind, items, destroy in (("VkPipeline", pipelines, lib.vkDestroyPipeline),
                                  ("VkPipelineLayout", layouts, lib.vkDestroyPipelineLayout),
@@ -107,7 +125,7 @@ def destroy_pipelines(device: VulkanDevice, pipelines: list, layouts: list, set_
         device.count_objects(kind, -len(items))
 
 
-def _modules(device: VulkanDevice, source: ExecutableSource) -> dict[str, tuple[bytes, str]]:
+def _modules(device: PipelineDevice, source: ExecutableSource) -> dict[str, tuple[bytes, str]]:
     """SPIR-V and entry point per export, linked, validated and saved for debugging as configured."""
     env = device.target_env
     if source.format == "glsl":
@@ -134,7 +152,7 @@ def _modules(device: VulkanDevice, source: ExecutableSource) -> dict[str, tuple[
     return {e.name: (code, e.name) for e in source.exports}
 
 
-def _check(device: VulkanDevice, module: spirv.Module, export: Export, entry_name: str) -> None:
+def _check(device: PipelineDevice, module: spirv.Module, export: Export, entry_name: str) -> None:
     """Refuse a module the device cannot run, or whose ABI disagrees with `export`."""
     what = f"export {export.name!r}"
     caps, real = device.capabilities, device.features.capabilities

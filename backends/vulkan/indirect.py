@@ -14,15 +14,13 @@ guard each in place. A recording with guards ends with a barrier that makes the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from backends.vulkan.buffer import VulkanBuffer
+from backends.vulkan.buffer import HostVisibleBuffer, VulkanBuffer
 from hal.buffer import Buffer, BufferUsage
+from hal.capabilities import Capabilities
 from hal.commands import Dispatch
-from hal.executable import ExecutableSource, Export
-
-if TYPE_CHECKING:
-    from backends.vulkan.device import VulkanDevice
+from hal.executable import Executable, ExecutableSource, Export
 
 GUARD = ExecutableSource.glsl({"guard": """#version 450
 layout(local_size_x = 1) in;
@@ -44,12 +42,22 @@ void main() {
 PER_CHUNK = 256  # dispatch_indirect commands whose counts one arguments buffer holds
 
 
+class GuardDevice(Protocol):
+    """What the guards of dynamic indirect dispatches need of their Vulkan device."""
+
+    capabilities: Capabilities
+
+    def load_executable(self, source: ExecutableSource) -> Executable: ...
+
+    def indirect_faults(self) -> HostVisibleBuffer: ...
+
+
 class IndirectGuard:
     """One command buffer's side of dispatch_indirect: the guard executable, the device's fault record (hal.indirect,
     a HostVisibleBuffer), and the
     arguments buffers (12 bytes per dispatch_indirect, PER_CHUNK to a buffer, added as commands come)."""
 
-    def __init__(self, device: VulkanDevice) -> None:
+    def __init__(self, device: GuardDevice) -> None:
         self.device = device
         self.executable = device.load_executable(GUARD)
         self.entry = self.executable.entries["guard"]

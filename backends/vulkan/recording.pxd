@@ -1,6 +1,6 @@
 from libc.stdint cimport uintptr_t
 
-from backends.vulkan.calls cimport Bound
+from backends.vulkan.bound cimport Bound
 from backends.vulkan.khronos cimport (
     VkCommandBuffer, VkCommandPool, VkDevice, PFN_vkAllocateCommandBuffers, PFN_vkBeginCommandBuffer,
     PFN_vkCreateCommandPool, PFN_vkDestroyCommandPool, PFN_vkEndCommandBuffer, PFN_vkResetCommandPool

@@ -27,7 +27,7 @@ cimport cython
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
-from backends.vulkan.calls cimport begin_state
+from backends.vulkan.bound cimport begin_state
 from backends.vulkan.driver_calls cimport check, entry
 from backends.vulkan.khronos cimport (
     VkCommandBufferAllocateInfo, VkCommandBufferBeginInfo, VkCommandPoolCreateInfo, PFN_vkAllocateCommandBuffers,

@@ -17,15 +17,28 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from backends.vulkan.device import VulkanDevice
+    from backends.vulkan.recording import Recording
 
 IDLE_EXIT_S = 1.0
 WAIT_SLICE_S = 0.05
+
+
+class QueueDevice(Protocol):
+    """What the steps of regions need of their Vulkan device: its submissions on one timeline."""
+
+    @property
+    def submitted(self) -> int: ...
+
+    def submit_recording(self, vkcb: int, waits: tuple = (), signals: tuple = ()) -> int: ...
+
+    def wait_for_submission(self, value: int) -> None: ...
+
+    def empty_recording(self) -> Recording: ...
 
 
 class Steps:
@@ -56,14 +69,14 @@ class Steps:
                 item[4].release()
 
 
-def run_steps(device: VulkanDevice, steps: Steps, waits: tuple, signals: tuple) -> None:
+def run_steps(device: QueueDevice, steps: Steps, waits: tuple, signals: tuple) -> None:
     """Submit `steps` on the QueueDriver's thread: the first submission carries `waits`, a last, empty one
     `signals` (also when a step failed, so that nothing waits forever; the failure is raised at synchronize())."""
     pending_waits = waits
 
     def submit(handle: int) -> int:
         nonlocal pending_waits
-        value = device._submit(handle, pending_waits)
+        value = device.submit_recording(handle, pending_waits)
         pending_waits = ()
         return value
 
@@ -74,7 +87,7 @@ def run_steps(device: VulkanDevice, steps: Steps, waits: tuple, signals: tuple) 
                 continue
             _, loop, readback, word, body = item
             while True:
-                device._wait_for(submit(readback.handle))
+                device.wait_for_submission(submit(readback.handle))
                 if not steps.words[word]:
                     break
                 walk(body.items)
@@ -84,7 +97,7 @@ def run_steps(device: VulkanDevice, steps: Steps, waits: tuple, signals: tuple) 
     try:
         walk(steps.items)
     finally:
-        device._submit(device.empty_recording().handle, pending_waits, signals)
+        device.submit_recording(device.empty_recording().handle, pending_waits, signals)
 
 
 class QueueDriver:
@@ -92,7 +105,7 @@ class QueueDriver:
     (see the module docstring). `busy()`: jobs are queued or running; `entries()`: their (None, waits, signals),
     in order, for the device's checks of host signals and of waits only the host can end."""
 
-    def __init__(self, device: VulkanDevice) -> None:
+    def __init__(self, device: QueueDevice) -> None:
         self.device = device
         self.condition = threading.Condition()
         self.jobs: collections.deque[tuple[Callable[[], None], tuple, tuple]] = collections.deque()

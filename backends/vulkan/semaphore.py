@@ -3,20 +3,44 @@ the host, or both (a submission may wait for a value the host signals later)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from backends.vulkan.api import TIMEOUT, check, ffi, lib, vk
 from hal.errors import DeviceLostError, TimeoutError
+from hal.lifetime import Lifetime
 from hal.semaphore import Semaphore, check_host_signal
-
-if TYPE_CHECKING:
-    from backends.vulkan.device import VulkanDevice
 
 WAIT_SLICE_S = 0.1  # long waits are cut in slices, so that closing the device ends them
 
 
-def create_timeline(device: VulkanDevice, initial: int) -> Any:
+class TimelineDevice(Protocol):
+    """What timeline semaphores need of their Vulkan device."""
+
+    handle: Any
+    fn: Any  # its device-level functions (vkWaitSemaphores, vkSignalSemaphore, vkGetSemaphoreCounterValue)
+    features: Any  # backends.vulkan.capabilities' query
+    lifetime: Lifetime
+    driver: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    def address(self, cdata: Any) -> int: ...
+
+    def count_objects(self, kind: str, delta: int) -> None: ...
+
+    def check_open(self) -> None: ...
+
+    def check_timeline_step(self, sem: VulkanSemaphore, value: int) -> None: ...
+
+    def pending_signal(self, sem: Semaphore) -> int | None: ...
+
+    def waiting(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+def create_timeline(device: TimelineDevice, initial: int) -> Any:
     kind = ffi.new("VkSemaphoreTypeCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
                                                   "semaphoreType": vk.VK_SEMAPHORE_TYPE_TIMELINE,
                                                   "initialValue": initial})
@@ -27,7 +51,7 @@ def create_timeline(device: VulkanDevice, initial: int) -> Any:
     return out[0]
 
 
-def destroy_timeline(device: VulkanDevice, handle: Any) -> None:
+def destroy_timeline(device: TimelineDevice, handle: Any) -> None:
     lib.vkDestroySemaphore(device.handle, handle, ffi.NULL)
     device.count_objects("VkSemaphore", -1)
 
@@ -35,7 +59,7 @@ def destroy_timeline(device: VulkanDevice, handle: Any) -> None:
 class VulkanSemaphore(Semaphore):
     __slots__ = ("handle", "address", "_value_out", "_finalizer")
 
-    def __init__(self, device: VulkanDevice, initial: int) -> None:
+    def __init__(self, device: TimelineDevice, initial: int) -> None:
         super().__init__(device)
         self.handle = create_timeline(device, initial)
         self.address = device.address(self.handle)  # what submissions take

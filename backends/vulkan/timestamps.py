@@ -4,19 +4,33 @@ through the device's lifetime: destroyed after the work using it, or when the de
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.vulkan.api import check, ffi, lib, vk
+from backends.vulkan.instance import PhysicalDevice
 from hal.errors import UnsupportedError
+from hal.lifetime import Lifetime
 
 if TYPE_CHECKING:
-    from backends.vulkan.device import VulkanDevice
     from backends.vulkan.recording import Recording
+
 
 CAPACITY = 1 << 14  # marks a clock holds
 
 
-def destroy_pool(device: VulkanDevice, pool: Any) -> None:
+class ClockDevice(Protocol):
+    """What the timestamp clock needs of its Vulkan device."""
+
+    handle: Any
+    name: str
+    physical: PhysicalDevice
+    lifetime: Lifetime
+
+    def queue_recording(self, record: Callable[[Any], None]) -> Recording: ...
+
+
+def destroy_pool(device: ClockDevice, pool: Any) -> None:
     lib.vkDestroyQueryPool(device.handle, pool, ffi.NULL)
 
 
@@ -24,7 +38,7 @@ class TimestampClock:
     what = "Vulkan timestamps between the commands, each command submitted alone"
     capacity = CAPACITY
 
-    def __init__(self, device: VulkanDevice) -> None:
+    def __init__(self, device: ClockDevice) -> None:
         physical = device.physical.handle
         props = ffi.new("VkPhysicalDeviceProperties*")
         lib.vkGetPhysicalDeviceProperties(physical, props)
