@@ -2,6 +2,13 @@
 
 from libc.stdint cimport uintptr_t
 
+
+cdef enum:  # BufferUsage's flags, for compiled checks (hal.buffer.BufferUsage is made of them)
+    USAGE_TRANSFER_SOURCE = 1
+    USAGE_TRANSFER_TARGET = 2
+    USAGE_DISPATCH_STORAGE = 4
+    USAGE_ANY = 7
+
 cdef class Buffer:
     cdef readonly object device
     cdef readonly Py_ssize_t size

@@ -22,11 +22,11 @@ class BufferUsage(enum.IntFlag):
     at creation). Commands check it: copy sources need TRANSFER_SOURCE, fill/update/copy targets
     TRANSFER_TARGET, dispatch bindings DISPATCH_STORAGE. DEFAULT allows everything."""
 
-    TRANSFER_SOURCE = 1
-    TRANSFER_TARGET = 2
-    DISPATCH_STORAGE = 4
-    TRANSFER = 3
-    DEFAULT = 7
+    TRANSFER_SOURCE = USAGE_TRANSFER_SOURCE
+    TRANSFER_TARGET = USAGE_TRANSFER_TARGET
+    DISPATCH_STORAGE = USAGE_DISPATCH_STORAGE
+    TRANSFER = USAGE_TRANSFER_SOURCE | USAGE_TRANSFER_TARGET
+    DEFAULT = USAGE_ANY
 
 
 cdef class Buffer:

@@ -1,83 +1,14 @@
 cimport cython
-from libc.stdint cimport uint32_t
-from libcpp.vector cimport vector
 
-from hal.buffer cimport Buffer, BufferRef
-from hal.commands cimport Command, Range
-from hal.dependencies cimport Planner, RaceDetector
-from hal.program cimport Emitter, Program
+from hal.buffer cimport BufferRef
+from hal.recorder cimport Recorder
 
 
 @cython.final  # its methods are called directly
-cdef class CommandBuffer:
-    cdef readonly object device
-    cdef readonly str mode
-    cdef readonly Py_ssize_t binding_capacity
-    cdef readonly str strategy
-    cdef readonly str dependencies
-    cdef readonly bint validate
-    cdef readonly Emitter emitter  # the backend's side
-    cdef readonly Py_ssize_t slots_needed  # 1 + the highest slot a command uses (after end())
-    cdef readonly Py_ssize_t constant_capacity
-    cdef readonly Py_ssize_t constants_needed  # 1 + the highest constant slot a dispatch uses (after end())
-
-    # The device's limits the checks use.
-    cdef object caps
-    cdef Py_ssize_t max_groups_x, max_groups_y, max_groups_z, max_constant_bytes, storage_alignment
-    cdef Py_ssize_t max_storage_range, fill_alignment, update_alignment, copy_alignment
-
-    # Recording.
-    cdef int phase
-    cdef list sequence  # this level's commands in recording order
-    cdef Py_ssize_t segment_start  # where the current segment begins in `sequence`
-    cdef Py_ssize_t count, barriers
-    cdef bint single_pass, uses_slot
-    cdef Planner planner
-    cdef RaceDetector races
-    cdef uint32_t groups[3]  # a dispatch's workgroup counts, its bindings and constants as C data, written as they
-    cdef vector[Range] ranges  # are checked (hal.commands.with_arguments)
-    cdef vector[uint32_t] words
-    cdef Program recorded  # the Program, once ended (single_pass: while recording, too)
-    cdef list slot_commands
-    cdef list constant_commands  # dispatches with a constant slot
-    cdef list indirect_commands  # the indices of the dispatch_indirect commands
-    cdef list region_commands  # the indices of the regions
-    cdef list collective_commands  # the indices of the collectives
-    cdef list nested_commands  # per execute_commands, the (start, stop) of the commands it recorded
-    cdef list levels  # per open region, the enclosing level's recording state
-    cdef list transients  # alloca's: hal.transients.Transient (single_pass: device buffers of their own)
-    cdef object transient_plan  # hal.transients.TransientPlan, once end() placed them
-    cdef object transients_of  # the command buffer whose transients this one's commands may use too (a scratch's)
-
-    # What a release since recording may invalidate.
-    cdef object live_token
-    cdef tuple direct_buffers
-    cdef dict dispatched
-
-    # Submission.
-    cdef bint ran
-    cdef tuple table
-    cdef object table_token
-    cdef tuple slot_index
-    cdef object __weakref__
-
+cdef class CommandBuffer(Recorder):
     cpdef bint accepts(self, object table, object token)
     cdef void clear(self)
     cdef void release_transients(self)
-    cdef bint workgroups_fit(self, tuple workgroups)
-    cdef void not_recording(self, str what) except *
-    cdef void check_table(self, tuple table, object token) except *
-    cdef tuple index_slots(self)
-    cdef tuple direct(self, tuple commands)
-    cdef void check_released(self, str what, tuple commands, object token) except *
-    cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage)
-    cdef BufferRef check_slot_ref(self, BufferRef ref, Py_ssize_t index, str command, str name, Py_ssize_t binding,
-                                  int usage)
-    cdef BufferRef check_parameters(self, object parameters, Py_ssize_t index, str name)
     cdef BufferRef check_condition(self, object condition, str what)
-    cdef void check_static_parameters(self, BufferRef p, Py_ssize_t index, str name) except *
-    cdef void add_dispatch(self, str command, object executable, object name, object workgroups, object constants,
-                           object bindings, BufferRef parameters, bint dynamic) except *
     cdef void add_collective(self, str operation, object communicator, object source, object target, object dtype,
                              object reduction, object peer, object source_peer) except *
-    cdef void record(self, Command command, tuple refs, tuple writes) except *

@@ -266,7 +266,7 @@ def test_a_chain_reaches_what_is_below_it_however_deep(host, strategy):
     """Steps reading distinct slices of the weights: the weights' writer is a candidate of every step, and
     the step before reaches everything below it (a chain), so no edge from the writer stays, past any search
     budget."""
-    from hal.dependencies import SEARCH_BUDGET
+    from hal.hazards import SEARCH_BUDGET
 
     exe = _slice_reader(host)
     steps = SEARCH_BUDGET + 50
@@ -286,7 +286,7 @@ def test_a_ladder_reaches_what_is_below_it_however_deep(host, strategy):
     """Segments of two steps, each reading both outputs of the segment before and its own slice of the weights:
     a step waits for the two before it, which together reach everything below, so no edge from the weights'
     writer stays past the first segment, past any search budget."""
-    from hal.dependencies import SEARCH_BUDGET
+    from hal.hazards import SEARCH_BUDGET
 
     exe = _slice_reader(host, bindings=4)
     segments = SEARCH_BUDGET + 50
@@ -311,7 +311,7 @@ def test_a_reader_within_the_reach_still_shows_the_writer_it_waited_for(host, st
     """A reader of the weights (command 2) lies within the latest candidate's reach, which drops it; it still
     shows that the weights' writer (command 0, far below that reach) is waited for: no edge from the writer
     stays, though a search would run out of budget down the chain before finding it."""
-    from hal.dependencies import SEARCH_BUDGET
+    from hal.hazards import SEARCH_BUDGET
 
     exe = _slice_reader(host)
     weights, gap, d, a, b, x, z = (host.allocate(64) for _ in range(7))  # z is never written
@@ -341,7 +341,7 @@ def test_a_search_past_the_budget_keeps_a_redundant_edge_but_never_drops_an_orde
     """Two chains taking turns, each step reading its own slice of the weights: a step reaches the weights'
     writer only down its own chain (it waits for no run of consecutive commands), so the writer's redundancy
     lies deeper than the search budget and the edge stays; the DAG still orders every hazard."""
-    from hal.dependencies import SEARCH_BUDGET
+    from hal.hazards import SEARCH_BUDGET
 
     exe = _slice_reader(host)
     steps = 2 * (SEARCH_BUDGET + 50)
