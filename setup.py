@@ -94,7 +94,8 @@ if cuda is None:
     warn("no cuda-bindings with cydriver.pxd, or no cuda.h: the CUDA backend is left out; install cuda-bindings "
          "and the CUDA headers (nvidia-cuda-runtime, or set CUDA_HOME) and reinstall to build it")
 else:
-    extensions.append(extension("backends.cuda_graph.command_buffer", cuda))
+    extensions += [extension(f"backends.cuda_graph.{name}", cuda)
+                   for name in ("resubmission", "nodes", "graph_builder", "command_buffer")]
     references.append(extension("bench.native.cuda_reference", cuda))
 
 

@@ -22,9 +22,10 @@ from cuda.bindings import driver
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
 from backends.cuda_graph.clock import EventClock
-from backends.cuda_graph.command_buffer import CudaEmitter, Resubmission, launch_host_call_notice, queue_execute
+from backends.cuda_graph.command_buffer import CudaEmitter, launch_host_call_notice, queue_execute
 from backends.cuda_graph.communicator import CudaCommunicator
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
+from backends.cuda_graph.resubmission import Resubmission
 from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities

@@ -1,0 +1,6 @@
+cimport cython
+
+
+@cython.final
+cdef class Resubmission:
+    cdef readonly object token
