@@ -174,11 +174,8 @@ class Device:
             self.check_open()
         if not isinstance(command_buffer, CommandBuffer) or command_buffer.device is not self:
             raise ValidationError("queue_execute: expected a command buffer created by this device")
-        # One-shot claims, promised signal values and the backend's submit state stay consistent across
-        # threads. acquire/release costs half a `with` block, on the path whose Python is the overhead.
-        lock = self._submit_lock
-        lock.acquire()
-        try:
+        # One-shot claims, promised signal values and the backend's submit state stay consistent across threads.
+        with self._submit_lock:
             if command_buffer.accepts(binding_table, self.release_token):
                 table = binding_table  # a reusable command buffer again with its last table: nothing to check
             else:
@@ -195,8 +192,6 @@ class Device:
                 for sem, value in signals:
                     sem.promised = value
             command_buffer.submitted()
-        finally:
-            lock.release()
 
     # Queue transfers: each is a one-shot command buffer of its commands, submitted like queue_execute (the same
     # checks, the same order, never blocking); the data of an update is copied when it is called.

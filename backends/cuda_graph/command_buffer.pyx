@@ -67,8 +67,9 @@ from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError,
 
 PROGRAMMATIC = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
 DEVICE_SIDE_DRIVER = 12040  # device-updatable kernel nodes (dispatch_indirect) and conditional nodes (regions)
-# queue_execute's defaults, held in C: a module global is a dict lookup at every use on Python 3.12 and
-# later (Cython caches it by the dict's version only before 3.12).
+# queue_execute's defaults, held in C for the resubmission's identity checks. Read as module globals instead, the
+# resubmission of a chain of 100 took 1.07x and 1.11x cuGraphLaunch against 1.02x and 1.06x (target <= 1.05; an H200,
+# bench.cuda in turns, 2026-11-29, bench/results/nvidia-h200-2026-11-29-issue43-turns.md).
 cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 
 

@@ -58,8 +58,10 @@ from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceLostError
 
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
-# queue_execute's defaults, held in C: a module global is a dict lookup at every use on Python 3.12 and
-# later (Cython caches it by the dict's version only before 3.12).
+# queue_execute's defaults, held in C for the resubmission's identity checks. Read as module globals instead, the
+# resubmission of 1000 dispatches took 1.22x and 0.98x (chain), 0.97x and 1.20x (fan) the reference's vkQueueSubmit
+# against 1.08x and 0.73x, 0.82x and 0.92x (target <= 1.1; an H200's Vulkan driver, bench.vulkan in turns, 2026-11-29,
+# bench/results/nvidia-h200-2026-11-29-issue43-turns.md).
 cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 
 
