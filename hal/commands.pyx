@@ -6,8 +6,8 @@ private copy of update data. The recorder keeps them in one list, and a barrier 
 recording makes is one more for Python's cyclic garbage collector to pass over.
 
 A dispatch whose record reaches only numbers, executables and device buffers is hidden from that collector
-(`hide_from_collector`): it and its bindings then cost no pass at each young collection, 11-17% of recording a
-dispatch (bench/README.md). Nothing such a record reaches holds a command buffer or a Program, except a device's
+(`hide_from_collector`): it and its bindings then cost no pass at each young collection (what that saves:
+bench/README.md). Nothing such a record reaches holds a command buffer or a Program, except a device's
 queue while it runs them, so no reference cycle can pass through it, and reference counting frees it with its
 command buffer. A transient's device is its command buffer, so a record that binds a transient stays tracked.
 

@@ -516,7 +516,7 @@ cdef HazardTracker _spare_tracker = None  # one from a dropped planner, reset: i
 
 cdef HazardTracker take_tracker():
     """A tracker for a new planner: the spare one if any (a fresh tracker's tables are allocated anew and grown
-    entry by entry, about a fifth of planning 10 commands), else a new one."""
+    entry by entry, a cost a short recording feels), else a new one."""
     global _spare_tracker
     cdef HazardTracker tracker = _spare_tracker
     if tracker is None:

@@ -113,7 +113,7 @@ cdef RaceDetector _spare_detector = None  # one a command buffer gave back at en
 
 cdef RaceDetector take_race_detector():
     """A detector for a command buffer that begins recording: the spare one if any (a fresh detector's tables are
-    allocated anew, about a tenth of recording a fan of 10 dispatches), else a new one."""
+    allocated anew, a cost a short recording feels), else a new one."""
     global _spare_detector
     cdef RaceDetector detector = _spare_detector
     if detector is None:

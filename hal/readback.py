@@ -1,5 +1,5 @@
-"""queue_read's staging: host-visible buffers copies write and the host reads, a few kept for reuse (allocating
-host-visible memory costs more than the copy: 0.1 to 1 ms on a GPU)."""
+"""queue_read's staging: host-visible buffers copies write and the host reads, a few kept for reuse (on a GPU,
+allocating host-visible memory costs more than a small copy)."""
 
 from __future__ import annotations
 

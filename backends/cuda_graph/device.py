@@ -42,11 +42,9 @@ A = driver.CUdevice_attribute
 STAGING_BYTES = 32 << 20
 POLL_S = 0.0002  # the host's polling period while the stream waits for a semaphore
 EARLY_LAUNCH_DRIVER = 12030  # programmatic edges in graphs (CUgraphEdgeData): driver 12.3
-# Chains the commands of one segment run in (see command_buffer.py). CUDA's instantiation and launch cost
-# grow with a graph's width: on an H100, a fan-out/fan-in of 1000 one-block kernels in 64 lanes
-# instantiates 7x faster than the full fan (4 against 28-32 µs a node), launches 3x faster, and runs
-# faster on the GPU too: 0.17 against 0.21 µs a node for 1 µs kernels, 0.22 against 0.24 for 10 µs ones,
-# for which 32 lanes would be too few (0.40). See bench/README.md.
+# Chains the commands of one segment run in (see hal.dependencies). CUDA's instantiation and launch cost grow with a
+# graph's width, and a wide fan runs no faster on the GPU than 64 lanes of it (fewer lanes than that leave
+# longer kernels waiting): the figures are in bench/README.md.
 GRAPH_LANES = 64
 
 

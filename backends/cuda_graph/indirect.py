@@ -6,8 +6,8 @@ sets the node's grid (cudaGraphKernelNodeSetGridDim) or disables it for a zero c
 max_workgroup_count (noting the fault). No host round trip: static and dynamic counts are both read on the GPU.
 Static dispatches' setters (no command of the command buffer may write their counts) form one chain from the
 launch's start, off the dispatches' path; a dynamic one's waits for what the dispatch waits for (inside a region's
-body, where counts must be dynamic, that is each iteration's). Driver 12.4 or newer. Measured on an H100 before it
-was built: bench/results/probe-cuda-indirect-nvidia-h100-2026-11-25.md.
+body, where counts must be dynamic, that is each iteration's). Driver 12.4 or newer. The probe that chose this:
+bench/results/probe-cuda-indirect-nvidia-h100-2026-11-25.md.
 
 What CUDA asks of graphs with device-updatable nodes, and hal does: instantiated once (cuGraphExecUpdate is
 refused them, so a re-recording instantiates anew), uploaded (cuGraphUpload) before their first launch and

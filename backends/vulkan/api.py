@@ -1,6 +1,6 @@
 """The raw Vulkan API: the `vulkan` package's cffi `ffi` and `lib`, and VkResult -> hal errors.
 
-The package's own wrappers re-convert every argument on every call (tens of µs a dispatch); the
+The package's own wrappers re-convert every argument on every call (bench.vulkan's naive rows); the
 backend calls `lib` (or device-level function pointers) with structs it builds once, and turns each
 failing VkResult into a hal error naming the call.
 """

@@ -1,9 +1,8 @@
 """Vulkan buffers: a VkBuffer in device-local memory; the host reads and writes it through staging.
 
-Host-visible memory read by a kernel was measured about 40x slower than device-local memory on an
-H200, so storage buffers always live in device-local memory and `read`/`write` copy through the
-device's staging buffer. Every buffer can be a transfer source and target, for that staging.
-"""
+A kernel reads host-visible memory across the bus, far slower than device-local memory on a discrete GPU, so storage
+buffers always live in device-local memory and `read`/`write` copy through the device's staging buffer. Every buffer
+can be a transfer source and target, for that staging."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """vkCmd* calls made by a worker thread while the Python thread records (compiled).
 
 A single_pass command buffer encodes each command as it is recorded. On a driver whose vkCmd* calls cost
-as much as hal's own recording (NVIDIA's: about 0.5 µs a dispatch), making them in the recording thread
+as much as hal's own recording (NVIDIA's do: bench/README.md), making them in the recording thread
 adds the two; here `StreamedCalls` writes each call with copies of its arguments into a chunk, and the
 device's `CallStream` worker thread makes the chunk's calls (without the GIL) while the recording thread
 goes on, so record+end costs about the larger of the two. Chunks are replayed in the order they were
@@ -90,8 +90,8 @@ cdef class CallStream:
         del self.current
 
     def start(self) -> None:
-        """Start the worker, or wake it: a recording begins, its first chunk is coming (a sleeping thread takes tens
-        of µs to run again)."""
+        """Start the worker, or wake it: a recording begins, its first chunk is coming (a sleeping thread is slow to
+        run again)."""
         if self.thread is None:
             if self.stopping:
                 raise RuntimeError("the call stream is closed")

@@ -3,11 +3,11 @@
 Each encoding owns its pool while it lives, so retiring one never touches a pool another thread may be
 recording into. A pool given back is kept for the next recording (up to KEEP of them): encoding into memory the
 driver already holds costs much less than into a fresh pool (on lavapipe, a fresh pool's first pages are page
-faults: about 1 µs a dispatch of a 1000-dispatch chain, against 0.5 µs reused). Its command buffer is reset by the
+faults). Its command buffer is reset by the
 next vkBeginCommandBuffer (the pools allow that), not by a call of its own when given back, unless it was let go
 still recording (an encoding that failed, a single_pass command buffer reset or dropped before end()): a state
-vkBeginCommandBuffer does not accept, so the pool is reset then (a reset on every give-back costs lavapipe's end()
-of 10 dispatches about 10%). Calls for a single_pass command buffer's VkCommandBuffer may still wait in the device's
+vkBeginCommandBuffer does not accept, so the pool is reset then (a reset on every give-back would cost every
+end() a driver call). Calls for a single_pass command buffer's VkCommandBuffer may still wait in the device's
 call stream (backends.vulkan.call_stream) when it is let go: take() and give() drain the stream before they reset or
 destroy a pool let go recording, and the device closes the stream before the pools.
 

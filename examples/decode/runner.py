@@ -2,18 +2,17 @@
 position with only values changing.
 
 One command buffer holds the steps (each position: four layers of five dispatches, then the logits, the greedy
-choice of the next token and its embedding in one more: 21 dispatches between barriers, the intermediate vectors
-in cb.alloca transients) in two while loops: the first runs UNROLL steps an iteration while at least UNROLL steps
-are left, the second one step an iteration for the rest. So `generate(k)` is one submission for k positions (on
-CUDA, one graph launch) and `step()` is generate(1). Two loops because an iteration costs more than its kernels
-(on an H200 a CUDA while node's iteration adds about 3.8 µs and its condition's kernel node, against about 1.5 µs a
-kernel): UNROLL steps share one. The values that change live on the device: the state buffer holds the position,
-the steps left and the first loop's flag (set from constant slot 0 at the start of a submission); the last kernel
-writes the next token into the token buffer and its embedding into x, which the next position's first kernel
-reads, so no value goes through the host between positions. The attention's grid covers every chunk of positions
-the cache holds and the chunks past the position write nothing: cheaper than counts the GPU sets before each
-attention (a dynamic dispatch_indirect costs CUDA a setter node on the step's path, one per layer).
-"""
+choice of the next token and its embedding in one more: 21 dispatches between barriers, the intermediate vectors in
+cb.alloca transients) in two while loops: the first runs UNROLL steps an iteration while at least UNROLL steps are
+left, the second one step an iteration for the rest. So `generate(k)` is one submission for k positions (on CUDA,
+one graph launch) and `step()` is generate(1). Two loops because an iteration costs more than its kernels (a CUDA
+while node's iteration adds its condition's kernel node and the conditional node's own cost, a few kernels' worth:
+bench/README.md): UNROLL steps share one. The values that change live on the device: the state buffer holds the
+position, the steps left and the first loop's flag (set from constant slot 0 at the start of a submission); the last
+kernel writes the next token into the token buffer and its embedding into x, which the next position's first kernel
+reads, so no value goes through the host between positions. The attention's grid covers every chunk of positions the
+cache holds and the chunks past the position write nothing: cheaper than counts the GPU sets before each attention
+(a dynamic dispatch_indirect costs CUDA a setter node on the step's path, one per layer)."""
 
 from __future__ import annotations
 
