@@ -30,7 +30,8 @@ class BufferUsage(enum.IntFlag):
 
 
 cdef class Buffer:
-    """Device memory of `size` bytes. Backends subclass it and implement `_read`, `_write`, `_free`."""
+    """Device memory of `size` bytes. Backends subclass it and implement `_read`, `_write`, `_free` (the backend
+    contract, below)."""
 
     def __init__(self, device, size: int, usage: BufferUsage) -> None:
         self.device = device
@@ -97,14 +98,17 @@ cdef class Buffer:
             raise ValidationError(f"{what}: the buffer was released")
         self.device.check_open()
 
-    # Backend hooks.
+    # The backend contract (a compiled class cannot be abstract: each refuses until a backend implements it).
     def _read(self, offset: int, nbytes: int) -> np.ndarray:
+        """`nbytes` bytes from `offset` (checked) as a new uint8 array; the submitted work is done (read ordered it)."""
         raise NotImplementedError
 
     def _write(self, offset: int, data: memoryview) -> None:
+        """Write `data` (not empty) at `offset` (checked); the submitted work is done (write ordered it)."""
         raise NotImplementedError
 
     def _free(self) -> None:
+        """Free the memory once the work submitted until now no longer needs it (hal.lifetime)."""
         raise NotImplementedError
 
 

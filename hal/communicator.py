@@ -14,6 +14,7 @@ A pairwise exchange (both ranks send and receive) is one `send_recv` command, wh
 
 from __future__ import annotations
 
+import abc
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -48,7 +49,7 @@ class CommunicatorDevice(Protocol):
                          rendezvous: str | None) -> Communicator: ...
 
 
-class Communicator:
+class Communicator(abc.ABC):
     """Ranks `0 .. size - 1`; this process holds `devices` (rank `first_rank + i` is devices[i]).
 
     Backends subclass it (a device's new_communicator makes theirs) and implement `_drain` and `_close`. Closing
@@ -123,12 +124,14 @@ class Communicator:
         ranks = f"ranks {self.first_rank}..{self.first_rank + len(self.devices) - 1} of {self.size}"
         return f"<{type(self).__name__} {ranks}{' closed' if self._closed else ''}>"
 
+    # The backend contract.
+    @abc.abstractmethod
     def _drain(self) -> None:
         """Wait for the work the devices were given, leaving its failures to their synchronize()."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _close(self) -> None:
-        raise NotImplementedError
+        """Release the backend's resources (after _drain)."""
 
 
 def create_communicator(devices: Sequence[CommunicatorDevice], *, rank: int | None = None,

@@ -7,6 +7,7 @@ works from a source tree (`PYTHONPATH=.`) without being installed. `hal/` never 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import importlib
@@ -66,8 +67,9 @@ class Driver:
         raise NotImplementedError
 
 
-class Device:
-    """A device and its queue. Backends implement the `_` hooks; the public methods validate.
+class Device(abc.ABC):
+    """A device and its queue. The public methods validate; each backend's device implements the abstract `_` hooks
+    (and may replace the others), which are called with arguments already checked (see "The backend contract" below).
 
     Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few
     plain methods: `check_open()`, `closed`, `order_host_access()`, `waiting()`, `buffer_released()` and
@@ -470,26 +472,35 @@ class Device:
             del self._executables[key]
         self.release_token = object()
 
-    # Backend hooks.
+    # The backend contract: what a backend's device implements (the abstract methods) and may replace (the others).
+    # Each is called with its arguments checked; the queue_* ones under the submit lock, and none of them may block
+    # on the device's work (synchronize's excepted).
+    @abc.abstractmethod
     def _allocate(self, nbytes: int, usage: BufferUsage) -> Buffer:
-        raise NotImplementedError
+        """A new buffer of `nbytes` bytes (0 allowed) for `usage`, its contents undefined; OutOfMemoryError when the
+        device cannot hold it."""
 
+    @abc.abstractmethod
     def _load_executable(self, source: ExecutableSource) -> Executable:
-        raise NotImplementedError
+        """Load `source` (this driver's form of it, its exports within the device's limits): CompileError for code
+        the backend cannot build, UnsupportedError for a format it does not take. Called once per source: the
+        device keeps what it returns."""
 
+    @abc.abstractmethod
     def _create_emitter(self, command_buffer: CommandBuffer) -> Emitter:
         """The backend's side of a new command buffer (see hal.program.Emitter)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _create_semaphore(self, initial: int) -> Semaphore:
-        raise NotImplementedError
+        """A timeline semaphore of this device at `initial`."""
 
+    @abc.abstractmethod
     def _queue_execute(self, command_buffer: CommandBuffer, table: tuple[Buffer, ...],
                        waits: tuple[tuple[Semaphore, int], ...], signals: tuple[tuple[Semaphore, int], ...],
                        constants: tuple) -> None:
-        """Queue a checked submission (every backend implements it): `table` is the binding table and `constants`
-        the constant slots' values, both checked (NO_CONSTANTS when the command buffer reads none)."""
-        raise NotImplementedError
+        """Queue a checked submission: `table` is the binding table and `constants` the constant slots' values,
+        both checked (NO_CONSTANTS when the command buffer reads none); it runs after every wait pair is reached
+        and the work queued before, then signals. A failure while it runs fails its signals (fail_signals)."""
 
     def new_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
                          rendezvous: str | None) -> Communicator:
@@ -503,10 +514,12 @@ class Device:
         collectives keep this refusal."""
         raise unsupported(self.driver)
 
+    @abc.abstractmethod
     def _queue_host_call(self, fn: Callable[[], object], waits: tuple[tuple[Semaphore, int], ...],
                          signals: tuple[tuple[Semaphore, int], ...]) -> None:
-        """Queue a checked host call (see hal.host_call for the GPU backends' gate)."""
-        raise NotImplementedError
+        """Queue `fn` to run on a hal thread once the waits are met and the work queued before is done; the work
+        queued after, and the signals, follow its return (or fail with what it raised). See hal.host_call for the
+        GPU backends' gate."""
 
     def _queue_clock(self) -> QueueClock:
         """See queue_clock: here host calls, which the GPU backends replace with their own timers."""
@@ -521,15 +534,19 @@ class Device:
         fails what waits on a failed semaphore (backends whose queue checks waits as it runs keep this default)."""
         return ()
 
+    @abc.abstractmethod
     def _readback_buffer(self, nbytes: int) -> tuple[Buffer, np.ndarray]:
-        """A buffer copies can write whose bytes the host reads directly (the numpy view), for queue_read."""
-        raise NotImplementedError
+        """A buffer of at least `nbytes` that copies can write and whose bytes the host reads directly (the numpy
+        view), for queue_read."""
 
+    @abc.abstractmethod
     def _synchronize(self) -> None:
-        raise NotImplementedError
+        """Block until the work queued so far is done (its failures reach synchronize() through note_failure;
+        DeviceLostError if the device is lost)."""
 
+    @abc.abstractmethod
     def _close(self) -> None:
-        raise NotImplementedError
+        """Free what the device holds once the work that can still run has run; called once, by close()."""
 
 
 def _nothing() -> None:

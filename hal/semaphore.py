@@ -9,6 +9,7 @@ the cause) instead of hanging, and work that waits on it fails the same way. Bac
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
@@ -26,7 +27,7 @@ class SemaphoreOwner(Protocol):
     def check_open(self) -> None: ...
 
 
-class Semaphore:
+class Semaphore(abc.ABC):
     """A timeline semaphore of one device. `promised` is the highest value a submitted queue operation
     will signal (the device notes it): a later queue signal must exceed it, so queued signals never go
     backwards. `failure`: the error of the work that failed it, or None. `internal`: one of hal's own timelines
@@ -93,18 +94,23 @@ class Semaphore:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self.device.driver}>"
 
-    # Backend hooks.
+    # The backend contract (arguments checked; the failure checks are the public methods').
+    @abc.abstractmethod
     def _query(self) -> int:
-        raise NotImplementedError
+        """The current value."""
 
+    @abc.abstractmethod
     def _wait(self, value: int, timeout: float | None) -> None:
-        raise NotImplementedError
+        """Block until the value reaches `value` or `failure` is set (TimeoutError after `timeout` seconds; None:
+        no limit); DeviceLostError if the device closes or is lost meanwhile."""
 
+    @abc.abstractmethod
     def _signal(self, value: int) -> None:
-        raise NotImplementedError
+        """Set the value from the host (above the current one and any queued signal: checked)."""
 
     def _wake(self) -> None:
-        """Make waits in `_wait` see `failure` now (backends whose waits poll it need nothing)."""
+        """Make waits in `_wait` see `failure` now (backends whose waits poll it need nothing: this default)."""
+        return None
 
 
 def check_value(value: Any, what: str) -> int:
