@@ -337,10 +337,8 @@ cdef class CommandBuffer(Recorder):
         try:
             replay(scratch, commands, table)
             # The scratch sees only the nested commands: static counts must not be written by this one's, either.
-            for i in other.program.indirect:
-                if not commands[i].dynamic:
-                    self.check_static_parameters(table(commands[i].parameters), i,
-                                                 commands[i].export.name)
+            for i in other.program.static_indirect:
+                self.check_static_parameters(table(commands[i].parameters), i, commands[i].export.name)
         except ValidationError as e:
             raise ValidationError(f"execute_commands: in the nested command buffer, {e}") from None
         self.execution_barrier()

@@ -42,7 +42,7 @@ def check_nested(cb: Any, other: Any, binding_table: Sequence[Any]) -> tuple:
             raise ValidationError(f"execute_commands: binding_table[{i}] must be a hal.Buffer, hal.ref() or "
                                   f"hal.slot(), got {type(entry).__name__}")
     program = other.program
-    if cb.regions_open and (any(not program.commands[i].dynamic for i in program.indirect) or program.collectives):
+    if cb.regions_open and (program.static_indirect or program.collectives):
         raise ValidationError("execute_commands: inside a region the nested command buffer may hold neither static "
                               "dispatch_indirect counts nor collectives")
     return table

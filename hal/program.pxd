@@ -10,6 +10,7 @@ cdef class Program:
     cdef readonly Py_ssize_t constants_needed
     cdef readonly dict constant_users
     cdef readonly tuple indirect  # the dispatch_indirect commands' indices
+    cdef readonly tuple static_indirect  # those of them whose counts are read when a submission starts
     cdef readonly tuple regions  # the regions' indices (hal.commands.Region, each with its body's Program)
     cdef readonly tuple collectives  # the collectives' indices (hal.commands.Collective)
     cdef readonly tuple nested  # per execute_commands at this level, its commands' index range (start, stop)

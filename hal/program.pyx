@@ -12,7 +12,8 @@ The planner (hal.dependencies) fills it in; after end() it never changes. It hol
   end() for a backend that builds a graph (its emitter's `graph_layout`), else on first use;
 - `slot_users`: binding-table slot -> the commands that use it (what a new table touches);
 - `constant_users`: constant slot -> the dispatches that read it (what new constants touch);
-- `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard;
+- `indirect`: the dispatch_indirect commands (a Dispatch with `parameters`), which backends guard, and
+  `static_indirect`: those whose counts are read when a submission starts (dynamic=False);
 - `regions`: the while_nonzero / if_nonzero regions, each one command (hal.commands.Region) whose body is a
   Program of its own; `collectives`: the collective commands (hal.commands.Collective); `nested`: per
   cb.execute_commands recorded at this level, the range (start, stop) of the commands it recorded, which sit
@@ -40,7 +41,7 @@ cdef class Program:
         self.slots_needed = 0
         self.constant_users = {}
         self.constants_needed = 0
-        self.indirect = ()
+        self.indirect = self.static_indirect = ()
         self.regions = ()
         self.collectives = ()
         self.nested = ()
@@ -100,6 +101,7 @@ cdef class Program:
         self.constant_users = constant_users
         self.constants_needed = constants_needed
         self.indirect = indirect
+        self.static_indirect = tuple([i for i in indirect if not commands[i].dynamic])
         self.regions = regions
         self.collectives = collectives
         self.nested = nested

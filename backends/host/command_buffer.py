@@ -44,7 +44,7 @@ class HostEmitter(Emitter):
 
     def plan(self, program: Program) -> None:
         """Note the static dispatch_indirect commands and the regions' orders of `program` and its regions."""
-        self.static += [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
+        self.static += [program.commands[i] for i in program.static_indirect]
         for i in program.regions:
             region = program.commands[i]
             self.bodies[region] = region.body.topological_order()

@@ -406,7 +406,7 @@ cdef class VulkanEmitter(Emitter):
             self.begin_recording(rec)
             encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
                               self.indirect_guard() if program.indirect else None)
-            static = [program.commands[i] for i in program.indirect if not program.commands[i].dynamic]
+            static = [program.commands[i] for i in program.static_indirect]
             if static_first and static:
                 encoder.guard_static(static)
             for i in range(start, stop):
