@@ -39,7 +39,33 @@ cdef class Program:
     cdef vector[Py_ssize_t] segment_width
     cdef object layout_source  # the function that lays the graph out on first use (None: laid out)
 
+    # The read side backends use (the fields above are the planner's to write and the Program's to keep): the
+    # graph layout, for a backend whose emitter asks for it at end() (Emitter.graph_layout) or after need_layout().
+    cdef inline Py_ssize_t node_count(self) noexcept:
+        return self.node_command.size()
+
+    cdef inline Py_ssize_t command_of(self, Py_ssize_t node) noexcept:
+        """The command node `node` runs; -1: an empty join node."""
+        return self.node_command[node]
+
+    cdef inline Py_ssize_t node_of_command(self, Py_ssize_t command) noexcept:
+        return self.command_node[command]
+
+    cdef inline Py_ssize_t first_wait(self, Py_ssize_t node) noexcept:
+        """Node `node` waits for nodes waited_node(w) for w in [first_wait(node), first_wait(node + 1))."""
+        return self.dep_start[node]
+
+    cdef inline Py_ssize_t waited_node(self, Py_ssize_t w) noexcept:
+        return self.node_deps[w]
+
+    cdef inline bint barrier_before(self, Py_ssize_t command) noexcept:
+        """Does a replay in recording order put an execution barrier just before `command`?"""
+        return self.barrier[command]
+
     cdef void need_layout(self) except *
+    cdef vector[Py_ssize_t] sinks(self) except *
+
+    # The planner's (hal.dependencies) writes.
     cdef int reserve(self, Py_ssize_t commands, bint layout) except -1
     cdef Py_ssize_t add_group(self, vector[Py_ssize_t]& preds)
     cdef void add_node(self, Py_ssize_t command, vector[Py_ssize_t]& deps)

@@ -93,6 +93,21 @@ cdef class Program:
             self.command_node.push_back(self.node_command.size())
         self.node_command.push_back(command)
 
+    cdef vector[Py_ssize_t] sinks(self) except *:
+        """The layout's nodes no other node waits for, in order: what a loop body's last node (its condition) waits
+        for."""
+        self.need_layout()
+        cdef vector[char] waited_for
+        cdef vector[Py_ssize_t] found
+        cdef Py_ssize_t k, w
+        waited_for.assign(self.node_command.size(), 0)
+        for w in range(self.node_deps.size()):
+            waited_for[self.node_deps[w]] = 1
+        for k in range(self.node_command.size()):
+            if not waited_for[k]:
+                found.push_back(k)
+        return found
+
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
                      Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives, tuple nested):
         self.commands = commands

@@ -164,7 +164,7 @@ cdef class CudaEmitter(GraphBuilder):
                 self.stage(<Update>command)
             elif type(command) is Region:
                 self.stage_all((<Region>command).body)
-            self.add_nodes((), (), self.emitted, program.node_command.size(), <Command>command)
+            self.add_nodes((), (), self.emitted, program.node_count(), <Command>command)
 
     def end(self, Program program) -> None:
         if (program.indirect or program.regions) and self.device.driver_version < DEVICE_SIDE_DRIVER:
@@ -200,7 +200,7 @@ cdef class CudaEmitter(GraphBuilder):
         cdef CUgraphNode node
         cdef CUgraph child = self.capture(c, table)
         try:
-            node = self.exec_nodes[self.program.command_node[index]]
+            node = self.exec_nodes[self.program.node_of_command(index)]
             check_at(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, node, child),
                       "cuGraphExecChildGraphNodeSetParams", index)
         finally:
@@ -216,7 +216,7 @@ cdef class CudaEmitter(GraphBuilder):
             if self.at_submit:
                 self.given = [None] * len(self.program.commands)
             self.find_blocks(self.program)
-            self.add_nodes(table, constants, 0, self.program.node_command.size())
+            self.add_nodes(table, constants, 0, self.program.node_count())
             if self.at_submit:
                 self.table_seen = table[:self.program.slots_needed]
                 self.words_seen = constant_words_of(constants, self.program.constants_needed)
@@ -489,7 +489,7 @@ cdef class CudaEmitter(GraphBuilder):
     cpdef set_node(self, Py_ssize_t index, Node params):
         """Give command `index`'s node of the exec new parameters (the driver may refuse: DeviceError); in a nested
         block, its node of hal's copy of the child graph (the exec's child node is set after, once per block)."""
-        cdef Py_ssize_t k = self.program.command_node[index]
+        cdef Py_ssize_t k = self.program.node_of_command(index)
         cdef CUgraphNode node
         if self.block_of.size() and self.block_of[k] >= 0:
             node = self.nodes[k]
@@ -524,7 +524,7 @@ cdef class CudaEmitter(GraphBuilder):
             raise ValueError("no graph was built (one-shot deferred command buffers launch on the stream, and "
                              "command buffers with slots or constant slots build at their first submit)")
         program = self.program
-        name_of = {<uintptr_t>self.nodes[k]: (program.node_command[k] if program.node_command[k] >= 0 else
+        name_of = {<uintptr_t>self.nodes[k]: (program.command_of(k) if program.command_of(k) >= 0 else
                                               ("join", k)) for k in range(self.nodes.size())}
         name_of.update({node: ("indirect", index) for index, (_, node) in self.setters.items()})
         name_of.update({node: ("condition", index) for index, node in self.conditions.items()})

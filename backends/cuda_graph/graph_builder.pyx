@@ -100,14 +100,14 @@ cdef class GraphBuilder(Emitter):
             block = self.block_of[k] if blocks else -1
             # Blocks are runs of layout nodes (see find_blocks), but for joins of the command buffer's own graph
             # that its commands share with a block's: those go there while the block stays open.
-            if block != open_block and not (block < 0 and open_block >= 0 and program.node_command[k] < 0 and
+            if block != open_block and not (block < 0 and open_block >= 0 and program.command_of(k) < 0 and
                                             not self.waits_for_block(program, k, open_block)):
                 if open_block >= 0:
                     self.add_block(graph, open_block, outside)
                 open_block = block
                 outside.clear()
             target = graph if block < 0 else self.blocks[block]
-            command = program.node_command[k]
+            command = program.command_of(k)
             if command < 0:
                 c = None
             else:  # single_pass: `current`, the command just recorded, is not among the Program's commands yet
@@ -116,14 +116,14 @@ cdef class GraphBuilder(Emitter):
             launches_early = self.early_launch and plain_kernels[k] and (<Dispatch>c).export.early_launch
             deps.clear()
             early.clear()
-            for d in range(program.dep_start[k], program.dep_start[k + 1]):
-                dep = nodes[program.node_deps[d]]
-                dep_block = self.block_of[program.node_deps[d]] if blocks else -1
+            for d in range(program.first_wait(k), program.first_wait(k + 1)):
+                dep = nodes[program.waited_node(d)]
+                dep_block = self.block_of[program.waited_node(d)] if blocks else -1
                 if dep_block >= 0 and dep_block != block:  # in another block: that block's child graph node
                     dep = self.block_nodes[dep_block]
                 if block >= 0 and dep_block != block:
                     add_once(outside, dep)
-                elif launches_early and plain_kernels[program.node_deps[d]]:
+                elif launches_early and plain_kernels[program.waited_node(d)]:
                     add_once(early, dep)
                 else:
                     add_once(deps, dep)
@@ -171,7 +171,7 @@ cdef class GraphBuilder(Emitter):
         block), so those commands need not wait for the whole block. So every block is one run of layout nodes but
         for such joins, and nothing outside a block both follows and precedes it. The child graphs are created
         empty."""
-        cdef Py_ssize_t n = program.node_command.size(), k, i, d, block = 0, follows = -1, own
+        cdef Py_ssize_t n = program.node_count(), k, i, d, block = 0, follows = -1, own
         cdef CUgraph child
         cdef vector[Py_ssize_t] waiter_block  # per join: the block of its first waiter
         cdef vector[char] shared_outside  # per join: a waiter outside that block
@@ -183,7 +183,7 @@ cdef class GraphBuilder(Emitter):
                     for c in program.commands[start:stop]]):
                 continue  # inline: see the module docstring
             for i in range(start, stop):
-                self.block_of[program.command_node[i]] = block
+                self.block_of[program.node_of_command(i)] = block
             check(cydriver.cuGraphCreate(&child, 0), "cuGraphCreate")
             self.blocks.push_back(child)
             self.block_finalizers.append(self.device.track(self, "graph", <uintptr_t>child))
@@ -194,22 +194,22 @@ cdef class GraphBuilder(Emitter):
         waiter_block.assign(n, -1)
         shared_outside.assign(n, 0)
         for k in range(n - 1, -1, -1):
-            if program.node_command[k] >= 0:
+            if program.command_of(k) >= 0:
                 follows = self.block_of[k]
             else:
                 waiter_block[k] = follows
         for k in range(n):
-            own = self.block_of[k] if program.node_command[k] >= 0 else waiter_block[k]
-            for i in range(program.dep_start[k], program.dep_start[k + 1]):
-                d = program.node_deps[i]
-                if program.node_command[d] < 0 and waiter_block[d] != own:
+            own = self.block_of[k] if program.command_of(k) >= 0 else waiter_block[k]
+            for i in range(program.first_wait(k), program.first_wait(k + 1)):
+                d = program.waited_node(i)
+                if program.command_of(d) < 0 and waiter_block[d] != own:
                     shared_outside[d] = 1
         for k in range(n):
-            if program.node_command[k] >= 0 or waiter_block[k] < 0:
+            if program.command_of(k) >= 0 or waiter_block[k] < 0:
                 continue
             inside = not shared_outside[k]
-            for i in range(program.dep_start[k], program.dep_start[k + 1]):
-                if self.block_of[program.node_deps[i]] == waiter_block[k]:
+            for i in range(program.first_wait(k), program.first_wait(k + 1)):
+                if self.block_of[program.waited_node(i)] == waiter_block[k]:
                     inside = True
             if inside:
                 self.block_of[k] = waiter_block[k]
@@ -219,8 +219,8 @@ cdef class GraphBuilder(Emitter):
     cdef bint waits_for_block(self, Program program, Py_ssize_t k, Py_ssize_t block):
         """Does layout node `k` wait for a node of `block`?"""
         cdef Py_ssize_t i
-        for i in range(program.dep_start[k], program.dep_start[k + 1]):
-            if self.block_of[program.node_deps[i]] == block:
+        for i in range(program.first_wait(k), program.first_wait(k + 1)):
+            if self.block_of[program.waited_node(i)] == block:
                 return True
         return False
 
@@ -244,9 +244,8 @@ cdef class GraphBuilder(Emitter):
         cdef vector[CUgraphNode] body_nodes
         cdef vector[char] body_kernels
         cdef vector[CUgraphNode] sinks
-        cdef vector[char] waited_for
         cdef CUgraphNode outer_static
-        cdef Py_ssize_t k, d, n = program.node_command.size()
+        cdef Py_ssize_t k, n = program.node_count()
         check_at(cydriver.cuGraphConditionalHandleCreate(&handle, graph, self.context, 0, 0),
                   "cuGraphConditionalHandleCreate", r.index)
         function = <CUfunction><uintptr_t>self.device.load_executable(SET_CONDITION).functions[0]
@@ -270,12 +269,8 @@ cdef class GraphBuilder(Emitter):
         self.add_layout(body, program, body_nodes, body_kernels, table, constants, 0, n, None, False)
         self.last_static = outer_static
         if r.loop:  # the flag the body leaves decides the next iteration
-            waited_for.assign(n, 0)
-            for d in range(program.node_deps.size()):
-                waited_for[program.node_deps[d]] = 1
-            for k in range(n):
-                if not waited_for[k]:
-                    sinks.push_back(body_nodes[k])
+            for k in program.sinks():
+                sinks.push_back(body_nodes[k])
             check_at(cydriver.cuGraphAddKernelNode(&node, body, sinks.data(), sinks.size(), &condition.kernel),
                       "cuGraphAddKernelNode (the region's condition)", r.index)
         if top:

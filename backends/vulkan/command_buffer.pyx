@@ -329,7 +329,7 @@ cdef class VulkanEmitter(Emitter):
         if self.encoder is not None:
             if self.stream.stopping:  # the device closed: encoding would use what it destroyed
                 self.device.check_open()
-            if program.barrier[(<Command>command).index]:
+            if program.barrier_before((<Command>command).index):
                 self.encoder.barrier()
             if type(command) is Dispatch and (<Dispatch>command).parameters is not None:
                 self.encoder.guard = self.indirect_guard()
@@ -410,7 +410,7 @@ cdef class VulkanEmitter(Emitter):
             if static_first and static:
                 encoder.guard_static(static)
             for i in range(start, stop):
-                if program.barrier[i] and i > start:  # the first follows a submission: ordered by the queue
+                if program.barrier_before(i) and i > start:  # the first follows a submission: ordered by the queue
                     encoder.barrier()
                 encoder.encode(program.commands[i])
             encoder.finish()
