@@ -64,6 +64,7 @@ cdef class Program:
 
     cdef void need_layout(self) except *
     cdef vector[Py_ssize_t] sinks(self) except *
+    cdef vector[Py_ssize_t] node_blocks(self, list ranges) except *
 
     # The planner's (hal.dependencies) writes.
     cdef int reserve(self, Py_ssize_t commands, bint layout) except -1

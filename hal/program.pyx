@@ -108,6 +108,47 @@ cdef class Program:
                 found.push_back(k)
         return found
 
+    cdef vector[Py_ssize_t] node_blocks(self, list ranges) except *:
+        """Per layout node, its block: the position in `ranges` (command ranges (start, stop), nested command
+        buffers a backend runs each as one unit) of the range whose commands it runs, or of the one a join node
+        goes with; -1 for the others. The planner puts a join just before its first waiter; a join goes in that
+        waiter's block, unless commands outside the block share it (hazards mode) and none of its dependencies is in
+        the block: then it stays outside (before the block: its dependencies all come before it), so those commands
+        need not wait for the whole block. So every block is one run of layout nodes but for such joins, and nothing
+        outside a block both follows and precedes it."""
+        self.need_layout()
+        cdef Py_ssize_t n = self.node_command.size(), k, i, d, block, follows = -1, own
+        cdef vector[Py_ssize_t] block_of, waiter_block  # per join: the block of its first waiter
+        cdef vector[char] shared_outside  # per join: a waiter outside that block
+        cdef bint inside
+        block_of.assign(n, -1)
+        for block, (start, stop) in enumerate(ranges):
+            for i in range(start, stop):
+                block_of[self.command_node[i]] = block
+        waiter_block.assign(n, -1)
+        shared_outside.assign(n, 0)
+        for k in range(n - 1, -1, -1):
+            if self.node_command[k] >= 0:
+                follows = block_of[k]
+            else:
+                waiter_block[k] = follows
+        for k in range(n):
+            own = block_of[k] if self.node_command[k] >= 0 else waiter_block[k]
+            for i in range(self.dep_start[k], self.dep_start[k + 1]):
+                d = self.node_deps[i]
+                if self.node_command[d] < 0 and waiter_block[d] != own:
+                    shared_outside[d] = 1
+        for k in range(n):
+            if self.node_command[k] >= 0 or waiter_block[k] < 0:
+                continue
+            inside = not shared_outside[k]
+            for i in range(self.dep_start[k], self.dep_start[k + 1]):
+                if block_of[self.node_deps[i]] == waiter_block[k]:
+                    inside = True
+            if inside:
+                block_of[k] = waiter_block[k]
+        return block_of
+
     cdef void freeze(self, tuple commands, dict slot_users, Py_ssize_t slots_needed, dict constant_users,
                      Py_ssize_t constants_needed, tuple indirect, tuple regions, tuple collectives, tuple nested):
         self.commands = commands

@@ -163,58 +163,25 @@ cdef class GraphBuilder(Emitter):
             self.add_block(graph, open_block, outside)
 
     cdef void find_blocks(self, Program program) except *:
-        """The nested command buffers' blocks of the graph about to be built: the layout nodes of each nested range
-        (Program.nested) of plain commands (fills, updates, copies, direct dispatches), and the join nodes that go
-        with them. The planner puts a join just before its first waiter; a join goes in that waiter's block, unless
-        commands outside the block share it (hazards mode) and none of its dependencies is in the block: then it
-        stays in the command buffer's own graph (before the block's node: its dependencies all come before the
-        block), so those commands need not wait for the whole block. So every block is one run of layout nodes but
-        for such joins, and nothing outside a block both follows and precedes it. The child graphs are created
-        empty."""
-        cdef Py_ssize_t n = program.node_count(), k, i, d, block = 0, follows = -1, own
+        """The nested command buffers' blocks of the graph about to be built: each nested range (Program.nested) of
+        plain commands (fills, updates, copies, direct dispatches) with the join nodes that go with it
+        (Program.node_blocks); the others are emitted inline (see the module docstring). The child graphs are
+        created empty."""
         cdef CUgraph child
-        cdef vector[Py_ssize_t] waiter_block  # per join: the block of its first waiter
-        cdef vector[char] shared_outside  # per join: a waiter outside that block
-        cdef bint inside
-        self.block_of.assign(n, -1)
-        for start, stop in program.nested:
-            if any([type(c) is Region or type(c) is Collective or
-                    (type(c) is Dispatch and (<Dispatch>c).parameters is not None)
-                    for c in program.commands[start:stop]]):
-                continue  # inline: see the module docstring
-            for i in range(start, stop):
-                self.block_of[program.node_of_command(i)] = block
+        ranges = [(start, stop) for start, stop in program.nested
+                  if not any([type(c) is Region or type(c) is Collective or
+                              (type(c) is Dispatch and (<Dispatch>c).parameters is not None)
+                              for c in program.commands[start:stop]])]
+        if not ranges:
+            self.block_of.clear()
+            return
+        self.block_of = program.node_blocks(ranges)
+        for _ in ranges:
             check(cydriver.cuGraphCreate(&child, 0), "cuGraphCreate")
             self.blocks.push_back(child)
             self.block_finalizers.append(self.device.track(self, "graph", <uintptr_t>child))
-            block += 1
-        if block == 0:
-            self.block_of.clear()
-            return
-        waiter_block.assign(n, -1)
-        shared_outside.assign(n, 0)
-        for k in range(n - 1, -1, -1):
-            if program.command_of(k) >= 0:
-                follows = self.block_of[k]
-            else:
-                waiter_block[k] = follows
-        for k in range(n):
-            own = self.block_of[k] if program.command_of(k) >= 0 else waiter_block[k]
-            for i in range(program.first_wait(k), program.first_wait(k + 1)):
-                d = program.waited_node(i)
-                if program.command_of(d) < 0 and waiter_block[d] != own:
-                    shared_outside[d] = 1
-        for k in range(n):
-            if program.command_of(k) >= 0 or waiter_block[k] < 0:
-                continue
-            inside = not shared_outside[k]
-            for i in range(program.first_wait(k), program.first_wait(k + 1)):
-                if self.block_of[program.waited_node(i)] == waiter_block[k]:
-                    inside = True
-            if inside:
-                self.block_of[k] = waiter_block[k]
-        self.block_nodes.resize(block)
-        self.block_changed.assign(block, 0)
+        self.block_nodes.resize(len(ranges))
+        self.block_changed.assign(len(ranges), 0)
 
     cdef bint waits_for_block(self, Program program, Py_ssize_t k, Py_ssize_t block):
         """Does layout node `k` wait for a node of `block`?"""
