@@ -62,12 +62,13 @@ def check_range(Py_ssize_t offset, Py_ssize_t nbytes, Buffer b, caps, index, com
                                   f"device's max_storage_buffer_range {caps.max_storage_buffer_range}")
 
 
-def foreign(Buffer b) -> str:
-    """What a buffer of another device, or a transient used outside its command buffer, is called in refusals."""
+def foreign(Buffer b, device) -> str:
+    """What a buffer of another device than `device` (the command buffer's), or a transient used outside its
+    command buffer, is called in refusals."""
     if isinstance(b, Transient):
         return (f"is a transient (cb.alloca) of {b.device!r}: only that command buffer's own commands use it, "
                 f"directly (not through a binding table)")
-    return f"is a buffer of another device ({b.device!r})"
+    return f"is a buffer of another device ({b.device!r}), not of the command buffer's ({device!r})"
 
 
 def binding_name(name, binding) -> str:

@@ -292,7 +292,7 @@ cdef class CommandBuffer(Recorder):
         whose commands the backend takes as they come, gives each its own memory."""
         if self.phase != RECORDING:
             self.not_recording("alloca")
-        nbytes = integer(nbytes, "alloca: nbytes", 1, self.max_storage_range)
+        nbytes = integer(nbytes, "alloca: nbytes", 0, self.max_storage_range)  # 0, as allocate(0): nothing can use it
         if self.single_pass:
             buffer = self.device.allocate(nbytes)
         else:

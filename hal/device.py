@@ -11,7 +11,9 @@ import abc
 import contextlib
 import dataclasses
 import importlib
+import itertools
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -77,9 +79,11 @@ class Device(abc.ABC):
     staging copies, ...). No module reaches into another's private names.
     """
 
-    def __init__(self, driver: str, name: str, capabilities: Capabilities) -> None:
+    def __init__(self, driver: str, name: str, capabilities: Capabilities, index: int = 0) -> None:
         self.driver = driver
         self.name = name
+        self.index = index  # among the driver's devices (create_device("DRIVER:INDEX"))
+        self.serial = next(_serials)  # which device of the process: two devices of one GPU print apart
         self.capabilities = capabilities
         self._closed = False
         self._submit_lock = threading.Lock()
@@ -174,8 +178,12 @@ class Device(abc.ABC):
         """
         if self._closed:
             self.check_open()
-        if not isinstance(command_buffer, CommandBuffer) or command_buffer.device is not self:
-            raise ValidationError("queue_execute: expected a command buffer created by this device")
+        if not isinstance(command_buffer, CommandBuffer):
+            raise ValidationError(f"queue_execute: expected a command buffer created by this device, got "
+                                  f"{type(command_buffer).__name__}")
+        if command_buffer.device is not self:
+            raise ValidationError(f"queue_execute: expected a command buffer created by this device ({self!r}); "
+                                  f"this one was created by {command_buffer.device!r}")
         # One-shot claims, promised signal values and the backend's submit state stay consistent across threads.
         with self._submit_lock:
             if command_buffer.accepts(binding_table, self.release_token):
@@ -228,12 +236,14 @@ class Device(abc.ABC):
 
     def _queue_transfer(self, what: str, record: Callable[[CommandBuffer], None],
                         wait: Iterable[tuple[Semaphore, int]], signal: Iterable[tuple[Semaphore, int]]) -> None:
+        wait = self._semaphore_pairs(wait, "wait", what)  # refused in the name of the operation the user called
+        signal = self._semaphore_pairs(signal, "signal", what)
         cb = self.create_command_buffer()
         cb.begin()
         try:
             record(cb)
-        except ValidationError as e:  # the command's own check, named by the queue operation
-            raise ValidationError(f"{what}: {e}") from None
+        except ValidationError as e:  # the command's own check, named by the queue operation the user called
+            raise ValidationError(f"{what}: {_RECORDED_COMMAND.sub('', str(e))}") from None
         cb.end()
         self.queue_execute(cb, wait=wait, signal=signal)
 
@@ -322,8 +332,9 @@ class Device(abc.ABC):
             staging, view = self._readbacks.take(n)
             try:
                 if n:
-                    self.queue_copy(ref(whole.buffer, whole.offset, n), ref(staging, 0, n), wait=wait,
-                                    signal=[(sem, value + 1)])
+                    read_from, into = ref(whole.buffer, whole.offset, n), ref(staging, 0, n)
+                    self._queue_transfer("queue_read", lambda cb: cb.copy_buffer(read_from, into), wait,
+                                         [(sem, value + 1)])
                 else:  # nothing to copy: only the order
                     self.queue_host_call(_nothing, wait=wait, signal=[(sem, value + 1)])
 
@@ -341,6 +352,8 @@ class Device(abc.ABC):
         if not isinstance(reference, (Buffer, BufferRef)) or isinstance(reference, BufferRef) and \
                 reference.buffer is None:
             raise ValidationError(f"{what}: {role} must be a hal.Buffer or a hal.ref() of one, got {reference!r}")
+        if reference.buffer.released if isinstance(reference, BufferRef) else reference.released:
+            raise ValidationError(f"{what}: {role} is a released buffer")
         return reference.whole if isinstance(reference, Buffer) else reference
 
     def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], role: str,
@@ -357,7 +370,8 @@ class Device(abc.ABC):
                 raise ValidationError(f"{what}: {role} entries must be (semaphore, value) pairs, got {item!r}")
             sem, value = item
             if sem.device is not self:
-                raise ValidationError(f"{what}: a {role} semaphore belongs to another device")
+                raise ValidationError(f"{what}: a {role} semaphore belongs to another device ({sem.device!r}), not "
+                                      f"to this one ({self!r})")
             value = check_value(value, f"{what} {role}")
             if role == "signal":
                 sem.check_queue_signal(value, what)
@@ -433,7 +447,8 @@ class Device(abc.ABC):
         self.close()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.driver}: {self.name}{' closed' if self._closed else ''}>"
+        closed = " closed" if self._closed else ""
+        return f"<{type(self).__name__} {self.driver}:{self.index} #{self.serial}: {self.name}{closed}>"
 
     @property
     def closed(self) -> bool:
@@ -556,6 +571,10 @@ def _nothing() -> None:
 def _no_commands(cb: CommandBuffer) -> None:
     """A submission that only waits and signals."""
 
+
+_serials = itertools.count(1)  # Device.serial
+# The recorder's "command 0 (copy_buffer): " before a queue transfer's refusal: the user called no such command.
+_RECORDED_COMMAND = re.compile(r"^command \d+ \(\w+\): ")
 
 # The registry.
 _lock = threading.Lock()

@@ -24,7 +24,8 @@ def check_nested(cb: Any, other: Any, binding_table: Sequence[Any]) -> tuple:
     if other is cb:
         raise ValidationError("execute_commands: a command buffer cannot execute itself")
     if other.device is not cb.device:
-        raise ValidationError(f"execute_commands: the command buffer belongs to another device ({other.device!r})")
+        raise ValidationError(f"execute_commands: the command buffer belongs to another device ({other.device!r}), "
+                              f"not to this one's ({cb.device!r})")
     if other.state != "ended":
         raise ValidationError(f"execute_commands: the command buffer is {other.state}; end() it first")
     if other.mode != "reusable":

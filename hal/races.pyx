@@ -10,7 +10,7 @@ from libcpp.vector cimport vector
 
 from hal.accesses cimport OPEN_END, refs_and_writes
 from hal.buffer cimport Buffer, BufferRef
-from hal.commands cimport Command
+from hal.commands cimport Collective, Command, Copy, Dispatch, Region
 
 from hal.errors import ValidationError
 
@@ -93,7 +93,7 @@ cdef class RaceDetector:
                 other = _partner(command, key, start, end, write, commands, first, table)
                 if other is not None:
                     self.rebuild(commands, first, table)
-                    _raise_race(command, key, start, end, write, other)
+                    _raise_race(command, i, key, start, end, write, other)
             if write:
                 for quiet in state.quiet:  # this write may overlap them
                     self.quiet.erase(quiet)
@@ -190,20 +190,40 @@ cdef object _partner(Command command, Py_ssize_t key, Py_ssize_t start, Py_ssize
         if other.index >= command.index:
             break
         refs, writes = refs_and_writes(other)
-        for o, other_write in zip(refs, writes):
+        for position, (o, other_write) in enumerate(zip(refs, writes)):
             if _race_key(o, table, &ostart, &oend) == key and ostart < end and start < oend and \
                     (write or other_write):
-                return other, ostart, oend, other_write
+                return other, position, ostart, oend, other_write
     return None
 
 
-cdef void _raise_race(Command command, Py_ssize_t key, Py_ssize_t start, Py_ssize_t end, bint write,
-                      tuple other) except *:
-    o, ostart, oend, other_write = other
+cdef void _raise_race(Command command, Py_ssize_t position, Py_ssize_t key, Py_ssize_t start, Py_ssize_t end,
+                      bint write, tuple other) except *:
+    o, other_position, ostart, oend, other_write = other
     what = f"slot {-1 - key}" if key < 0 else "one buffer"
     raise ValidationError(
         f"race: command {command.index} ({command.kind}) {'writes' if write else 'reads'} bytes "
         f"[{start}, {end if end != OPEN_END else 'end'}) of {what} that command {o.index} ({o.kind}) "
         f"{'writes' if other_write else 'reads'} ([{ostart}, {oend if oend != OPEN_END else 'end'})) in the same "
-        f"segment; record an execution_barrier() between them")
+        f"segment; record an execution_barrier() between them (command {command.index}'s "
+        f"{_reference_name(command, position)}, command {o.index}'s {_reference_name(o, other_position)})")
+
+
+cdef str _reference_name(Command command, Py_ssize_t position):
+    """What the user called reference `position` of refs_and_writes(command), and the slot it goes through."""
+    refs, _ = refs_and_writes(command)
+    cdef BufferRef r = refs[position]
+    cdef type kind = type(command)
+    if kind is Dispatch:
+        name = f"bindings[{position}]" if position < len((<Dispatch>command).bindings) else "parameters"
+    elif kind is Copy:
+        name = ("source", "target")[position]
+    elif kind is Region:
+        name = "condition" if r is (<Region>command).condition else "body's reference"
+    elif kind is Collective:
+        name = "source" if r is (<Collective>command).source else "target"
+    else:
+        name = "target"
+    return name if r.buffer is not None else f"{name} = slot {r.slot}"
+
 

@@ -273,7 +273,7 @@ cdef class Recorder:
             return self.check_slot_ref(ref, index, command, name, binding, usage)
         # A transient's device is its command buffer (or, for execute_commands' scratch, the outer one).
         if b.device is not self.device and b.device is not self and b.device is not self.transients_of:
-            refuse(index, command, name, binding, foreign(b))
+            refuse(index, command, name, binding, foreign(b, self.device))
         if b.released:
             refuse(index, command, name, binding, "is a released buffer")
         if ref.nbytes <= 0 or ref.offset + ref.nbytes > b.size or not b.usage_bits & usage or (

@@ -55,7 +55,7 @@ cdef class SubmitChecks:
             if not isinstance(b, Buffer):
                 raise ValidationError(f"queue_execute: binding_table[{i}] must be a hal.Buffer, got {type(b).__name__}")
             if (<Buffer>b).device is not self.device:
-                raise ValidationError(f"queue_execute: binding_table[{i}] {foreign(b)}")
+                raise ValidationError(f"queue_execute: binding_table[{i}] {foreign(b, self.device)}")
             if (<Buffer>b).released:
                 raise ValidationError(f"queue_execute: binding_table[{i}] is a released buffer")
         self.check_released("queue_execute", self.program.commands, self.collective_commands, token)

@@ -124,7 +124,7 @@ class CudaDevice(Device):
         real = query_capabilities(self.cu_device)
         caps = real.with_overrides(overrides)
         caps.check_within(real, name)
-        super().__init__("cuda", name, caps)
+        super().__init__("cuda", name, caps, ordinal)
         self.driver_version = int(call(driver.cuDriverGetVersion))  # e.g. 12040 for 12.4
         self.context = call(driver.cuDevicePrimaryCtxRetain, self.cu_device)
         self.context_handle = int(self.context)

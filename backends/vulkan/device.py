@@ -67,7 +67,7 @@ class VulkanDriver(Driver):
         devices = instance().devices
         if not devices:
             self.devices()
-        return VulkanDevice(devices[index or 0], capabilities)
+        return VulkanDevice(devices[index or 0], capabilities, index or 0)
 
 
 class Functions:
@@ -81,7 +81,7 @@ class Functions:
 
 
 class VulkanDevice(Device):
-    def __init__(self, physical: PhysicalDevice, overrides: Mapping[str, Any] | None) -> None:
+    def __init__(self, physical: PhysicalDevice, overrides: Mapping[str, Any] | None, index: int = 0) -> None:
         self.physical = physical
         self.features = caps_module.query(physical)
         caps = self.features.capabilities.with_overrides(overrides)
@@ -90,7 +90,7 @@ class VulkanDevice(Device):
             limit = min(caps.max_per_stage_descriptor_storage_buffer, self.features.max_push_descriptors,
                         MAX_PUSHED_BINDINGS)
             caps = dataclasses.replace(caps, max_per_stage_descriptor_storage_buffer=limit)
-        super().__init__("vulkan", physical.name, caps)
+        super().__init__("vulkan", physical.name, caps, index)
         self.push_descriptors = caps.supports_push_descriptor
         # What glslc and spirv-val check against (SPIR-V 1.6 from Vulkan 1.3 on, else 1.5).
         self.target_env = "vulkan1.3" if physical.api_version >= api_version(1, 3) else "vulkan1.2"

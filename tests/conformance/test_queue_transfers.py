@@ -57,9 +57,9 @@ def test_bad_transfers_are_refused_and_queue_nothing(dev):
         (lambda: dev.queue_update(a, b""), "queue_update: 0 bytes"),
         (lambda: dev.queue_update(hal.slot(0), b"1234"), "queue_update: target must be"),
         (lambda: dev.queue_update(a, object()), "queue_update: data"),
-        (lambda: dev.queue_fill(a, b"123"), "queue_fill: command 0 \\(fill_buffer\\)"),
-        (lambda: dev.queue_copy(hal.ref(a, 0, 128), hal.ref(a, 64, 128)), "queue_copy: command 0 \\(copy_buffer\\)"),
-        (lambda: dev.queue_copy(hal.ref(a, 0, 64), hal.ref(a, 64, 64), signal=[(1, 1)]), "queue_execute: signal"),
+        (lambda: dev.queue_fill(a, b"123"), "queue_fill: pattern has 3 bytes"),
+        (lambda: dev.queue_copy(hal.ref(a, 0, 128), hal.ref(a, 64, 128)), "queue_copy: source \\[0, 128\\) and target"),
+        (lambda: dev.queue_copy(hal.ref(a, 0, 64), hal.ref(a, 64, 64), signal=[(1, 1)]), "queue_copy: signal"),
     ]
     for call, message in cases:
         with pytest.raises(hal.ValidationError, match=message):
