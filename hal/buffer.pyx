@@ -58,7 +58,7 @@ cdef class Buffer:
         if offset + nbytes > self.size:
             raise ValidationError(
                 f"read: {count} x {dt} from offset {offset} needs {offset + nbytes} bytes; the buffer has {self.size}")
-        self.device.order_host_access()
+        self.device.order_host_access("read")
         return self._read(offset, nbytes).view(dt)
 
     def write(self, data: Any, offset: int = 0) -> None:
@@ -70,7 +70,7 @@ cdef class Buffer:
             raise ValidationError(
                 f"write: {view.nbytes} bytes at offset {offset} end at {offset + view.nbytes}; "
                 f"the buffer has {self.size}")
-        self.device.order_host_access()
+        self.device.order_host_access("write")
         if view.nbytes:
             self._write(offset, view)
 

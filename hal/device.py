@@ -74,9 +74,10 @@ class Device(abc.ABC):
     (and may replace the others), which are called with arguments already checked (see "The backend contract" below).
 
     Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few
-    plain methods: `check_open()`, `closed`, `order_host_access()`, `waiting()`, `buffer_released()` and
-    `executable_released()`; each backend's device adds its own (its `lifetime`, a hal.lifetime.Lifetime,
-    staging copies, ...). No module reaches into another's private names.
+    plain methods: `check_open()`, `closed`, `order_host_access()`, `wait_for_queue()`, `waiting()`,
+    `buffer_released()`, `executable_released()`, and for failures `fail_signals()`, `note_failure()`,
+    `failure_observed()` and `unobserved_failure()`; each backend's device adds its own (its `lifetime`, a
+    hal.lifetime.Lifetime, staging copies, ...). No module reaches into another's private names.
     """
 
     def __init__(self, driver: str, name: str, capabilities: Capabilities, index: int = 0) -> None:
@@ -94,7 +95,9 @@ class Device(abc.ABC):
         self.release_token = object()
         self._waiters = 0  # threads inside waiting()
         self._waiters_lock = threading.Lock()
-        self._failure: BaseException | None = None  # the first failure of queued work, for synchronize()
+        # Failures of queued work that nothing has raised yet, oldest first (see "Failures are reported once" in
+        # synchronize's docstring).
+        self._unobserved: list[BaseException] = []
         self._failure_lock = threading.Lock()
         self.host_calls = HostCallThread(self)  # runs queue_host_call's functions where the backend's queue is a GPU's
         self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
@@ -339,6 +342,10 @@ class Device(abc.ABC):
                     self.queue_host_call(_nothing, wait=wait, signal=[(sem, value + 1)])
 
                 def deliver() -> None:
+                    failure = self.unobserved_failure()
+                    if failure is not None:  # earlier work failed: the read's signals fail with it, `out` untouched
+                        self._readbacks.give(staging, view)
+                        raise failure
                     target[:] = view[:n]
                     self._readbacks.give(staging, view)  # work queued later may reuse it: it runs after this
 
@@ -409,20 +416,41 @@ class Device(abc.ABC):
         self.note_failure(error)
 
     def note_failure(self, error: BaseException) -> None:
-        """Queued work failed with `error`: the next synchronize() raises it (the first one, once)."""
+        """Queued work failed with `error`: the first of synchronize(), a buffer's read or write and a wait on a
+        semaphore it failed to raise it reports it; the others do not."""
         with self._failure_lock:
-            if self._failure is None:
-                self._failure = error
+            if not any(e is error for e in self._unobserved):
+                self._unobserved.append(error)
+
+    def failure_observed(self, error: BaseException) -> None:
+        """A semaphore's wait or query raised `error`: it is reported, and raised nowhere else again."""
+        with self._failure_lock:
+            self._unobserved = [e for e in self._unobserved if e is not error]
+
+    def unobserved_failure(self) -> BaseException | None:
+        """The oldest failure of queued work that nothing has raised yet, now reported (None: there is none)."""
+        with self._failure_lock:
+            return self._unobserved.pop(0) if self._unobserved else None
 
     def synchronize(self) -> None:
-        """Wait until all submitted work is done; raises the first failure of that work."""
+        """Wait until all submitted work is done; raise the failures of that work nothing has raised yet.
+
+        Failures are reported once, at the first place that observes them: a failure delivered to a signal
+        semaphore is raised by that semaphore's wait or query, and not again; synchronize(), a buffer's read() and
+        write(), and a wait on queue_read's signal raise each failure of earlier work that nothing has raised yet,
+        once (the oldest; the message counts the others, which it reports too). A read never returns bytes silently
+        after earlier work failed."""
         self.check_open()
         self._refuse_inside_host_call("synchronize()")
         self._synchronize()
+        self._raise_unobserved("a submission failed")
+
+    def _raise_unobserved(self, what: str) -> None:
         with self._failure_lock:
-            failure, self._failure = self._failure, None
-        if failure is not None:
-            raise DeviceError(f"a submission failed: {failure}") from failure
+            failures, self._unobserved = self._unobserved, []
+        if failures:
+            more = f" (and {len(failures) - 1} later failure(s) of queued work)" if len(failures) > 1 else ""
+            raise DeviceError(f"{what}: {failures[0]}{more}") from failures[0]
 
     def _refuse_inside_host_call(self, what: str) -> None:
         if self.host_calls.is_current():
@@ -459,10 +487,18 @@ class Device(abc.ABC):
         if self._closed:
             raise ValidationError(f"the {self.driver} device {self.name!r} is closed; create a new one")
 
-    def order_host_access(self) -> None:
-        """Called before a buffer read or write: host access is ordered after submitted work."""
-        self._refuse_inside_host_call("a buffer read or write")
+    def wait_for_queue(self) -> None:
+        """Wait until the work queued so far is done, leaving its failures to synchronize() (for a communicator
+        draining its devices)."""
+        self._refuse_inside_host_call("a wait for the queue")
         self._synchronize()
+
+    def order_host_access(self, what: str = "a buffer read or write") -> None:
+        """Called before a buffer read or write (`what`): host access is ordered after submitted work, and a failure
+        of that work nothing has raised yet is raised (see synchronize)."""
+        self._refuse_inside_host_call(what)
+        self._synchronize()
+        self._raise_unobserved(f"{what}: work queued before it failed")
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:

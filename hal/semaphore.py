@@ -26,6 +26,8 @@ class SemaphoreOwner(Protocol):
 
     def check_open(self) -> None: ...
 
+    def failure_observed(self, error: BaseException) -> None: ...
+
 
 class Semaphore(abc.ABC):
     """A timeline semaphore of one device. `promised` is the highest value a submitted queue operation
@@ -80,7 +82,9 @@ class Semaphore(abc.ABC):
         self._wake()
 
     def raise_failure(self) -> None:
+        """Raise the failure (it is then reported: the device's synchronize() and reads do not raise it again)."""
         failure = self.failure
+        self.device.failure_observed(failure)
         cls = type(failure) if isinstance(failure, DeviceError) else DeviceError
         raise cls(f"the semaphore failed: {failure}") from failure
 

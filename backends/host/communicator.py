@@ -111,7 +111,7 @@ class HostCommunicator(Communicator):
     def _drain(self) -> None:
         for d in self.devices:
             if not d.closed:
-                d.order_host_access()  # waits for its queue, leaving failures to synchronize()
+                d.wait_for_queue()
 
     def _close(self) -> None:
         with self._cv:

@@ -172,10 +172,6 @@ class HostDevice(Device):
         sem, value = unmet[0]
         raise queue_deadlock(value, sem.value)
 
-    def order_host_access(self) -> None:
-        """Reads and writes wait for submitted work but leave its failures to synchronize()."""
-        self._wait_idle()
-
     def _synchronize(self) -> None:
         self._wait_idle()
 

@@ -229,8 +229,7 @@ def test_failing_kernel_fails_its_signal_semaphore(host):
         done.wait(1, timeout=1)
     with pytest.raises(hal.DeviceError):
         done.query()
-    with pytest.raises(hal.DeviceError, match=r"command 0 \(dispatch boom\) failed: RuntimeError: kernel exploded"):
-        host.synchronize()
+    host.synchronize()  # the semaphore's wait reported the failure: not again
 
 
 def test_failure_surfaces_once_then_device_is_usable(host):
@@ -251,8 +250,7 @@ def test_submission_waiting_on_a_failed_semaphore_fails_too(host):
     host.queue_execute(fill_cb(host, buf, 4), wait=[(mid, 1)], signal=[(done, 1)])
     with pytest.raises(hal.DeviceError):
         done.wait(1, timeout=5)
-    with pytest.raises(hal.DeviceError):
-        host.synchronize()
+    host.synchronize()  # done's wait reported the failure (mid's and done's are one): not again
     assert not buf.read().any()  # the dependent work did not run
 
 
