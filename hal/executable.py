@@ -24,7 +24,9 @@ from hal.errors import UnsupportedError, ValidationError, integer
 @dataclasses.dataclass(frozen=True)
 class Export:
     """One entry point: `bindings` buffers, `constants` 32-bit words, its workgroup size, which bindings it
-    only reads (hazard analysis treats the others as read-write), and `early_launch`: the kernel waits for the
+    only reads (hazard analysis treats the others as read-write; Vulkan refuses at load_executable a readonly
+    binding its SPIR-V may write, the host hands the kernel read-only views of them, CUDA trusts the
+    declaration), and `early_launch`: the kernel waits for the
     commands it depends on itself (CUDA: cudaGridDependencySynchronize(), PTX griddepcontrol.wait) before it
     reads or writes anything they touch, so on a device whose capabilities say supports_early_launch the CUDA
     backend lets it launch while they finish (programmatic dependent launch: once every block of the kernels it

@@ -188,6 +188,11 @@ def _check(device: PipelineDevice, module: spirv.Module, export: Export, entry_n
             raise ValidationError(f"{what}: the shader declares a {d.kind} at set {d.set}, binding {d.binding}; the "
                                   f"Export has {export.bindings} bindings: storage buffers at set 0, bindings 0 to "
                                   f"{export.bindings - 1}")
+    for d in module.descriptors_of(entry):
+        if d.binding in export.readonly and d.variable in module.written and d.variable not in module.non_writable:
+            raise ValidationError(f"{what}: binding {d.binding} is declared readonly, but the shader may write it (a "
+                                  f"store or atomic through it, and no `readonly` on its block); mark the buffer "
+                                  f"readonly in the shader, or leave {d.binding} out of readonly=")
     push = module.push_constants_of(entry)
     if push > 4 * export.constants:
         raise ValidationError(f"{what}: the shader's push-constant block is {push} bytes but the Export has "

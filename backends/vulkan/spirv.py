@@ -1,8 +1,10 @@
 """SPIR-V reflection: what a module asks of the device and what each entry point's ABI is.
 
 Read straight from the binary (a few KB: one pass over the words), so that a module declaring a
-capability the device lacks, or disagreeing with its Export on bindings, constants or LocalSize, is
-refused with a clear hal error before the driver sees it.
+capability the device lacks, or disagreeing with its Export on bindings, constants, LocalSize or which bindings it
+only reads, is refused with a clear hal error before the driver sees it. A binding the module may write is one
+without NonWritable (GLSL's `readonly`) that a store, an atomic or a memory copy reaches through a pointer derived
+from it (access chains, copies, and the selects and phis of variable pointers).
 """
 
 from __future__ import annotations
@@ -20,10 +22,18 @@ OP_TYPE_BOOL, OP_TYPE_INT, OP_TYPE_FLOAT, OP_TYPE_VECTOR, OP_TYPE_MATRIX = 20, 2
 OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT, OP_TYPE_POINTER = 28, 29, 30, 32
 OP_CONSTANT, OP_CONSTANT_COMPOSITE, OP_SPEC_CONSTANT, OP_SPEC_CONSTANT_COMPOSITE = 43, 44, 50, 51
 OP_VARIABLE, OP_DECORATE, OP_MEMBER_DECORATE, OP_EXECUTION_MODE_ID = 59, 71, 72, 331
+OP_STORE, OP_COPY_MEMORY, OP_COPY_MEMORY_SIZED = 62, 63, 64
+# Instructions whose result is a pointer into what their operands (from the third word) point into.
+POINTER_DERIVING = {65, 66, 67, 70, 83, 124, 169, 245}  # access chains, CopyObject, Bitcast, Select, Phi
+# Atomics that write: their pointer is the third word (after result type and id), but for OpAtomicStore and
+# OpAtomicFlagClear, which have no result: the first (OpAtomicLoad, 227, only reads).
+ATOMICS = set(range(229, 243)) | {318, 5614, 5615, 6035}  # exchanges, arithmetic, flag test-and-set, float add/min/max
+OP_ATOMIC_STORE, OP_ATOMIC_FLAG_CLEAR = 228, 319
 # Enumerants.
 GL_COMPUTE = 5
 MODE_LOCAL_SIZE, MODE_LOCAL_SIZE_ID = 17, 38
-DEC_BUFFER_BLOCK, DEC_ARRAY_STRIDE, DEC_BUILTIN, DEC_BINDING, DEC_SET, DEC_OFFSET = 3, 6, 11, 33, 34, 35
+DEC_BUFFER_BLOCK, DEC_ARRAY_STRIDE, DEC_BUILTIN, DEC_NON_WRITABLE, DEC_BINDING, DEC_SET, DEC_OFFSET = \
+    3, 6, 11, 24, 33, 34, 35
 BUILTIN_WORKGROUP_SIZE = 25
 SC_UNIFORM_CONSTANT, SC_UNIFORM, SC_PUSH_CONSTANT, SC_STORAGE_BUFFER = 0, 2, 9, 12
 
@@ -73,6 +83,8 @@ class Module:
     push_constant_bytes: dict[int, int]  # push-constant variable -> size of its block
     workgroup_size: tuple[int, int, int] | None  # the WorkgroupSize builtin, which overrides LocalSize
     uses_local_size_id: bool
+    written: frozenset[int]  # variables a store, atomic or memory copy may write through
+    non_writable: frozenset[int]  # variables decorated NonWritable, or whose block's members all are
 
     def descriptors_of(self, entry: EntryPoint) -> list[Descriptor]:
         """The descriptors `entry` uses: its interface lists them from SPIR-V 1.4; before, every one counts."""
@@ -121,6 +133,9 @@ def parse(data: bytes) -> Module:
     constants: dict[int, int] = {}
     composites: dict[int, tuple[int, ...]] = {}
     variables: list[tuple[int, int, int]] = []  # (id, pointer type, storage class)
+    derived: dict[int, tuple[int, ...]] = {}  # pointer id -> the ids it derives from
+    stored: list[int] = []  # the pointers written through
+    non_writable_members: dict[int, set[int]] = {}  # struct -> its members decorated NonWritable
     local_size_ids: dict[int, tuple[int, int, int]] = {}
     i = 5
     n = len(ws)
@@ -142,6 +157,14 @@ def parse(data: bytes) -> Module:
             decorations.setdefault(a[0], {})[a[1]] = a[2] if len(a) > 2 else 1
         elif op == OP_MEMBER_DECORATE and a[2] == DEC_OFFSET:
             member_offsets.setdefault(a[0], {})[a[1]] = a[3]
+        elif op == OP_MEMBER_DECORATE and a[2] == DEC_NON_WRITABLE:
+            non_writable_members.setdefault(a[0], set()).add(a[1])
+        elif op in POINTER_DERIVING and len(a) > 2:
+            derived[a[1]] = tuple(a[2:]) if op in (169, 245) else (a[2],)  # Select: condition too (harmless)
+        elif op in (OP_STORE, OP_COPY_MEMORY, OP_COPY_MEMORY_SIZED, OP_ATOMIC_STORE, OP_ATOMIC_FLAG_CLEAR):
+            stored.append(a[0])
+        elif op in ATOMICS and len(a) > 2:
+            stored.append(a[2])
         elif op in (OP_TYPE_INT, OP_TYPE_FLOAT):
             types[a[0]] = ("scalar", a[1] // 8)
         elif op == OP_TYPE_BOOL:
@@ -191,7 +214,35 @@ def parse(data: bytes) -> Module:
             vdecs = decorations.get(var, {})
             descriptors.append(Descriptor(var, vdecs.get(DEC_SET), vdecs.get(DEC_BINDING), kind))
     return Module(version, capabilities, {e.name: e for e in entries.values()}, descriptors, push, workgroup_size,
-                  bool(local_size_ids))
+                  bool(local_size_ids), _written(stored, derived),
+                  _non_writable(variables, types, decorations, non_writable_members))
+
+
+def _written(stored: list[int], derived: dict[int, tuple[int, ...]]) -> frozenset[int]:
+    """Every id a written pointer derives from, the variables among them."""
+    seen: set[int] = set()
+    todo = list(stored)
+    while todo:
+        x = todo.pop()
+        if x not in seen:
+            seen.add(x)
+            todo.extend(derived.get(x, ()))
+    return frozenset(seen)
+
+
+def _non_writable(variables: list[tuple[int, int, int]], types: dict, decorations: dict,
+                  members: dict[int, set[int]]) -> frozenset[int]:
+    found = set()
+    for var, ptr, _ in variables:
+        t = types.get(ptr)
+        pointee = t[2] if t and t[0] == "pointer" else None
+        while pointee is not None and types.get(pointee, ("?",))[0] in ("array", "runtime"):
+            pointee = types[pointee][1]
+        block = types.get(pointee, ("?",))
+        if DEC_NON_WRITABLE in decorations.get(var, {}) or \
+                block[0] == "struct" and len(block) > 1 and members.get(pointee, set()) >= set(range(len(block) - 1)):
+            found.add(var)
+    return frozenset(found)
 
 
 def _size(type_id: int | None, types: dict, constants: dict, decorations: dict, offsets: dict) -> int:

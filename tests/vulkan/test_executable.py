@@ -254,3 +254,67 @@ def test_release_frees_the_pipelines_and_refuses_later_use(fresh):
     again = dev.load_executable(hal.ExecutableSource.glsl(DOUBLE, [DOUBLE_EXPORT]))
     assert again is not exe
     np.testing.assert_array_equal(run_double(dev, again), np.arange(100, dtype=np.uint32) * 2)
+
+
+READONLY_HEAD = HEAD + "layout(set = 0, binding = 1) buffer Y { uint y[]; };\n"
+
+
+@pytest.mark.parametrize("qualifier, body, refused", [
+    ("", "x[0] = 1u; y[0] = x[1];", True),  # a store through binding 0
+    ("", "atomicAdd(x[0], 1u); y[0] = 1u;", True),  # an atomic
+    ("", "uint t = x[0]; y[t] = x[1];", False),  # reads only, though the block is not readonly
+    ("readonly", "y[0] = x[0];", False),
+    ("coherent", "x[gl_GlobalInvocationID.x] += 1u;", True),  # a read-modify-write
+], ids=["store", "atomic", "reads-only", "readonly-block", "read-modify-write"])
+def test_readonly_bindings_are_checked_against_the_shader(vk, qualifier, body, refused):
+    """issue 44, item 2: a binding declared readonly that the SPIR-V may write is refused at load_executable (its
+    hazard analysis and race checks would otherwise trust a false promise)."""
+    code = READONLY_HEAD + f"layout(set = 0, binding = 0) {qualifier} buffer X {{ uint x[]; }};\n"
+    code += f"void main() {{ {body} }}\n"
+    source = hal.ExecutableSource.glsl({"k": code}, [hal.Export("k", bindings=2, workgroup_size=64, readonly=(0,))])
+    if refused:
+        with pytest.raises(hal.ValidationError, match=r"export 'k': binding 0 is declared readonly, but the shader "
+                                                      r"may write it"):
+            vk.load_executable(source)
+    else:
+        vk.load_executable(source)
+    unchecked = hal.ExecutableSource.glsl({"k": code}, [hal.Export("k", bindings=2, workgroup_size=64)])
+    vk.load_executable(unchecked)  # without the promise, any shader loads
+
+
+def test_readonly_check_follows_pointers_through_access_chains_and_copies(vk):
+    """A store through a pointer the module copies (OpCopyObject) after an access chain still counts."""
+    code = assemble("""
+               OpCapability Shader
+               OpMemoryModel Logical GLSL450
+               OpEntryPoint GLCompute %main "main" %x
+               OpExecutionMode %main LocalSize 64 1 1
+               OpDecorate %arr ArrayStride 4
+               OpMemberDecorate %block 0 Offset 0
+               OpDecorate %block Block
+               OpDecorate %x DescriptorSet 0
+               OpDecorate %x Binding 0
+       %void = OpTypeVoid
+         %fn = OpTypeFunction %void
+       %uint = OpTypeInt 32 0
+        %arr = OpTypeRuntimeArray %uint
+      %block = OpTypeStruct %arr
+        %ptr = OpTypePointer StorageBuffer %block
+       %uptr = OpTypePointer StorageBuffer %uint
+          %x = OpVariable %ptr StorageBuffer
+      %zero = OpConstant %uint 0
+       %one = OpConstant %uint 1
+       %main = OpFunction %void None %fn
+      %entry = OpLabel
+         %el = OpAccessChain %uptr %x %zero %zero
+       %copy = OpCopyObject %uptr %el
+               OpStore %copy %one
+               OpReturn
+               OpFunctionEnd
+""")
+    module = spirv.parse(code)
+    x = module.descriptors[0].variable
+    assert x in module.written and x not in module.non_writable
+    source = hal.ExecutableSource.spirv(code, [hal.Export("main", bindings=1, workgroup_size=64, readonly=(0,))])
+    with pytest.raises(hal.ValidationError, match="binding 0 is declared readonly"):
+        vk.load_executable(source)
