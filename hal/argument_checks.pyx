@@ -16,6 +16,7 @@ from hal.buffer cimport (Buffer, ConstantSlot, USAGE_DISPATCH_STORAGE, USAGE_TRA
 from hal.commands cimport checked_word
 
 from hal.commands import constant_word
+from hal.constant_types import convert
 from hal.errors import ValidationError
 from hal.executable import Executable
 from hal.transients import Transient
@@ -169,3 +170,24 @@ def table_of(binding_table) -> tuple:
     except TypeError:
         raise ValidationError(f"queue_execute: binding_table must be a sequence of buffers, "
                               f"got {type(binding_table).__name__}") from None
+
+
+def typed_constants(tuple constants, tuple types, index, name, command, dict slot_types) -> tuple:
+    """A typed export's constants converted as its kernel reads them (hal.constant_types); each constant slot's type
+    noted in `slot_types` (slot -> (type, command, constant)), and a slot read as two types refused."""
+    converted = []
+    for i, (value, type_name) in enumerate(zip(constants, types)):
+        if type(value) is ConstantSlot:
+            seen = slot_types.setdefault((<ConstantSlot>value).index, (type_name, index, i))
+            if seen[0] != type_name:
+                raise ValidationError(f"command {index} ({command} {name}): constants[{i}] reads constant slot "
+                                      f"{(<ConstantSlot>value).index} as {type_name}, but command {seen[1]} reads it "
+                                      f"as {seen[0]} (constants[{seen[2]}]); give each type its own slot")
+            converted.append(value)
+            continue
+        try:
+            converted.append(convert(value, type_name))
+        except (TypeError, OverflowError) as e:
+            raise ValidationError(f"command {index} ({command} {name}): constants[{i}] = {value!r} for a {type_name} "
+                                  f"constant: {e}") from None
+    return tuple(converted)

@@ -29,6 +29,7 @@ from hal.submit_checks cimport SubmitChecks, same_entries, segments_of
 from hal.argument_checks import constant_values, table_of
 from hal.buffer import MAX_SLOTS, slot_count
 from hal.commands import constant_word, restore
+from hal.constant_types import convert
 from hal.communicator import Communicator, check_collective
 from hal.errors import ValidationError, integer
 from hal.nesting import Resolver, check_nested, replay
@@ -101,6 +102,7 @@ cdef class CommandBuffer(Recorder):
         self.slot_commands = []
         self.slots_needed = 0
         self.constant_commands = []
+        self.constant_slot_types = {}
         self.constants_needed = 0
         self.indirect_commands = []
         self.region_commands = []
@@ -476,13 +478,26 @@ cdef class CommandBuffer(Recorder):
         if len(values) < self.constants_needed:
             raise ValidationError(f"queue_execute: {len(values)} constants given; the command buffer needs "
                                   f"{self.constants_needed} (it reads constant slot {self.constants_needed - 1})")
+        typed = self.constant_slot_types  # slots a typed export reads: converted as it reads them
+        if typed:
+            values = list(values)
         for i, value in enumerate(values):
-            if not plain_word(value, &word):
+            if i in typed:
+                type_name, index, position = typed[i]
+                try:
+                    values[i] = convert(value, type_name)
+                except (TypeError, OverflowError) as e:
+                    raise ValidationError(f"queue_execute: constants[{i}] = {value!r} for constant slot {i}, a "
+                                          f"{type_name} (command {index}'s constants[{position}]): {e}") from None
+            elif not plain_word(value, &word):
                 try:
                     constant_word(value)
                 except (TypeError, OverflowError) as e:
                     raise ValidationError(f"queue_execute: constants[{i}] = {value!r}: {e}") from None
+        if typed:
+            values = tuple(values)
         return values
+
 
 class RegionScope:
     """What while_nonzero and if_nonzero return: entering opens the region, leaving closes it (an exception

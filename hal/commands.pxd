@@ -51,6 +51,7 @@ cdef class Entry:
     cdef readonly Py_ssize_t ordinal  # the export's position in the executable
     cdef readonly Py_ssize_t bindings
     cdef readonly Py_ssize_t constants
+    cdef readonly tuple constant_types  # the Export's (): untyped words
     cdef readonly tuple writes  # per binding: does the kernel write it?
 
 

@@ -132,6 +132,7 @@ cdef class Entry:
         self.ordinal = ordinal
         self.bindings = export.bindings
         self.constants = export.constants
+        self.constant_types = export.constant_types
         self.writes = tuple([i not in export.readonly for i in range(export.bindings)])
 
     def __repr__(self):

@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hal.commands import Entries, Entry
+from hal.constant_types import TYPES, check_types
 from hal.errors import UnsupportedError, ValidationError, integer
 
 
 @dataclasses.dataclass(frozen=True)
 class Export:
-    """One entry point: `bindings` buffers, `constants` 32-bit words, its workgroup size, which bindings it
+    """One entry point: `bindings` buffers, `constants` 32-bit words (a count, or the type of each: "int32",
+    "uint32" or "float32", so that hal converts each value as the kernel reads it and refuses a value of another kind:
+    hal.constant_types; `constant_types` keeps them, () for a count), its workgroup size, which bindings it
     only reads (hazard analysis treats the others as read-write; Vulkan refuses at load_executable a readonly
     binding its SPIR-V may write, the host hands the kernel read-only views of them, CUDA trusts the
     declaration), and `early_launch`: the kernel waits for the
@@ -38,14 +41,26 @@ class Export:
     workgroup_size: tuple[int, int, int] = (1, 1, 1)
     readonly: tuple[int, ...] = ()
     early_launch: bool = False
+    constant_types: tuple[str, ...] = ()
 
-    def __init__(self, name: str, *, bindings: int, constants: int = 0,
+    def __init__(self, name: str, *, bindings: int, constants: int | Iterable[str] = 0,
                  workgroup_size: Iterable[int] | int = (1, 1, 1), readonly: Iterable[int] = (),
                  early_launch: bool = False) -> None:
         if not isinstance(name, str) or not name:
             raise ValidationError(f"Export name must be a non-empty string, got {name!r}")
         bindings = integer(bindings, f"Export {name!r}: bindings", 0)
-        constants = integer(constants, f"Export {name!r}: constants", 0)
+        types: tuple[str, ...] = ()
+        if isinstance(constants, str):
+            raise ValidationError(f"Export {name!r}: constants takes a count or a sequence of type names "
+                                  f"({', '.join(TYPES)}), got the string {constants!r}")
+        if isinstance(constants, int) or not isinstance(constants, Iterable):
+            constants = integer(constants, f"Export {name!r}: constants", 0)
+        else:
+            try:
+                types = check_types(_sequence(constants, f"Export {name!r}: constants"), f"Export {name!r}")
+            except ValueError as e:
+                raise ValidationError(str(e)) from None
+            constants = len(types)
         size = _sequence(workgroup_size, f"Export {name!r}: workgroup_size")
         if not 1 <= len(size) <= 3:
             raise ValidationError(f"Export {name!r}: workgroup_size must be 1 to 3 positive integers, "
@@ -56,6 +71,7 @@ class Export:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "bindings", bindings)
         object.__setattr__(self, "constants", constants)
+        object.__setattr__(self, "constant_types", types)
         object.__setattr__(self, "workgroup_size", size + (1,) * (3 - len(size)))
         object.__setattr__(self, "readonly", ro)
         if not isinstance(early_launch, bool):

@@ -46,6 +46,7 @@ cdef class Recorder:
     cdef Program recorded  # the Program, once ended (single_pass: while recording, too)
     cdef list slot_commands
     cdef list constant_commands  # dispatches with a constant slot
+    cdef dict constant_slot_types  # constant slot -> (its type, the command and constant reading it), if typed
     cdef list indirect_commands  # the indices of the dispatch_indirect commands
     cdef list region_commands  # the indices of the regions
     cdef list collective_commands  # the indices of the collectives

@@ -24,7 +24,7 @@ from hal.commands cimport (Command, Dispatch, Entries, Entry, hide_from_collecto
                            new_update, with_arguments)
 
 from hal.argument_checks import (as_sequence, bad_export, binding_name, check_constants, check_range, fill_pattern,
-                                 foreign, refuse, workgroup_counts)
+                                 foreign, refuse, typed_constants, workgroup_counts)
 from hal.buffer import bytes_view
 from hal.errors import ValidationError
 from hal.executable import Executable
@@ -202,6 +202,9 @@ cdef class Recorder:
         if 4 * n > self.max_constant_bytes:
             raise ValidationError(f"command {index} ({command} {name}): {4 * n} bytes of constants "
                                   f"exceed the device's max_push_constants_size {self.max_constant_bytes}")
+        if entry.constant_types:
+            constants = typed_constants(constants, entry.constant_types, index, name, command,
+                                        self.constant_slot_types)
         cdef bint constant_slots = False
         cdef bint hidden = parameters is None  # from the collector (hal.commands.hide_from_collector)
         self.words.resize(n)

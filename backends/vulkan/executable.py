@@ -193,6 +193,11 @@ def _check(device: PipelineDevice, module: spirv.Module, export: Export, entry_n
             raise ValidationError(f"{what}: binding {d.binding} is declared readonly, but the shader may write it (a "
                                   f"store or atomic through it, and no `readonly` on its block); mark the buffer "
                                   f"readonly in the shader, or leave {d.binding} out of readonly=")
+    for i, declared in enumerate(export.constant_types):
+        found = module.push_constant_scalar(entry, 4 * i)
+        if found is not None and found != declared:
+            raise ValidationError(f"{what}: constants[{i}] is declared {declared}, but the shader's push-constant "
+                                  f"member at offset {4 * i} is a {found}; make them agree")
     push = module.push_constants_of(entry)
     if push > 4 * export.constants:
         raise ValidationError(f"{what}: the shader's push-constant block is {push} bytes but the Export has "

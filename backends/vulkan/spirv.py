@@ -83,6 +83,7 @@ class Module:
     push_constant_bytes: dict[int, int]  # push-constant variable -> size of its block
     workgroup_size: tuple[int, int, int] | None  # the WorkgroupSize builtin, which overrides LocalSize
     uses_local_size_id: bool
+    push_constant_scalars: dict[int, dict[int, str]]  # push-constant variable -> offset -> a scalar member's type
     written: frozenset[int]  # variables a store, atomic or memory copy may write through
     non_writable: frozenset[int]  # variables decorated NonWritable, or whose block's members all are
 
@@ -98,6 +99,13 @@ class Module:
         if self.version >= (1, 4):
             return max((sizes[v] for v in entry.interface if v in sizes), default=0)
         return max(sizes.values(), default=0)
+
+    def push_constant_scalar(self, entry: EntryPoint, offset: int) -> str | None:
+        """The type ("int32", "uint32", "float32", ...) of `entry`'s push-constant member at `offset`, if that is a
+        scalar member of the block."""
+        scalars = self.push_constant_scalars
+        variables = [v for v in entry.interface if v in scalars] if self.version >= (1, 4) else list(scalars)
+        return next((scalars[v][offset] for v in variables if offset in scalars[v]), None)
 
     def local_size(self, entry: EntryPoint) -> tuple[int, int, int] | None:
         return self.workgroup_size or entry.local_size
@@ -165,10 +173,12 @@ def parse(data: bytes) -> Module:
             stored.append(a[0])
         elif op in ATOMICS and len(a) > 2:
             stored.append(a[2])
-        elif op in (OP_TYPE_INT, OP_TYPE_FLOAT):
-            types[a[0]] = ("scalar", a[1] // 8)
+        elif op == OP_TYPE_INT:
+            types[a[0]] = ("scalar", a[1] // 8, f"{'int' if a[2] else 'uint'}{a[1]}")
+        elif op == OP_TYPE_FLOAT:
+            types[a[0]] = ("scalar", a[1] // 8, f"float{a[1]}")
         elif op == OP_TYPE_BOOL:
-            types[a[0]] = ("scalar", 4)
+            types[a[0]] = ("scalar", 4, "bool")
         elif op in (OP_TYPE_VECTOR, OP_TYPE_MATRIX):
             types[a[0]] = ("vector", a[1], a[2])
         elif op == OP_TYPE_ARRAY:
@@ -195,7 +205,7 @@ def parse(data: bytes) -> Module:
             parts = composites[target]
             if all(p in constants for p in parts):
                 workgroup_size = tuple(constants[p] for p in parts)
-    descriptors, push = [], {}
+    descriptors, push, push_scalars = [], {}, {}
     for var, ptr, storage in variables:
         t = types.get(ptr)
         pointee = t[2] if t and t[0] == "pointer" else None
@@ -204,6 +214,11 @@ def parse(data: bytes) -> Module:
         decs = decorations.get(pointee, {})
         if storage == SC_PUSH_CONSTANT:
             push[var] = _size(pointee, types, constants, decorations, member_offsets)
+            block = types.get(pointee, ("?",))
+            if block[0] == "struct":
+                where = member_offsets.get(pointee, {})
+                push_scalars[var] = {where[m]: types[member][2] for m, member in enumerate(block[1:])
+                                     if m in where and types.get(member, ("?",))[0] == "scalar"}
         elif storage in (SC_STORAGE_BUFFER, SC_UNIFORM, SC_UNIFORM_CONSTANT):
             if storage == SC_STORAGE_BUFFER or (storage == SC_UNIFORM and DEC_BUFFER_BLOCK in decs):
                 kind = "storage buffer"
@@ -214,7 +229,7 @@ def parse(data: bytes) -> Module:
             vdecs = decorations.get(var, {})
             descriptors.append(Descriptor(var, vdecs.get(DEC_SET), vdecs.get(DEC_BINDING), kind))
     return Module(version, capabilities, {e.name: e for e in entries.values()}, descriptors, push, workgroup_size,
-                  bool(local_size_ids), _written(stored, derived),
+                  bool(local_size_ids), push_scalars, _written(stored, derived),
                   _non_writable(variables, types, decorations, non_writable_members))
 
 
