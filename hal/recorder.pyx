@@ -280,7 +280,8 @@ cdef class Recorder:
         if b.released:
             refuse(index, command, name, binding, "is a released buffer")
         if ref.nbytes <= 0 or ref.offset + ref.nbytes > b.size or not b.usage_bits & usage or (
-                usage == USAGE_DISPATCH_STORAGE and (ref.offset % self.storage_alignment or ref.nbytes > self.max_storage_range)):
+                usage == USAGE_DISPATCH_STORAGE and (ref.offset % self.storage_alignment or
+                                                     ref.nbytes > self.max_storage_range)):
             check_range(ref.offset, ref.nbytes, b, self.caps, index, command, binding_name(name, binding), usage)
         return ref
 

@@ -7,8 +7,9 @@ usage aliasing alike) passes without a look at the commands.
 from libcpp.vector cimport vector
 
 from hal.accesses cimport access_range, refs_and_writes
-from hal.buffer cimport Buffer, BufferRef, USAGE_ANY, USAGE_DISPATCH_STORAGE, USAGE_TRANSFER_SOURCE, USAGE_TRANSFER_TARGET
-from hal.commands cimport Collective, Command, Dispatch, Fill, Region
+from hal.buffer cimport (Buffer, BufferRef, USAGE_ANY, USAGE_DISPATCH_STORAGE, USAGE_TRANSFER_SOURCE,
+                         USAGE_TRANSFER_TARGET)
+from hal.commands cimport Collective, Command, Copy, Dispatch, Fill, Region
 from hal.program cimport Program
 from hal.races cimport RaceDetector
 
@@ -149,11 +150,17 @@ def check_slot_command(Command c, tuple table, caps) -> None:
         write = writes[i]
         key, start, end = access_range(r, table)
         if r.buffer is None:
-            usage = USAGE_DISPATCH_STORAGE if c.kind == "dispatch" else USAGE_ANY if type(c) is Collective else (USAGE_TRANSFER_TARGET if write else USAGE_TRANSFER_SOURCE)
-            parameters = c.kind == "dispatch" and i == len((<Dispatch>c).bindings)  # dispatch_indirect's counts
-            if not (0 <= start < end <= key.size and key.usage_bits & usage and (usage != USAGE_DISPATCH_STORAGE or parameters or (
-                    start % caps.storage_buffer_offset_alignment == 0
-                    and end - start <= caps.max_storage_buffer_range))):
+            if type(c) is Dispatch:
+                usage = USAGE_DISPATCH_STORAGE
+            elif type(c) is Collective:
+                usage = USAGE_ANY
+            else:
+                usage = USAGE_TRANSFER_TARGET if write else USAGE_TRANSFER_SOURCE
+            parameters = type(c) is Dispatch and i == len((<Dispatch>c).bindings)  # dispatch_indirect's counts
+            if not (0 <= start < end <= key.size and key.usage_bits & usage and (
+                    usage != USAGE_DISPATCH_STORAGE or parameters or (
+                        start % caps.storage_buffer_offset_alignment == 0
+                        and end - start <= caps.max_storage_buffer_range))):
                 arg = f"slot {r.slot} (binding_table[{r.slot}])"  # the message, on the failing path only
                 if parameters:
                     arg = f"parameters = {arg}"
@@ -163,11 +170,11 @@ def check_slot_command(Command c, tuple table, caps) -> None:
                     check_range(start, end - start, key, caps, c.index, c.kind, arg, usage)
                 except ValidationError as e:
                     raise ValidationError(f"queue_execute: {e}") from None
-            if c.kind == "fill" and (end - start) % max(len((<Fill>c).pattern), caps.fill_buffer_alignment):
+            if type(c) is Fill and (end - start) % max(len((<Fill>c).pattern), caps.fill_buffer_alignment):
                 raise ValidationError(f"queue_execute: command {c.index} (fill_buffer) fills {end - start} bytes "
                                       f"of slot {r.slot}, not a multiple of the pattern and fill alignment")
         ranges.append((key, start, end))
-    if c.kind == "copy" and ranges[0][0] is ranges[1][0] and \
+    if type(c) is Copy and ranges[0][0] is ranges[1][0] and \
             ranges[0][1] < ranges[1][2] and ranges[1][1] < ranges[0][2]:
         raise ValidationError(f"queue_execute: command {c.index} (copy_buffer) copies between overlapping "
                               f"ranges of one buffer through the binding table")

@@ -275,7 +275,8 @@ cdef class CudaEmitter(GraphBuilder):
         if not self.built:
             self.build(table, constants)
         elif self.at_submit:
-            self.follow(table[:self.program.slots_needed], constant_words_of(constants, self.program.constants_needed), constants)
+            self.follow(table[:self.program.slots_needed],
+                        constant_words_of(constants, self.program.constants_needed), constants)
         else:
             self.patched = 0
         if self.upload:

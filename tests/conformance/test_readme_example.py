@@ -6,10 +6,13 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import hal
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+pytestmark = pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (they run outside the "
+                                                            "source tree, on an installed wheel)")
 
 
 def _python_blocks() -> list[str]:
