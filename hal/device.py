@@ -27,13 +27,14 @@ from hal.buffer import Buffer, BufferRef, BufferUsage, bytes_view, ref
 from hal.capabilities import Capabilities
 from hal.command_buffer import MAX_UPDATE_BYTES, CommandBuffer
 from hal.communicator import Communicator, unsupported
-from hal.errors import DeviceError, HalError, UnsupportedError, ValidationError, integer
-from hal.executable import Executable, ExecutableSource
+from hal.errors import HalError, UnsupportedError, ValidationError, integer
+from hal.executable import Executable, ExecutableSource, check_exports
+from hal.failures import Failures
 from hal.host_call import HostCallThread
 from hal.program import Emitter
 from hal.queue_clock import HostCallClock, QueueClock
 from hal.readback import Readbacks
-from hal.semaphore import Semaphore, check_value
+from hal.semaphore import Semaphore, check_value, semaphore_pairs
 
 ENTRY_POINT_GROUP = "hal.drivers"
 NO_SEMAPHORES: tuple = ()  # queue_execute's default waits and signals: fast paths test identity with it
@@ -75,9 +76,9 @@ class Device(abc.ABC):
 
     Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few
     plain methods: `check_open()`, `closed`, `order_host_access()`, `wait_for_queue()`, `waiting()`,
-    `buffer_released()`, `executable_released()`, and for failures `fail_signals()`, `note_failure()`,
-    `failure_observed()` and `unobserved_failure()`; each backend's device adds its own (its `lifetime`, a
-    hal.lifetime.Lifetime, staging copies, ...). No module reaches into another's private names.
+    `buffer_released()`, `executable_released()`, `fail_signals()` and `failures` (hal.failures); each backend's device
+    adds its own (its `lifetime`, a hal.lifetime.Lifetime, staging copies, ...). No module reaches into another's
+    private names.
     """
 
     def __init__(self, driver: str, name: str, capabilities: Capabilities, index: int = 0) -> None:
@@ -95,10 +96,7 @@ class Device(abc.ABC):
         self.release_token = object()
         self._waiters = 0  # threads inside waiting()
         self._waiters_lock = threading.Lock()
-        # Failures of queued work that nothing has raised yet, oldest first (see "Failures are reported once" in
-        # synchronize's docstring).
-        self._unobserved: list[BaseException] = []
-        self._failure_lock = threading.Lock()
+        self.failures = Failures()  # of queued work: each reported once (hal.failures)
         self.host_calls = HostCallThread(self)  # runs queue_host_call's functions where the backend's queue is a GPU's
         self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
         self._read_lock = threading.Lock()
@@ -139,23 +137,9 @@ class Device(abc.ABC):
         key = source.key
         exe = self._executables.get(key)
         if exe is None:
-            self._check_exports(source)
+            check_exports(source, self.capabilities)
             exe = self._executables[key] = self._load_executable(source)
         return exe
-
-    def _check_exports(self, source: ExecutableSource) -> None:
-        caps = self.capabilities
-        for e in source.exports:
-            size = e.workgroup_size
-            if any(s > m for s, m in zip(size, caps.max_workgroup_size)) or \
-                    size[0] * size[1] * size[2] > caps.max_workgroup_invocations:
-                raise ValidationError(
-                    f"export {e.name!r}: workgroup_size {size} exceeds the device's max_workgroup_size "
-                    f"{caps.max_workgroup_size} or max_workgroup_invocations {caps.max_workgroup_invocations}")
-            if e.bindings > caps.max_per_stage_descriptor_storage_buffer:
-                raise ValidationError(
-                    f"export {e.name!r}: {e.bindings} bindings exceed the device's "
-                    f"max_per_stage_descriptor_storage_buffer {caps.max_per_stage_descriptor_storage_buffer}")
 
     # Command buffers and submission.
     def create_command_buffer(self, mode: str = "one_shot", binding_capacity: int = 0,
@@ -198,8 +182,8 @@ class Device(abc.ABC):
             if wait is NO_SEMAPHORES and signal is NO_SEMAPHORES:  # the defaults need no checking
                 self._queue_execute(command_buffer, table, NO_SEMAPHORES, NO_SEMAPHORES, constants)
             else:
-                waits = self._semaphore_pairs(wait, "wait")
-                signals = self._semaphore_pairs(signal, "signal")
+                waits = semaphore_pairs(self, wait, "wait")
+                signals = semaphore_pairs(self, signal, "signal")
                 if not self._failed_wait(waits, signals):
                     self._queue_execute(command_buffer, table, waits, signals, constants)
                 for sem, value in signals:
@@ -239,8 +223,8 @@ class Device(abc.ABC):
 
     def _queue_transfer(self, what: str, record: Callable[[CommandBuffer], None],
                         wait: Iterable[tuple[Semaphore, int]], signal: Iterable[tuple[Semaphore, int]]) -> None:
-        wait = self._semaphore_pairs(wait, "wait", what)  # refused in the name of the operation the user called
-        signal = self._semaphore_pairs(signal, "signal", what)
+        wait = semaphore_pairs(self, wait, "wait", what)  # refused in the name of the operation the user called
+        signal = semaphore_pairs(self, signal, "signal", what)
         cb = self.create_command_buffer()
         cb.begin()
         try:
@@ -258,8 +242,8 @@ class Device(abc.ABC):
         cuMemAllocAsync on the queue's stream) or its sub-allocator, and goes back with queue_dealloca."""
         self.check_open()
         nbytes = integer(nbytes, "queue_alloca: nbytes", 0)
-        wait = self._semaphore_pairs(wait, "wait", "queue_alloca")  # bad input queues nothing
-        signal = self._semaphore_pairs(signal, "signal", "queue_alloca")
+        wait = semaphore_pairs(self, wait, "wait", "queue_alloca")  # bad input queues nothing
+        signal = semaphore_pairs(self, signal, "signal", "queue_alloca")
         buffer = self.allocate(nbytes, usage)
         self._transients.add(buffer)
         if wait or signal:
@@ -277,8 +261,8 @@ class Device(abc.ABC):
                                   f"other buffers back with buffer.release()")
         if buffer.released:
             raise ValidationError("queue_dealloca: the buffer was already deallocated or released")
-        wait = self._semaphore_pairs(wait, "wait", "queue_dealloca")
-        signal = self._semaphore_pairs(signal, "signal", "queue_dealloca")
+        wait = semaphore_pairs(self, wait, "wait", "queue_dealloca")
+        signal = semaphore_pairs(self, signal, "signal", "queue_dealloca")
         if wait or signal:
             self._queue_transfer("queue_dealloca", _no_commands, wait, signal)
         buffer.release()  # freed after the work queued so far, the submission above included
@@ -295,8 +279,8 @@ class Device(abc.ABC):
         if not callable(fn):
             raise ValidationError(f"queue_host_call: fn must be callable (takes no arguments), got {fn!r}")
         with self._submit_lock:
-            waits = self._semaphore_pairs(wait, "wait", "queue_host_call")
-            signals = self._semaphore_pairs(signal, "signal", "queue_host_call")
+            waits = semaphore_pairs(self, wait, "wait", "queue_host_call")
+            signals = semaphore_pairs(self, signal, "signal", "queue_host_call")
             if not self._failed_wait(waits, signals):
                 self._queue_host_call(fn, waits, signals)
             for sem, value in signals:
@@ -322,8 +306,8 @@ class Device(abc.ABC):
         if out.nbytes > whole.nbytes:
             raise ValidationError(f"queue_read: out holds {out.nbytes} bytes; the source range has {whole.nbytes}")
         self.check_open()
-        wait = self._semaphore_pairs(wait, "wait", "queue_read")  # bad input queues nothing
-        signal = self._semaphore_pairs(signal, "signal", "queue_read")
+        wait = semaphore_pairs(self, wait, "wait", "queue_read")  # bad input queues nothing
+        signal = semaphore_pairs(self, signal, "signal", "queue_read")
         target = out.reshape(-1).view(np.uint8)
         n = len(target)
         with self._read_lock:  # reads take the values of their timeline in queue order
@@ -342,7 +326,7 @@ class Device(abc.ABC):
                     self.queue_host_call(_nothing, wait=wait, signal=[(sem, value + 1)])
 
                 def deliver() -> None:
-                    failure = self.unobserved_failure()
+                    failure = self.failures.take_oldest()
                     if failure is not None:  # earlier work failed: the read's signals fail with it, `out` untouched
                         self._readbacks.give(staging, view)
                         raise failure
@@ -362,28 +346,6 @@ class Device(abc.ABC):
         if reference.buffer.released if isinstance(reference, BufferRef) else reference.released:
             raise ValidationError(f"{what}: {role} is a released buffer")
         return reference.whole if isinstance(reference, Buffer) else reference
-
-    def _semaphore_pairs(self, pairs: Iterable[tuple[Semaphore, int]], role: str,
-                         what: str = "queue_execute") -> tuple[tuple[Semaphore, int], ...]:
-        if type(pairs) in (tuple, list) and not pairs:
-            return ()
-        result = []
-        try:
-            items = list(pairs)
-        except TypeError:
-            raise ValidationError(f"{what}: {role} must be a list of (semaphore, value) pairs") from None
-        for item in items:
-            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Semaphore)):
-                raise ValidationError(f"{what}: {role} entries must be (semaphore, value) pairs, got {item!r}")
-            sem, value = item
-            if sem.device is not self:
-                raise ValidationError(f"{what}: a {role} semaphore belongs to another device ({sem.device!r}), not "
-                                      f"to this one ({self!r})")
-            value = check_value(value, f"{what} {role}")
-            if role == "signal":
-                sem.check_queue_signal(value, what)
-            result.append((sem, value))
-        return tuple(result)
 
     # Failures of queued work.
     def _failed_wait(self, waits: tuple[tuple[Semaphore, int], ...],
@@ -413,44 +375,15 @@ class Device(abc.ABC):
             if failure is not None:
                 for sem, _ in later:
                     sem.fail(failure)
-        self.note_failure(error)
-
-    def note_failure(self, error: BaseException) -> None:
-        """Queued work failed with `error`: the first of synchronize(), a buffer's read or write and a wait on a
-        semaphore it failed to raise it reports it; the others do not."""
-        with self._failure_lock:
-            if not any(e is error for e in self._unobserved):
-                self._unobserved.append(error)
-
-    def failure_observed(self, error: BaseException) -> None:
-        """A semaphore's wait or query raised `error`: it is reported, and raised nowhere else again."""
-        with self._failure_lock:
-            self._unobserved = [e for e in self._unobserved if e is not error]
-
-    def unobserved_failure(self) -> BaseException | None:
-        """The oldest failure of queued work that nothing has raised yet, now reported (None: there is none)."""
-        with self._failure_lock:
-            return self._unobserved.pop(0) if self._unobserved else None
+        self.failures.note(error)
 
     def synchronize(self) -> None:
-        """Wait until all submitted work is done; raise the failures of that work nothing has raised yet.
-
-        Failures are reported once, at the first place that observes them: a failure delivered to a signal
-        semaphore is raised by that semaphore's wait or query, and not again; synchronize(), a buffer's read() and
-        write(), and a wait on queue_read's signal raise each failure of earlier work that nothing has raised yet,
-        once (the oldest; the message counts the others, which it reports too). A read never returns bytes silently
-        after earlier work failed."""
+        """Wait until all submitted work is done; raise the failures of that work nothing has raised yet (each
+        failure is reported once, at the first place that observes it: hal.failures)."""
         self.check_open()
         self._refuse_inside_host_call("synchronize()")
         self._synchronize()
-        self._raise_unobserved("a submission failed")
-
-    def _raise_unobserved(self, what: str) -> None:
-        with self._failure_lock:
-            failures, self._unobserved = self._unobserved, []
-        if failures:
-            more = f" (and {len(failures) - 1} later failure(s) of queued work)" if len(failures) > 1 else ""
-            raise DeviceError(f"{what}: {failures[0]}{more}") from failures[0]
+        self.failures.raise_unreported("a submission failed")
 
     def _refuse_inside_host_call(self, what: str) -> None:
         if self.host_calls.is_current():
@@ -498,7 +431,7 @@ class Device(abc.ABC):
         of that work nothing has raised yet is raised (see synchronize)."""
         self._refuse_inside_host_call(what)
         self._synchronize()
-        self._raise_unobserved(f"{what}: work queued before it failed")
+        self.failures.raise_unreported(f"{what}: work queued before it failed")
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
@@ -592,7 +525,7 @@ class Device(abc.ABC):
 
     @abc.abstractmethod
     def _synchronize(self) -> None:
-        """Block until the work queued so far is done (its failures reach synchronize() through note_failure;
+        """Block until the work queued so far is done (its failures reach synchronize() through `failures`;
         DeviceLostError if the device is lost)."""
 
     @abc.abstractmethod

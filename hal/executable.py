@@ -15,11 +15,14 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hal.commands import Entries, Entry
 from hal.constant_types import TYPES, check_types
 from hal.errors import UnsupportedError, ValidationError, integer
+
+if TYPE_CHECKING:
+    from hal.capabilities import Capabilities
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +82,21 @@ class Export:
         object.__setattr__(self, "early_launch", early_launch)
         # Per binding: does the kernel write it? (Not a field: derived, and used on the hot path.)
         object.__setattr__(self, "writes", tuple(i not in ro for i in range(bindings)))
+
+
+def check_exports(source: ExecutableSource, caps: Capabilities) -> None:
+    """Refuse exports beyond the device's limits (`caps`): workgroup size and invocations, bindings."""
+    for e in source.exports:
+        size = e.workgroup_size
+        if any(s > m for s, m in zip(size, caps.max_workgroup_size)) or \
+                size[0] * size[1] * size[2] > caps.max_workgroup_invocations:
+            raise ValidationError(
+                f"export {e.name!r}: workgroup_size {size} exceeds the device's max_workgroup_size "
+                f"{caps.max_workgroup_size} or max_workgroup_invocations {caps.max_workgroup_invocations}")
+        if e.bindings > caps.max_per_stage_descriptor_storage_buffer:
+            raise ValidationError(
+                f"export {e.name!r}: {e.bindings} bindings exceed the device's "
+                f"max_per_stage_descriptor_storage_buffer {caps.max_per_stage_descriptor_storage_buffer}")
 
 
 class Loader(Protocol):

@@ -12,9 +12,12 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hal.errors import DeviceError, ValidationError, integer
+
+if TYPE_CHECKING:
+    from hal.failures import Failures
 
 MAX_VALUE = (1 << 64) - 1
 
@@ -26,7 +29,8 @@ class SemaphoreOwner(Protocol):
 
     def check_open(self) -> None: ...
 
-    def failure_observed(self, error: BaseException) -> None: ...
+    @property
+    def failures(self) -> Failures: ...
 
 
 class Semaphore(abc.ABC):
@@ -84,7 +88,7 @@ class Semaphore(abc.ABC):
     def raise_failure(self) -> None:
         """Raise the failure (it is then reported: the device's synchronize() and reads do not raise it again)."""
         failure = self.failure
-        self.device.failure_observed(failure)
+        self.device.failures.observed(failure)
         cls = type(failure) if isinstance(failure, DeviceError) else DeviceError
         raise cls(f"the semaphore failed: {failure}") from failure
 
@@ -151,3 +155,28 @@ def waits_for_the_host(pending: Iterable[tuple[Any, tuple, tuple]],
                 yield sem, value
         for sem, value in signals:
             promised[sem] = max(promised.get(sem, 0), value)
+
+
+def semaphore_pairs(device: Any, pairs: Iterable[tuple[Semaphore, int]], role: str,
+                    what: str = "queue_execute") -> tuple[tuple[Semaphore, int], ...]:
+    """A queue operation's `wait` or `signal` (`role`) list, checked: (semaphore of `device`, value) pairs, a signal
+    above the semaphore's current and promised value; ValidationError naming `what` otherwise."""
+    if type(pairs) in (tuple, list) and not pairs:
+        return ()
+    result = []
+    try:
+        items = list(pairs)
+    except TypeError:
+        raise ValidationError(f"{what}: {role} must be a list of (semaphore, value) pairs") from None
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Semaphore)):
+            raise ValidationError(f"{what}: {role} entries must be (semaphore, value) pairs, got {item!r}")
+        sem, value = item
+        if sem.device is not device:
+            raise ValidationError(f"{what}: a {role} semaphore belongs to another device ({sem.device!r}), not "
+                                  f"to this one ({device!r})")
+        value = check_value(value, f"{what} {role}")
+        if role == "signal":
+            sem.check_queue_signal(value, what)
+        result.append((sem, value))
+    return tuple(result)

@@ -219,7 +219,7 @@ class HostDevice(Device):
                         elif value > sem.value:
                             sem.value = value
                     if error is not None:
-                        self.note_failure(error)
+                        self.failures.note(error)
                     cv.notify_all()
                 self.lifetime.collect()  # what was released while this ran
 

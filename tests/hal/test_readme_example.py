@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import hal
+from tests.conftest import open_device
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 pytestmark = pytest.mark.skipif(not README.exists(), reason="README.md is not beside the tests (they run outside the "
@@ -17,6 +18,14 @@ pytestmark = pytest.mark.skipif(not README.exists(), reason="README.md is not be
 
 def _python_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", README.read_text(), re.S | re.M)
+
+
+@pytest.fixture(params=[pytest.param("host", id="host"), pytest.param("vulkan", id="vulkan", marks=pytest.mark.vulkan),
+                        pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)])
+def dev(request):
+    device = open_device(request.param)
+    yield device
+    device.close()
 
 
 def test_the_example_and_its_twins_agree(dev, capsys):
