@@ -205,16 +205,19 @@ def parse(data: bytes) -> Module:
             parts = composites[target]
             if all(p in constants for p in parts):
                 workgroup_size = tuple(constants[p] for p in parts)
-    descriptors, push, push_scalars = [], {}, {}
+    descriptors, push, push_scalars, non_writable = [], {}, {}, set()
     for var, ptr, storage in variables:
         t = types.get(ptr)
         pointee = t[2] if t and t[0] == "pointer" else None
         while pointee is not None and types.get(pointee, ("?",))[0] in ("array", "runtime"):
             pointee = types[pointee][1]  # arrays of blocks: look at the block
         decs = decorations.get(pointee, {})
+        block = types.get(pointee, ("?",))
+        if DEC_NON_WRITABLE in decorations.get(var, {}) or block[0] == "struct" and len(block) > 1 and \
+                non_writable_members.get(pointee, set()) >= set(range(len(block) - 1)):
+            non_writable.add(var)  # the variable, or every member of its block
         if storage == SC_PUSH_CONSTANT:
             push[var] = _size(pointee, types, constants, decorations, member_offsets)
-            block = types.get(pointee, ("?",))
             if block[0] == "struct":
                 where = member_offsets.get(pointee, {})
                 push_scalars[var] = {where[m]: types[member][2] for m, member in enumerate(block[1:])
@@ -229,8 +232,7 @@ def parse(data: bytes) -> Module:
             vdecs = decorations.get(var, {})
             descriptors.append(Descriptor(var, vdecs.get(DEC_SET), vdecs.get(DEC_BINDING), kind))
     return Module(version, capabilities, {e.name: e for e in entries.values()}, descriptors, push, workgroup_size,
-                  bool(local_size_ids), push_scalars, _written(stored, derived),
-                  _non_writable(variables, types, decorations, non_writable_members))
+                  bool(local_size_ids), push_scalars, _written(stored, derived), frozenset(non_writable))
 
 
 def _written(stored: list[int], derived: dict[int, tuple[int, ...]]) -> frozenset[int]:
@@ -243,21 +245,6 @@ def _written(stored: list[int], derived: dict[int, tuple[int, ...]]) -> frozense
             seen.add(x)
             todo.extend(derived.get(x, ()))
     return frozenset(seen)
-
-
-def _non_writable(variables: list[tuple[int, int, int]], types: dict, decorations: dict,
-                  members: dict[int, set[int]]) -> frozenset[int]:
-    found = set()
-    for var, ptr, _ in variables:
-        t = types.get(ptr)
-        pointee = t[2] if t and t[0] == "pointer" else None
-        while pointee is not None and types.get(pointee, ("?",))[0] in ("array", "runtime"):
-            pointee = types[pointee][1]
-        block = types.get(pointee, ("?",))
-        if DEC_NON_WRITABLE in decorations.get(var, {}) or \
-                block[0] == "struct" and len(block) > 1 and members.get(pointee, set()) >= set(range(len(block) - 1)):
-            found.add(var)
-    return frozenset(found)
 
 
 def _size(type_id: int | None, types: dict, constants: dict, decorations: dict, offsets: dict) -> int:
