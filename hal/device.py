@@ -326,12 +326,13 @@ class Device(abc.ABC):
                     self.queue_host_call(_nothing, wait=wait, signal=[(sem, value + 1)])
 
                 def deliver() -> None:
-                    failure = self.failures.take_oldest()
-                    if failure is not None:  # earlier work failed: the read's signals fail with it, `out` untouched
-                        self._readbacks.give(staging, view)
-                        raise failure
-                    target[:] = view[:n]
-                    self._readbacks.give(staging, view)  # work queued later may reuse it: it runs after this
+                    try:
+                        failure = self.failures.take_oldest()
+                        if failure is not None:  # earlier work failed: the read's signals fail with it, `out` as it was
+                            raise failure
+                        target[:] = view[:n]
+                    finally:
+                        self._readbacks.give(staging, view)  # work queued later may reuse it: it runs after this
 
                 self.queue_host_call(deliver, wait=wait + ((sem, value + 1),), signal=signal)  # a failed wait: no
                 # copy came, and the call fails its signals instead of filling `out`
