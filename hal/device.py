@@ -76,7 +76,8 @@ class Device(abc.ABC):
 
     Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few
     plain methods: `check_open()`, `closed`, `order_host_access()`, `wait_for_queue()`, `waiting()`,
-    `buffer_released()`, `executable_released()`, `fail_signals()` and `failures` (hal.failures); each backend's device
+    `buffer_released()`, `executable_released()`, `fail_signals()`, `pass_failure_on()` and `failures` (hal.failures);
+    each backend's device
     adds its own (its `lifetime`, a hal.lifetime.Lifetime, staging copies, ...). No module reaches into another's
     private names.
     """
@@ -366,6 +367,13 @@ class Device(abc.ABC):
         do the signals of queued work that waits on a failed semaphore; the next synchronize() raises `error`."""
         with self._submit_lock:  # no submission lands between the check of its waits and this
             self._fail(signals, error)
+            self.failures.note(error)
+
+    def pass_failure_on(self, signals: tuple[tuple[Semaphore, int], ...], failure: BaseException) -> None:
+        """Queued work did not run because a semaphore it waits on failed with `failure`: its signals fail the same
+        way. The failure was noted where it arose, and may have been raised since: it is not noted again."""
+        with self._submit_lock:
+            self._fail(signals, failure)
 
     def _fail(self, signals: tuple[tuple[Semaphore, int], ...], error: BaseException) -> None:
         """Under the submit lock: fail `signals`, then what queued work waits on a failed semaphore signals."""
@@ -376,7 +384,6 @@ class Device(abc.ABC):
             if failure is not None:
                 for sem, _ in later:
                     sem.fail(failure)
-        self.failures.note(error)
 
     def synchronize(self) -> None:
         """Wait until all submitted work is done; raise the failures of that work nothing has raised yet (each

@@ -7,7 +7,7 @@ Vulkan: a wait on that timeline for a value only the host signals); the call's s
 the calls in order: it waits for the notice, calls fn, then opens the gate. So fn runs once the waits are met and
 the work queued before it is done, everything queued after it waits for its return, and the signals follow that
 return from the queue itself. A function that raises, or a call whose waits failed, fails its signal semaphores
-before the gate opens (Device.fail_signals): their waiters get the failure, never a value.
+before the gate opens (Device.fail_signals, Device.pass_failure_on): their waiters get the failure, never a value.
 
 fn runs on the HostCallThread, not on a driver thread, so it may call the driver (CUDA's rule against API calls in
 stream callbacks does not reach it) and hal; it may not wait for its own device's queue (synchronize(), buffer
@@ -104,10 +104,16 @@ class HostCallThread:
         except BaseException as e:  # the queue never got there (closed, lost): no gate to open, the device's
             self.device.fail_signals(call.signals, e)  # close() lets what waits behind it drain
             return
-        error: BaseException | None = next((s.failure for s, _ in call.waits if s.failure is not None), None)
-        if error is None and self.device.closed:
+        failed = next((s.failure for s, _ in call.waits if s.failure is not None), None)
+        if failed is not None:  # fn does not run: its signals fail as its wait did
+            self.device.pass_failure_on(call.signals, failed)
+            with contextlib.suppress(Exception):
+                call.release()
+            return
+        error: BaseException | None = None
+        if self.device.closed:
             error = DeviceLostError("queue_host_call: the device was closed before the call's turn came")
-        if error is None:
+        else:
             try:
                 call.fn()
             except BaseException as e:  # the function's failure is its signals' failure, whatever it raised

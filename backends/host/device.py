@@ -218,8 +218,8 @@ class HostDevice(Device):
                             sem.fail(error)
                         elif value > sem.value:
                             sem.value = value
-                    if error is not None:
-                        self.failures.note(error)
+                    if error is not None and not any(s.failure is error for s, _ in head.waits):
+                        self.failures.note(error)  # (a failed wait's failure was noted where it arose)
                     cv.notify_all()
                 self.lifetime.collect()  # what was released while this ran
 

@@ -303,7 +303,7 @@ class VulkanDevice(Device):
 
         def submit() -> None:
             self.submit_recording(self._host_read_recording().handle, waits, ((reached, n),))
-            self.submit_recording(self.empty_recording().handle, ((opened, n),), signals)
+            self.submit_recording(self.empty_recording().handle, ((opened, n),), signals, work_waits=waits)
 
         self._submit_in_order(submit, waits, signals)
         self.host_calls.put(HostCall(fn, waits, signals, reached=lambda: reached.wait(n),
@@ -348,15 +348,17 @@ class VulkanDevice(Device):
             raise ValidationError(f"semaphore value {value} is more than the device's "
                                   f"maxTimelineSemaphoreValueDifference {limit} away from the current value {current}")
 
-    def submit_recording(self, vkcb: int, waits: tuple = (), signals: tuple = ()) -> int:
-        """Queue the VkCommandBuffer `vkcb` after everything submitted before; returns its timeline value."""
+    def submit_recording(self, vkcb: int, waits: tuple = (), signals: tuple = (), work_waits: tuple = ()) -> int:
+        """Queue the VkCommandBuffer `vkcb` after everything submitted before; returns its timeline value.
+        `work_waits`: what the work this submission ends waited for in an earlier submission (a host call's waits,
+        before its gate), so that a failure of those waits reaches `signals` while this is queued."""
         with self._queue_lock:  # the pending list stays in submission order
             try:
                 value = self._submitter.submit(vkcb, _addressed(waits), _addressed(signals))
             except DeviceLostError as e:
                 self.raise_failure(e)
             if waits or signals:
-                self._pending.append((value, waits, signals))
+                self._pending.append((value, work_waits + waits, signals))
         return value
 
     def _value(self, semaphore: Any) -> int:

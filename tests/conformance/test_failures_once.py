@@ -63,6 +63,21 @@ def test_a_failure_a_semaphore_raised_is_not_raised_again(dev):
         failed.query()  # the semaphore itself stays failed
 
 
+def test_a_failure_passed_on_by_a_wait_is_not_raised_again(dev):
+    """The failure reaches `passed`'s waiter while the work that waits on it is still queued (behind `gate`); that
+    work's turn, and work submitted after the failure was raised, pass it on without reporting it a second time."""
+    failed, gate, passed, later = (dev.create_semaphore(0) for _ in range(4))
+    dev.queue_host_call(_boom, signal=[(failed, 1)])
+    dev.queue_host_call(lambda: None, wait=[(failed, 1), (gate, 1)], signal=[(passed, 1)])
+    with pytest.raises(hal.DeviceError, match="boom"):
+        passed.wait(1, timeout=TIMEOUT_S)
+    gate.signal(1)  # the waiting call's turn comes after its failure was raised
+    dev.queue_host_call(lambda: None, wait=[(failed, 1)], signal=[(later, 1)])  # refused at submit: failed already
+    with pytest.raises(hal.DeviceError, match="boom"):
+        later.wait(1, timeout=TIMEOUT_S)
+    dev.synchronize()
+
+
 def test_several_failures_are_reported_together_once(dev):
     for _ in range(3):
         dev.queue_host_call(_boom)
