@@ -31,12 +31,13 @@ class Export:
     "uint32" or "float32", so that hal converts each value as the kernel reads it and refuses a value of another kind:
     hal.constant_types; `constant_types` keeps them, () for a count), its workgroup size, which bindings it
     only reads (hazard analysis treats the others as read-write; Vulkan refuses at load_executable a readonly
-    binding its SPIR-V may write, the host hands the kernel read-only views of them, CUDA trusts the
-    declaration), and `early_launch`: the kernel waits for the
-    commands it depends on itself (CUDA: cudaGridDependencySynchronize(), PTX griddepcontrol.wait) before it
-    reads or writes anything they touch, so on a device whose capabilities say supports_early_launch the CUDA
-    backend lets it launch while they finish (programmatic dependent launch: once every block of the kernels it
-    waits for has called griddepcontrol.launch_dependents or ended); other backends ignore it."""
+    binding its SPIR-V may write, CUDA one its PTX stores or atomically writes through where it has the PTX (a PTX
+    source, or CUDA C compiled without LTO-IR imports), the host hands the kernel read-only views of them), and
+    `early_launch`: the kernel waits for the commands it depends on itself (CUDA: cudaGridDependencySynchronize(),
+    PTX griddepcontrol.wait) before it reads or writes anything they touch, so on a device whose capabilities say
+    supports_early_launch the CUDA backend lets it launch while they finish (programmatic dependent launch: once
+    every block of the kernels it waits for has called griddepcontrol.launch_dependents or ended); other backends
+    ignore it."""
 
     name: str
     bindings: int

@@ -5,7 +5,10 @@ cubin is kept on disk by content, architecture and compiler version. Imports (PT
 LTO-IR: hand-written microkernels, inline assembly) are linked with nvJitLink; the main program is
 then compiled relocatable (and to LTO-IR when an import is LTO-IR). Each kernel's parameter list is
 read back from the module and must match its Export: the bindings as 8-byte pointers, then the
-constants as 4-byte values.
+constants as 4-byte values. Where hal has the kernel's PTX (a PTX source, or NVRTC's beside the cubin it compiles
+without LTO) it also refuses constants declared with another type than the parameter's and a binding declared
+readonly that the kernel writes through (backends.cuda_graph.ptx); a cubin or LTO-IR source is trusted. (A cubin
+from the disk cache passed these checks when it was compiled: its key holds the Exports.)
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, Protocol
 
 from cuda.bindings import driver, nvrtc
 
+from backends.cuda_graph import ptx
 from backends.cuda_graph.api import call, fail
 from hal.errors import CompileError, UnsupportedError, ValidationError
 from hal.executable import DiskCache, Executable, ExecutableSource, Export
@@ -87,6 +91,7 @@ def _image(device: ModuleDevice, source: ExecutableSource) -> bytes:
     if source.format == "cubin":
         return source.payload
     if source.format == "ptx":
+        ptx.check_exports(source.payload, source.exports)
         if not source.imports:
             return source.payload.encode() + b"\0"
         return _cached(source, arch, lambda: link([("main.ptx", source.payload.encode())] + _imports(source), arch))
@@ -149,11 +154,23 @@ def compile_cuda(source: ExecutableSource, arch: str) -> bytes:
             size = _nvrtc(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
             main, get = b" " * size, nvrtc.nvrtcGetCUBIN
         _nvrtc(get(program, main), get.__name__, program)
+        if not lto:
+            ptx.check_exports(_ptx_of(program), source.exports)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     if not imports:
         return main
     return link([("hal.ltoir" if lto else "hal.cubin", main)] + imports, arch, lto)
+
+
+def _ptx_of(program: Any) -> str:
+    """The PTX NVRTC made on its way to the cubin ("" where this NVRTC keeps none: nothing to check against)."""
+    err, size = nvrtc.nvrtcGetPTXSize(program)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return ""
+    text = b" " * size
+    _nvrtc(nvrtc.nvrtcGetPTX(program, text), "nvrtcGetPTX", program)
+    return text.rstrip(b"\0").decode(errors="replace")
 
 
 def _input_type(data: bytes) -> str:

@@ -151,3 +151,57 @@ def test_compiled_cubins_are_cached_on_disk(gpu, tmp_path, monkeypatch):
     assert len(list(tmp_path.iterdir())) == 1
     monkeypatch.setattr(executable, "compile_cuda", lambda *a: pytest.fail("compiled again despite the cache"))
     np.testing.assert_array_equal(run_apply(gpu, gpu.load_executable(source)), np.arange(100, dtype=np.uint32) * 2 + 1)
+
+
+SCALE = r"""
+extern "C" __global__ void scale(const float* a, float* out, float s, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] * s;
+}
+extern "C" __global__ void bump(float* a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(a + i, 1.0f);
+}
+"""
+
+
+def _scale(constants=("float32", "uint32"), readonly=(0,)):
+    return hal.Export("scale", bindings=2, constants=constants, workgroup_size=64, readonly=readonly)
+
+
+def test_nvrtc_kernels_are_checked_against_their_ptx(gpu):
+    """Issue 44: typed constants against the parameters' PTX types, readonly against the PTX's stores and atomics."""
+    exe = gpu.load_executable(hal.ExecutableSource.cuda(SCALE, [_scale()]))
+    a, out = gpu.upload(np.arange(100, dtype=np.float32)), gpu.allocate(400)
+    cb = gpu.create_command_buffer()
+    with cb:
+        cb.dispatch(exe, "scale", (2, 1, 1), (2, 100), (a, out))  # 2 for a float32: converted
+    gpu.queue_execute(cb)
+    np.testing.assert_array_equal(out.read(np.float32), np.arange(100, dtype=np.float32) * 2)
+    cases = [
+        ([_scale(constants=("uint32", "uint32"))], r"constants\[0\] is declared uint32, but the kernel's parameter 2 "
+                                                   r"is f32 in its PTX \(a float\)"),
+        ([_scale(constants=("float32", "float32"))], r"constants\[1\] is declared float32, .* parameter 3 is u32"),
+        ([_scale(readonly=(0, 1))], "binding 1 is declared readonly, but the kernel stores or atomically writes "
+                                    "through its pointer parameter 1"),
+        ([hal.Export("bump", bindings=1, constants=1, workgroup_size=64, readonly=(0,))],
+         "export 'bump': binding 0 is declared readonly, but the kernel stores or atomically writes"),
+    ]
+    for exports, message in cases:
+        with pytest.raises(hal.ValidationError, match=message):
+            gpu.load_executable(hal.ExecutableSource.cuda(SCALE, exports))
+
+
+def test_ptx_sources_are_checked_against_their_exports(gpu):
+    from tests.cuda_graph.test_ptx import ADD
+    good = hal.Export("add", bindings=3, constants=("float32", "uint32"), workgroup_size=64, readonly=(0, 1))
+    exe = gpu.load_executable(hal.ExecutableSource.ptx(ADD, [good]))
+    a, b, out = gpu.upload(np.arange(64, dtype=np.float32)), gpu.upload(np.ones(64, np.float32)), gpu.allocate(256)
+    cb = gpu.create_command_buffer()
+    with cb:
+        cb.dispatch(exe, "add", (1, 1, 1), (0.5, 64), (a, b, out))
+    gpu.queue_execute(cb)
+    np.testing.assert_array_equal(out.read(np.float32), (np.arange(64, dtype=np.float32) + 1) * 0.5)
+    wrong = hal.Export("add", bindings=3, constants=("float32", "uint32"), workgroup_size=64, readonly=(2,))
+    with pytest.raises(hal.ValidationError, match="binding 2 is declared readonly"):
+        gpu.load_executable(hal.ExecutableSource.ptx(ADD, [wrong]))
