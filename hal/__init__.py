@@ -4,6 +4,7 @@ buffer or on numpy. See README.md and DESIGN.md for the contract."""
 from hal.buffer import Buffer, BufferRef, BufferUsage, ConstantSlot, constant_slot, ref, slot
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
+from hal.commands import CommandKind
 from hal.communicator import Communicator, create_communicator
 from hal.device import Device, DeviceInfo, Driver, available_drivers, create_device, register_driver
 from hal.errors import (
@@ -20,8 +21,8 @@ from hal.executable import Executable, ExecutableSource, Export
 from hal.semaphore import Semaphore
 
 __all__ = [
-    "Buffer", "BufferRef", "BufferUsage", "Capabilities", "CommandBuffer", "Communicator", "CompileError",
-    "ConstantSlot", "Device",
+    "Buffer", "BufferRef", "BufferUsage", "Capabilities", "CommandBuffer", "CommandKind", "Communicator",
+    "CompileError", "ConstantSlot", "Device",
     "DeviceError", "DeviceInfo", "DeviceLostError", "Driver", "Executable", "ExecutableSource", "Export",
     "HalError", "OutOfMemoryError", "Semaphore", "TimeoutError", "UnsupportedError", "ValidationError",
     "available_drivers", "constant_slot", "create_communicator", "create_device", "ref", "register_driver", "slot",

@@ -137,7 +137,7 @@ def describe(cb: hal.CommandBuffer) -> str:
     lines = [f"dependency graph ({cb.dependencies}): {graph.number_of_nodes()} commands, "
              f"{graph.number_of_edges()} edges"]
     for c in cb.commands:
-        what = f"{c.kind} {c.export.name}" if c.kind == "dispatch" else c.kind
+        what = f"{c.kind} {c.export.name}" if c.kind == hal.CommandKind.DISPATCH else str(c.kind)
         waits = " ".join(f"#{p}" for p in sorted(graph.predecessors(c.index)))
         lines.append(f"  #{c.index:<2} segment {c.segment}  {what:<22} waits for: {waits or '-'}")
     return "\n".join(lines)

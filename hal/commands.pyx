@@ -27,6 +27,7 @@ from libc.string cimport memcpy
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op) noexcept
 
+import enum
 import struct
 
 import numpy as np
@@ -36,10 +37,32 @@ WRITE = True
 cdef tuple _NUMPY_WORD_TYPES = (np.float32, np.int32, np.uint32)  # constants whose bytes are their word
 
 
-cdef class Command:
-    """One recorded command; `kind` names it ("fill", "update", "copy", "dispatch")."""
+class CommandKind(str, enum.Enum):
+    """What a recorded command does: `Command.kind`. Each kind is also the string of its name ("fill", ...), so
+    `command.kind == "fill"` holds too, and a message shows the name."""
 
-    kind = "command"
+    FILL = "fill"
+    UPDATE = "update"
+    COPY = "copy"
+    DISPATCH = "dispatch"
+    WHILE_NONZERO = "while_nonzero"
+    IF_NONZERO = "if_nonzero"
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    BROADCAST = "broadcast"
+    SEND = "send"
+    RECV = "recv"
+    SEND_RECV = "send_recv"
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
+cdef class Command:
+    """One recorded command; `kind` (a CommandKind) says what it does."""
 
     def accesses(self):
         """(reference, writes?) for every range the command touches."""
@@ -50,21 +73,21 @@ cdef class Command:
 
 
 cdef class Fill(Command):
-    kind = "fill"
+    kind = CommandKind.FILL
 
     def accesses(self):
         return ((self.target, WRITE),)
 
 
 cdef class Update(Command):
-    kind = "update"
+    kind = CommandKind.UPDATE
 
     def accesses(self):
         return ((self.target, WRITE),)
 
 
 cdef class Copy(Command):
-    kind = "copy"
+    kind = CommandKind.COPY
 
     def accesses(self):
         return ((self.source, READ), (self.target, WRITE))
@@ -73,7 +96,7 @@ cdef class Copy(Command):
 cdef class Dispatch(Command):
     """A dispatch; with `parameters`, a dispatch_indirect, whose workgroup counts are read from there."""
 
-    kind = "dispatch"
+    kind = CommandKind.DISPATCH
 
     def __dealloc__(self):
         PyMem_Free(self.arguments)
@@ -101,7 +124,7 @@ cdef class Region(Command):
 
     @property
     def kind(self):
-        return "while_nonzero" if self.loop else "if_nonzero"
+        return CommandKind.WHILE_NONZERO if self.loop else CommandKind.IF_NONZERO
 
     def accesses(self):
         return tuple(zip(self.refs, self.writes))
@@ -113,7 +136,7 @@ cdef class Collective(Command):
 
     @property
     def kind(self):
-        return self.operation
+        return CommandKind(self.operation)
 
     def accesses(self):
         accessed = () if self.source is None else ((self.source, READ),)

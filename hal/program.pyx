@@ -29,6 +29,8 @@ from libcpp.algorithm cimport sort
 
 import networkx as nx
 
+from hal.commands import CommandKind
+
 
 cdef class Program:
     """See the module docstring. Created empty by the planner; read-only once `frozen`."""
@@ -191,7 +193,7 @@ cdef class Program:
         graph = nx.DiGraph()
         for c in self.commands:
             graph.add_node(c.index, kind=c.kind, segment=c.segment)
-            if c.kind in ("while_nonzero", "if_nonzero"):  # a region: one node, its body's graph as an attribute
+            if c.kind in (CommandKind.WHILE_NONZERO, CommandKind.IF_NONZERO):  # a region: one node, its body's graph as an attribute
                 graph.nodes[c.index]["body"] = c.body.dependency_graph()
         for c in self.commands:
             for p in self.predecessors(c.index):

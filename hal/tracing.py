@@ -26,8 +26,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hal.commands import CommandKind
 from hal.errors import HalError, UnsupportedError, ValidationError
 from hal.nesting import replay
+
+REGIONS = (CommandKind.WHILE_NONZERO, CommandKind.IF_NONZERO)
 
 if TYPE_CHECKING:
     from hal.command_buffer import CommandBuffer
@@ -194,11 +197,11 @@ def draw_program(program: Program, path: str | Path, title: str | None = None) -
         x, y = place[c.index]
         kind = "dispatch_indirect" if getattr(c, "parameters", None) is not None else c.kind
         text = label(c).replace(" (indirect)", "\n(indirect)")
-        if c.kind in ("while_nonzero", "if_nonzero"):
+        if c.kind in REGIONS:
             text += f"\nbody: {len(c.body.commands)} commands"
         ax.add_patch(FancyBboxPatch((x - 0.8, y - 0.4), 1.6, 0.8, boxstyle="round,pad=0.03",
                                     fc=COLORS.get(kind, "#eeeeee"), ec="#444444", lw=0.8, zorder=2,
-                                    ls="--" if c.kind in ("while_nonzero", "if_nonzero") else "-"))
+                                    ls="--" if c.kind in REGIONS else "-"))
         ax.text(x, y, text, ha="center", va="center", fontsize=7, zorder=3)
     ax.set_xlim(-1.2, (columns - 1) * 2.2 + 1.2)
     ax.set_ylim(min((y for _, y in place.values()), default=0) - 0.8, 1.3)

@@ -99,8 +99,8 @@ class Decoder:
 
     def dispatches_per_step(self) -> int:
         """The dispatches of one position: those in the body of the recorded loop of one step an iteration."""
-        loop = [c for c in self.command_buffer.commands if c.kind == "while_nonzero"][-1]
-        return sum(c.kind == "dispatch" for c in loop.body.commands)
+        loop = [c for c in self.command_buffer.commands if c.kind == hal.CommandKind.WHILE_NONZERO][-1]
+        return sum(c.kind == hal.CommandKind.DISPATCH for c in loop.body.commands)
 
     def reset(self, prompt: list[int]) -> None:
         """Start a sequence at `prompt` (at least one token)."""

@@ -215,6 +215,10 @@ def test_nested_names_the_commands_each_execute_commands_recorded(host):
     assert program.nested == ((1, 3), (4, 6))
     assert [c.kind for c in program.commands[3:]] == ["if_nonzero", "dispatch", "fill"]
     assert program.commands[3].body.nested == ((1, 3),)
+    kinds = [c.kind for c in program.commands]  # an enum whose members are also their names as strings
+    assert kinds[3] is hal.CommandKind.IF_NONZERO and kinds[5] is hal.CommandKind.FILL
+    assert all(isinstance(k, hal.CommandKind) for k in kinds)
+    assert f"{kinds[3]} {kinds[4]!s}" == "if_nonzero dispatch" and repr(program.commands[5]).startswith("<fill #5")
 
 
 def test_records_of_plain_dispatches_are_hidden_from_the_cycle_collector(device):
