@@ -26,7 +26,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 CORE = ["hal.buffer", "hal.commands", "hal.program", "hal.accesses", "hal.hazards", "hal.races", "hal.dependencies",
-        "hal.argument_checks", "hal.submit_checks", "hal.recorder", "hal.command_buffer"]
+        "hal.argument_checks", "hal.submit_checks", "hal.recorder", "hal.command_buffer", "hal.resubmission"]
 SDK = os.environ.get("VULKAN_SDK")  # a Vulkan SDK's root: include/ and lib/ (libvulkan.so)
 DIRECTIVES = {"language_level": 3, "cdivision": True, "annotation_typing": False,
               "embedsignature": True}

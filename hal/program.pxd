@@ -78,3 +78,4 @@ cdef class Emitter:
     cdef readonly bint reads_arguments  # the recorder gives plain dispatches their arguments as C data
 
     cpdef void command(self, Program program, object command) except *
+    cdef bint resubmitted(self, object device, object command_buffer, object binding_table) except -1

@@ -340,10 +340,15 @@ cdef class Emitter:
     - `lanes`: the most chains the planner may spread a segment over (0: no limit, or no graph to lay out), and
       `graph_layout`: whether end() reads the graph layout (else the Program lays it out only if asked for it);
     - `reads_arguments` (False unless a compiled subclass sets it): whether it reads the arguments of plain
-      dispatches as C data (hal.commands.DispatchArguments), which the recorder then makes for each.
+      dispatches as C data (hal.commands.DispatchArguments), which the recorder then makes for each;
+    - `resubmitted(device, command_buffer, binding_table)` (compiled subclasses): the resubmission of an unchanged
+      command buffer (hal.resubmission.queue_execute), which returns False to leave it to the general path.
 
     Submission goes through the backend's device, which calls its own emitter.
     """
 
     cpdef void command(self, Program program, object command) except *:
         pass
+
+    cdef bint resubmitted(self, object device, object command_buffer, object binding_table) except -1:
+        return False

@@ -37,8 +37,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   of the child graph, then the exec's child node once (cuGraphExecChildGraphNodeSetParams); never instantiated
   again. A nested block holding a region, a dispatch_indirect or a collective is emitted inline instead, and so are
   those recorded inside a region or by a single_pass command buffer building as it records.
-- The resubmission of an unchanged command buffer is CudaDevice.queue_execute, compiled here: one
-  cuGraphLaunch after a few identity checks.
+- The resubmission of an unchanged command buffer (hal.resubmission.queue_execute) is `CudaEmitter.resubmitted`:
+  one cuGraphLaunch after a few identity checks.
 """
 
 from cpython.ref cimport Py_DECREF, Py_INCREF
@@ -52,7 +52,6 @@ from backends.cuda_graph.graph_builder cimport GraphBuilder
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, SlotWord, address, check, check_at,
                                         collective_address, constant_words_of, node_of, resolve)
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
-from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport Collective, Command, Dispatch, Region, Update
 from hal.program cimport Program
 
@@ -62,15 +61,10 @@ import networkx as nx
 from cuda.bindings import driver
 
 from backends.cuda_graph.api import call
-from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError, UnsupportedError
 
 PROGRAMMATIC = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
 DEVICE_SIDE_DRIVER = 12040  # device-updatable kernel nodes (dispatch_indirect) and conditional nodes (regions)
-# queue_execute's defaults, held in C for the resubmission's identity checks. Read as module globals instead, the
-# resubmission of a chain of 100 took 1.07x and 1.11x cuGraphLaunch against 1.02x and 1.06x (target <= 1.05; an H200,
-# bench.cuda in turns, 2026-11-29, bench/results/nvidia-h200-2026-11-29-issue43-turns.md).
-cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 
 
 cdef class CudaEmitter(GraphBuilder):
@@ -78,8 +72,8 @@ cdef class CudaEmitter(GraphBuilder):
 
     `instantiations` counts the graphs instantiated (a re-recording that updates the exec adds none),
     `updates` the re-recordings absorbed by cuGraphExecUpdate, `patched` the nodes the latest submit patched.
-    `token`: the device's resubmit token while a resubmission is one launch (see queue_execute below), given
-    with the table it was last submitted with.
+    `token`: the device's resubmit token while a resubmission is one launch (see `resubmitted`), given with the
+    table it was last submitted with.
     """
 
     def __init__(self, device, str mode, str strategy, Py_ssize_t binding_capacity, Py_ssize_t constant_capacity):
@@ -328,6 +322,16 @@ cdef class CudaEmitter(GraphBuilder):
         same binding table, it is one cuGraphLaunch of the exec as the last submission left it."""
         return self.built and not self.one_shot and not self.program.constant_users
 
+    cdef bint resubmitted(self, object device, object command_buffer, object binding_table) except -1:
+        """One cuGraphLaunch, if this emitter holds the device's resubmission token (given by the general path:
+        reusable, built, without constant slots, nothing to free, the device neither lost nor closing; revoked at
+        every release) and the table is the very one it was last submitted with. False leaves the submission to the
+        general path, and so does a launch the driver refuses: from a thread where no context, or another one, is
+        current (the general path makes the device's current), or with an error to report (the general path
+        reports it)."""
+        return self.token is self.resubmission.token and self.device is device and \
+            binding_table is self.submitted and cydriver.cuGraphLaunch(self.exec, self.stream) == cydriver.CUDA_SUCCESS
+
     cdef void launch_on_stream(self, tuple table, tuple constants) except *:
         """Every command in recording order, straight on the stream (one-shot deferred work)."""
         cdef Node node, scratch = Node.__new__(Node)
@@ -549,30 +553,6 @@ def _read_graph(uintptr_t handle, dict name_of) -> nx.DiGraph:
     for u, v, edge in zip(result[0][:count], result[1][:count], result[2][:count]):
         emitted.add_edge(name_of[int(u)], name_of[int(v)], programmatic=int(edge.type) == PROGRAMMATIC)
     return emitted
-
-
-def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,
-                  constants=NO_CONSTANTS):
-    """CudaDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
-    the device's resubmission token (given by the general path: reusable, built, without constant slots, nothing to
-    free, the device neither lost nor closing; revoked at every release), submitted again with the very table it
-    was last submitted with, no semaphores and no constants, is one cuGraphLaunch: one token check stands
-    for the general path's checks. The check and the launch run without releasing the GIL, so no other thread's
-    close() or release comes between them. Anything else takes the general path, and so does a launch the driver
-    refuses: from a thread where no context, or another one, is current (the general path makes the device's
-    current), or with an error to report (the general path reports it)."""
-    cdef CommandBuffer cb
-    cdef CudaEmitter emitter
-    if wait is no_semaphores and signal is no_semaphores and constants is no_constants and \
-            type(command_buffer) is CommandBuffer:
-        cb = <CommandBuffer>command_buffer
-        if type(cb.emitter) is CudaEmitter:
-            emitter = <CudaEmitter>cb.emitter
-            if emitter.token is emitter.resubmission.token and emitter.device is device and \
-                    binding_table is emitter.submitted and \
-                    cydriver.cuGraphLaunch(emitter.exec, emitter.stream) == cydriver.CUDA_SUCCESS:
-                return
-    Device.queue_execute(device, command_buffer, binding_table, wait, signal, constants)
 
 
 cdef void _host_call_reached(void* data) noexcept with gil:

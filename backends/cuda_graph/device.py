@@ -22,7 +22,7 @@ from cuda.bindings import driver
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
 from backends.cuda_graph.clock import EventClock
-from backends.cuda_graph.command_buffer import CudaEmitter, launch_host_call_notice, queue_execute
+from backends.cuda_graph.command_buffer import CudaEmitter, launch_host_call_notice
 from backends.cuda_graph.communicator import CudaCommunicator
 from backends.cuda_graph.executable import PARAMETER_BYTES, CudaExecutable
 from backends.cuda_graph.resubmission import Resubmission
@@ -36,6 +36,7 @@ from hal.executable import Executable, ExecutableSource
 from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime, Release
+from hal.resubmission import queue_execute
 from hal.semaphore import Semaphore, queue_deadlock, waits_for_the_host
 
 A = driver.CUdevice_attribute
@@ -394,8 +395,8 @@ class CudaDevice(Device):
         return CudaSemaphore(self, initial)
 
     # The queue.
-    # The resubmission is the hot path: queue_execute is compiled (command_buffer.queue_execute), and takes the
-    # general path below for everything but an unchanged command buffer holding the device's resubmit token.
+    # The resubmission is the hot path: queue_execute is compiled (hal.resubmission, CudaEmitter.resubmitted), and
+    # takes the general path below for everything but an unchanged command buffer holding the device's resubmit token.
     queue_execute = queue_execute
 
     def _queue_clock(self) -> EventClock:

@@ -21,8 +21,8 @@ Khronos headers), so recording costs what the driver charges.
 - Regions: a command buffer with regions becomes Steps: VkCommandBuffers for the runs of commands between
   regions, and per region a VkCommandBuffer copying its flag where the host reads it; the device's QueueDriver
   submits them in turn, reading the flag between (backends.vulkan.regions).
-- The resubmission of an unchanged command buffer is VulkanDevice.queue_execute, compiled here: one
-  vkQueueSubmit after a few identity checks.
+- The resubmission of an unchanged command buffer (hal.resubmission.queue_execute) is `VulkanEmitter.resubmitted`:
+  one vkQueueSubmit after a few identity checks.
 """
 
 cimport cython
@@ -54,15 +54,9 @@ from backends.vulkan.recording cimport Recording
 from backends.vulkan.buffer import HostVisibleBuffer
 from backends.vulkan.indirect import IndirectGuard
 from backends.vulkan.regions import Steps
-from hal.device import NO_CONSTANTS, NO_SEMAPHORES, Device
 from hal.errors import DeviceLostError
 
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
-# queue_execute's defaults, held in C for the resubmission's identity checks. Read as module globals instead, the
-# resubmission of 1000 dispatches took 1.22x and 0.98x (chain), 0.97x and 1.20x (fan) the reference's vkQueueSubmit
-# against 1.08x and 0.73x, 0.82x and 0.92x (target <= 1.1; an H200's Vulkan driver, bench.vulkan in turns, 2026-11-29,
-# bench/results/nvidia-h200-2026-11-29-issue43-turns.md).
-cdef object no_semaphores = NO_SEMAPHORES, no_constants = NO_CONSTANTS
 
 
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
@@ -263,7 +257,7 @@ cdef class VulkanEmitter(Emitter):
     `encodings` counts the VkCommandBuffers encoded so far (reuse shows as it not growing); `counts` the
     state-setting calls of the latest encoding (barriers, pipelines, descriptor_sets, constant_pushes,
     dispatches). `token`: the device's resubmit token while a resubmission is one vkQueueSubmit (see
-    queue_execute)."""
+    `resubmitted`)."""
 
     cdef object device
     cdef DeviceCommands fn
@@ -480,6 +474,20 @@ cdef class VulkanEmitter(Emitter):
         return self.submitted is not None and not self.one_time and not self.driven and \
             not self.program.constant_users
 
+    cdef bint resubmitted(self, object device, object command_buffer, object binding_table) except -1:
+        """One vkQueueSubmit of the VkCommandBuffer the last submission used, if this emitter holds the device's
+        `resubmit_token` (given by the general path: reusable, no constant slots, nothing to free, the device neither
+        lost nor closing) and the command buffer accepts the table without a look; False leaves the submission to
+        the general path."""
+        if self.token is not device.resubmit_token or self.device is not device or \
+                not (<CommandBuffer>command_buffer).accepts(binding_table, device.release_token):
+            return False
+        try:
+            self.submitter.submit(self.submitted.handle)
+        except DeviceLostError as e:
+            device.raise_failure(e)
+        return True
+
     def command_buffer(self, tuple table, tuple constants) -> object:
         """The VkCommandBuffer (as an integer) to submit with `table` and constant slot values `constants`
         (already checked), encoded now if needed; for a driven command buffer, its Steps."""
@@ -562,28 +570,3 @@ cdef class Submitter:
         check(self.fn.queue_submit(self.queue, 1, &info, NULL), "vkQueueSubmit")
         self.submitted = value
         return value
-
-
-def queue_execute(device, command_buffer, binding_table=(), wait=NO_SEMAPHORES, signal=NO_SEMAPHORES,
-                  constants=NO_CONSTANTS):
-    """VulkanDevice.queue_execute (hal.Device.queue_execute). A command buffer of this device whose emitter holds
-    the device's `resubmit_token` (given by the general path: reusable, no constant slots, nothing to free, the
-    device neither lost nor closing), submitted again with its last table, no semaphores and no constants, is one
-    vkQueueSubmit of the VkCommandBuffer the last submission used: one token check stands for the general path's
-    checks. The check and the submission run without releasing the GIL, so no other thread's close() or release
-    comes between them. Anything else takes the general path."""
-    cdef CommandBuffer cb
-    cdef VulkanEmitter emitter
-    if wait is no_semaphores and signal is no_semaphores and constants is no_constants and \
-            type(command_buffer) is CommandBuffer:
-        cb = <CommandBuffer>command_buffer
-        if type(cb.emitter) is VulkanEmitter:
-            emitter = <VulkanEmitter>cb.emitter
-            if emitter.token is device.resubmit_token and emitter.device is device and \
-                    cb.accepts(binding_table, device.release_token):
-                try:
-                    emitter.submitter.submit(emitter.submitted.handle)
-                except DeviceLostError as e:
-                    device.raise_failure(e)
-                return
-    Device.queue_execute(device, command_buffer, binding_table, wait, signal, constants)

@@ -25,7 +25,7 @@ from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ff
 from backends.vulkan.buffer import HostVisibleBuffer, VulkanBuffer, create_buffer, destroy_buffer
 from backends.vulkan.call_stream import CallStream
 from backends.vulkan.calls import DeviceCommands
-from backends.vulkan.command_buffer import Submitter, VulkanEmitter, queue_execute
+from backends.vulkan.command_buffer import Submitter, VulkanEmitter
 from backends.vulkan.executable import VulkanExecutable
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
@@ -41,6 +41,7 @@ from hal.executable import ExecutableSource
 from hal.host_call import HostCall
 from hal.indirect import FAULT_BYTES, raise_fault
 from hal.lifetime import Lifetime
+from hal.resubmission import queue_execute
 from hal.semaphore import Semaphore, queue_deadlock, waits_for_the_host
 
 STAGING_BYTES = 32 << 20  # the most one staging copy moves; larger reads and writes go in pieces
@@ -210,8 +211,8 @@ class VulkanDevice(Device):
         return VulkanSemaphore(self, initial)
 
     # The queue.
-    # The resubmission is the hot path: queue_execute is compiled (command_buffer.queue_execute), and takes the
-    # general path below for everything but an unchanged command buffer holding the device's resubmit token.
+    # The resubmission is the hot path: queue_execute is compiled (hal.resubmission, VulkanEmitter.resubmitted), and
+    # takes the general path below for everything but an unchanged command buffer holding the device's resubmit token.
     queue_execute = queue_execute
 
     def _finished(self, mark: Any) -> bool:
