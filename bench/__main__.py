@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n\n## Figures\n" + "\n".join(f"- {p.name}" for p in figures)
     else:
         figures = []
-        text += "\n\n## Figures\nnone: matplotlib is not installed (pip install 'hal[bench]')"
+        text += "\n\n## Figures\nnone: matplotlib is not installed (pip install 'hal-command-buffers[bench]')"
     stem.with_suffix(".md").write_text(text + "\n")
     print(text)
     print(f"\nwrote {stem}.json, {stem}.md and {len(figures)} figures")

@@ -1,5 +1,8 @@
-"""hal: record work once in a Vulkan-style command buffer; run it as a CUDA graph, a Vulkan command
-buffer or on numpy. See README.md and DESIGN.md for the contract."""
+"""hal: record work once in a Vulkan-style command buffer; run it as a CUDA graph, a Vulkan command buffer or on numpy.
+
+Start with `hal.create_device()`, `Device.create_command_buffer()` and `Device.queue_execute()`. The documentation
+(`docs/` in the source tree, built with Sphinx: getting started, the concepts, writing kernels, one page per backend,
+the API reference) explains each; `python -m hal info` says what this machine can run."""
 
 from hal.buffer import Buffer, BufferRef, BufferUsage, ConstantSlot, constant_slot, ref, slot
 from hal.capabilities import Capabilities

@@ -166,11 +166,13 @@ class ExecutableSource:
         """Python kernels for the host backend: `functions[name](ctx)`, one call per dispatch covering the whole grid.
 
         The host ABI, what `ctx` (backends.host.executable.DispatchContext) offers the kernel:
+
         - `ctx.binding(i, dtype=np.uint8)`: binding i (the dispatch's bindings[i], its range only) as a 1-d numpy
           view of `dtype`; writes go to the buffer. Bindings the export declares readonly come back read-only.
         - `ctx.constants`: the constants as given (Python ints; Python floats rounded to numpy float32, as a GPU
           receives them); `ctx.words`: the same as the uint32 words a GPU kernel receives.
         - `ctx.workgroups` (x, y, z) and `ctx.workgroup_size`; `ctx.invocations`, their product.
+
         The kernel must compute exactly what the GPU grid would: every invocation of ctx.workgroups x
         ctx.workgroup_size, no more (a GPU kernel guards its own bounds; a host kernel covering more than the
         grid would hide a wrong grid on the GPU). The GPU ABIs: on Vulkan binding i is storage buffer i of set 0

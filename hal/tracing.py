@@ -164,7 +164,8 @@ def draw_program(program: Program, path: str | Path, title: str | None = None) -
         from matplotlib.figure import Figure
         from matplotlib.patches import FancyBboxPatch
     except ImportError as e:
-        raise UnsupportedError(f"draw_program needs matplotlib ({e}); pip install 'hal[bench]'") from None
+        raise UnsupportedError(f"draw_program needs matplotlib ({e}); "
+                               f"pip install 'hal-command-buffers[bench]'") from None
     segments: dict[int, list[Any]] = {}
     for c in program.commands:
         segments.setdefault(c.segment, []).append(c)

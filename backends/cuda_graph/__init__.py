@@ -8,7 +8,7 @@ from typing import Any
 from hal.device import import_backend
 
 __all__ = ["CudaDevice", "CudaDriver"]
-PACKAGES = {"cuda": "pip install 'hal[cuda]' (cuda-bindings)"}
+PACKAGES = {"cuda": "pip install 'hal-command-buffers[cuda]' (cuda-bindings)"}
 
 
 def __getattr__(name: str) -> Any:

@@ -45,7 +45,7 @@ def nccl_bindings() -> Any:
         from nccl.bindings import nccl
         nccl.get_version()  # loads libnccl.so.2
     except ImportError as e:
-        raise UnsupportedError(f"CUDA collectives need nccl4py ({e}): pip install 'hal[nccl]'") from e
+        raise UnsupportedError(f"CUDA collectives need nccl4py ({e}): pip install 'hal-command-buffers[nccl]'") from e
     except Exception as e:  # the bindings found no libnccl
         raise UnsupportedError(f"CUDA collectives need NCCL's library: {type(e).__name__}: {e}; install NCCL "
                                f"(libnccl.so.2) or pip install nvidia-nccl-cu13") from e

@@ -9,7 +9,8 @@ from hal.device import import_backend
 from hal.errors import UnsupportedError
 
 __all__ = ["VulkanDevice", "VulkanDriver"]
-PACKAGES = {"vulkan": "pip install 'hal[vulkan]'", "cffi": "pip install 'hal[vulkan]' (cffi)"}
+PACKAGES = {"vulkan": "pip install 'hal-command-buffers[vulkan]'",
+            "cffi": "pip install 'hal-command-buffers[vulkan]' (cffi)"}
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,7 @@ def test_bench_suite_writes_results_report_and_figures(tmp_path, capsys):
 def test_cuda_figures_draw_from_a_result(tmp_path):
     """The CUDA figures are drawn only on a GPU machine: their code is exercised here on a result of the
     same shape, so a GPU run cannot be the first to find a plotting error."""
-    pytest.importorskip("matplotlib", reason="the figures need matplotlib (pip install 'hal[bench]')")
+    pytest.importorskip("matplotlib", reason="the figures need matplotlib (pip install 'hal-command-buffers[bench]')")
     rows = [dict(program=p, kernels=n, competitor=c, record=1.0 + n / 100, end=2.0, first=4.0 + k, submit=3.0 + k,
                  gpu=1.0 + k / 10)
             for p in ("chain", "fan") for n in (10, 100) for k, c in enumerate(("reference", "torch", "hal deferred"))]

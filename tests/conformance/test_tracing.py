@@ -54,7 +54,8 @@ def test_trace_refuses_what_it_cannot_run(dev, exe):
 
 
 def test_the_picture_of_a_program_with_a_region(dev, exe, tmp_path):
-    pytest.importorskip("matplotlib", reason="draw_program draws with matplotlib: pip install 'hal[bench]'")
+    pytest.importorskip("matplotlib",
+                        reason="draw_program draws with matplotlib: pip install 'hal-command-buffers[bench]'")
     flag, x = dev.upload(u32([0])), dev.allocate(4 * N)
     cb = dev.create_command_buffer(mode="reusable")
     with cb:

@@ -62,7 +62,7 @@ def test_backend_tests_skip_saying_which_package_is_missing():
     for count, where, reason in re.findall(r"^SKIPPED \[(\d+)\] ([^:]+):\d+: (.*)$", done.stdout, re.M):
         skips[where, reason] = skips.get((where, reason), 0) + int(count)
     missing = {name: f"the {name} driver is unavailable: the Python package {name!r} is not installed: "
-                     f"pip install 'hal[{name}]'" for name in ("cuda", "vulkan")}
+                     f"pip install 'hal-command-buffers[{name}]'" for name in ("cuda", "vulkan")}
     # Whole modules skip at import, before they import the backend; marked cases skip one by one. (A module that
     # needs no driver, such as the PTX reflection's, runs.)
     for name, folder in (("cuda", "cuda_graph"), ("vulkan", "vulkan")):
@@ -80,9 +80,9 @@ def test_info_says_why_each_driver_is_unavailable():
     lines = done.stdout.splitlines()
     lines = [line for line in lines if line.startswith(("cuda:", "vulkan:", "host:"))]
     assert lines[0] == ("cuda: the cuda driver is unavailable: the Python package 'cuda' is not installed: "
-                        "pip install 'hal[cuda]' (cuda-bindings)")
+                        "pip install 'hal-command-buffers[cuda]' (cuda-bindings)")
     assert lines[1] == ("vulkan: the vulkan driver is unavailable: the Python package 'vulkan' is not installed: "
-                        "pip install 'hal[vulkan]'")
+                        "pip install 'hal-command-buffers[vulkan]'")
     assert lines[2] == "host: 1 device(s)"
 
 
@@ -102,4 +102,4 @@ def test_bench_reports_progress_and_skips_figures_without_tqdm_and_matplotlib(mo
 def test_creating_a_device_of_a_missing_backend_says_what_to_install(spec):
     done = without_optional(f"import hal\ntry:\n    hal.create_device({spec!r})\nexcept hal.UnsupportedError as e:\n"
                             "    print(e)\n")
-    assert f"pip install 'hal[{spec}]'" in done.stdout, done.stdout + done.stderr
+    assert f"pip install 'hal-command-buffers[{spec}]'" in done.stdout, done.stdout + done.stderr
