@@ -336,7 +336,7 @@ def data_parallel(world: int) -> list[dict]:
 
 
 def run(max_bytes: int, with_data_parallel: bool = True) -> dict:
-    count = len(hal.device.get_driver("cuda").devices())
+    count = len(hal.drivers.get_driver("cuda").devices())
     devices = [hal.create_device(f"cuda:{i}") for i in range(count)]
     comm = hal.create_communicator(devices)
     direct = DirectNccl(list(range(count)))

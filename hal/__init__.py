@@ -9,7 +9,8 @@ from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
 from hal.commands import CommandKind
 from hal.communicator import Communicator, create_communicator
-from hal.device import Device, DeviceInfo, Driver, available_drivers, create_device, register_driver
+from hal.device import Device
+from hal.drivers import DeviceInfo, Driver, available_drivers, create_device, register_driver
 from hal.errors import (
                         CompileError,
                         DeviceError,

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import hal
-from hal.device import driver_status
+from hal.drivers import driver_status
 
 EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 DEMO_GROUP = "hal.demos"

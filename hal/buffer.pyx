@@ -30,8 +30,15 @@ class BufferUsage(enum.IntFlag):
 
 
 cdef class Buffer:
-    """Device memory of `size` bytes. Backends subclass it and implement `_read`, `_write`, `_free` (the backend
-    contract, below)."""
+    """Device memory of `size` bytes, made by `Device.allocate` or `Device.upload`; commands take it whole or through
+    `hal.ref`. Backends subclass it and implement `_read`, `_write`, `_free` (the backend contract, below).
+
+    Example:
+        >>> with dev.allocate(16) as buf:   # released on leaving the block
+        ...     buf.write(np.arange(4, dtype=np.uint32))
+        ...     buf.read(np.uint32)
+        array([0, 1, 2, 3], dtype=uint32)
+    """
 
     def __init__(self, device, size: int, usage: BufferUsage) -> None:
         self.device = device
@@ -45,7 +52,21 @@ cdef class Buffer:
         _buffers_made += 1
 
     def read(self, dtype: Any = np.uint8, *, offset: int = 0, count: int | None = None) -> np.ndarray:
-        """A fresh array of `count` elements of `dtype` from byte `offset`, after all submitted work."""
+        """Read the buffer, after all the work submitted so far.
+
+        Args:
+            dtype: The elements' numpy type.
+            offset: The first byte read.
+            count: How many elements (None: as many as fit from `offset`).
+
+        Returns:
+            A fresh numpy array of `count` elements.
+
+        Raises:
+            ValidationError: The buffer was released, its device closed, or the range does not fit; or this runs
+                inside a queue_host_call function of its device (the queue waits for that function).
+            DeviceError: Submitted work failed and nothing has raised that failure yet (reported once).
+        """
         dt = _dtype(dtype)
         self._check_live("read")
         offset = integer(offset, "offset", 0)
@@ -62,7 +83,17 @@ cdef class Buffer:
         return self._read(offset, nbytes).view(dt)
 
     def write(self, data: Any, offset: int = 0) -> None:
-        """Copy bytes-like or ndarray `data` into the buffer at byte `offset`, after all submitted work."""
+        """Write into the buffer, after all the work submitted so far.
+
+        Args:
+            data: A numpy array or anything with the buffer protocol.
+            offset: The byte it goes to.
+
+        Raises:
+            ValidationError: The buffer was released, its device closed, or the data does not fit; or this runs
+                inside a queue_host_call function of its device.
+            DeviceError: Submitted work failed and nothing has raised that failure yet (nothing is written then).
+        """
         self._check_live("write")
         view = bytes_view(data, "write")
         offset = integer(offset, "offset", 0)
@@ -75,8 +106,8 @@ cdef class Buffer:
             self._write(offset, view)
 
     def release(self) -> None:
-        """Free the memory (once submitted work no longer needs it); later use raises ValidationError.
-        Idempotent."""
+        """Free the memory once the work submitted so far no longer needs it (also what leaving a `with` block
+        does). Idempotent; later use of the buffer, or of a command buffer that binds it, raises ValidationError."""
         if self.released:
             return
         self.released = True
@@ -151,8 +182,23 @@ cdef class BufferRef:
 
 
 def ref(buffer: Buffer, offset: int = 0, length: int | None = None) -> BufferRef:
-    """Bytes [offset, offset + length) of `buffer`. A negative offset or length is refused here; whether
-    the range fits the buffer is checked when a command uses it (the buffer may be released by then)."""
+    """A range of a buffer, which commands take wherever they take a buffer.
+
+    Args:
+        buffer: The `hal.Buffer`.
+        offset: The first byte.
+        length: How many bytes (None: to the end of the buffer).
+
+    Returns:
+        The `hal.BufferRef` of bytes [offset, offset + length).
+
+    Raises:
+        ValidationError: `buffer` is not a buffer, or the offset or length is negative or the offset past its end.
+            Whether the range fits is checked when a command uses it.
+
+    Example:
+        >>> second_half = hal.ref(buf, offset=buf.size // 2)
+    """
     if not isinstance(buffer, Buffer):
         raise ValidationError(f"ref: expected a hal.Buffer, got {type(buffer).__name__}")
     offset = integer(offset, "ref offset", 0)
@@ -164,8 +210,26 @@ def ref(buffer: Buffer, offset: int = 0, length: int | None = None) -> BufferRef
 
 
 def slot(index: int, offset: int = 0, length: int | None = None) -> BufferRef:
-    """Bytes of binding-table entry `index`, resolved at each queue_execute. A negative index, offset or
-    length is refused here; the range is checked against the bound buffer at submit."""
+    """A range of binding-table entry `index`: the buffer comes with each `queue_execute`.
+
+    Args:
+        index: The table entry (the command buffer needs binding_capacity > index).
+        offset: The first byte of the range in the bound buffer.
+        length: How many bytes (None: to the end of the bound buffer).
+
+    Returns:
+        A `hal.BufferRef` whose `slot` is `index`.
+
+    Raises:
+        ValidationError: The index, offset or length is negative (or the index too large). The range is checked
+            against the bound buffer at submit.
+
+    Example:
+        >>> cb = dev.create_command_buffer(mode="reusable", binding_capacity=1)
+        >>> with cb:
+        ...     cb.fill_buffer(hal.slot(0), np.uint32(3))
+        >>> dev.queue_execute(cb, binding_table=(buf,))
+    """
     index = slot_count(index, "slot index", MAX_SLOTS - 1)
     offset = integer(offset, "slot offset", 0)
     return BufferRef(None, index, offset, None if length is None else integer(length, "slot length", 0))
@@ -188,8 +252,17 @@ cdef class ConstantSlot:
 
 
 def constant_slot(index: int) -> ConstantSlot:
-    """A dispatch constant read from entry `index` of queue_execute's `constants` at each submit (the command
-    buffer needs constant_capacity > index). A negative index is refused here."""
+    """A dispatch constant whose value comes with each submit: entry `index` of `queue_execute`'s `constants`.
+
+    Args:
+        index: The entry (the command buffer needs constant_capacity > index).
+
+    Returns:
+        The `hal.ConstantSlot`, which `dispatch` takes among its constants.
+
+    Raises:
+        ValidationError: The index is negative or too large.
+    """
     return ConstantSlot(index)
 
 

@@ -79,6 +79,7 @@ class Capabilities:
                                        f"overrides can only make this device smaller")
 
     def as_dict(self) -> dict[str, Any]:
+        """Every capability by name (what `python -m hal info` prints)."""
         return dataclasses.asdict(self)
 
 

@@ -43,13 +43,24 @@ TRANSIENT_ALIGNMENT = 16  # at least: what 16-byte vector loads need
 cdef class CommandBuffer(Recorder):
     """A recorded list of commands, run by `Device.queue_execute`.
 
-    Created by `Device.create_command_buffer(mode, binding_capacity, strategy, dependencies, validate,
-    constant_capacity)`: `one_shot` runs once, `reusable` any number of times (`reset()` allows re-recording);
-    slots below `binding_capacity` are bound, and constant slots below `constant_capacity` given, at each
-    submit; `deferred` leaves emission to `end()`, `single_pass`
-    emits while recording; `barriers` or `hazards` picks the dependency rediscovery. `validate=False`
-    drops the race check, the one check whose cost depends on what a segment holds; the checks that
-    keep bad input from a driver (types, ranges, usage, alignment, limits) always run.
+    Made by `Device.create_command_buffer` (whose arguments these are), recorded in a `with cb:` block (or between
+    `begin()` and `end()`).
+
+    Args:
+        mode: "one_shot" runs once; "reusable" any number of times (`reset()` allows re-recording).
+        binding_capacity: Slots below it (`hal.slot(i)`) are bound at each submit, from its binding table.
+        strategy: "deferred" leaves emission to `end()`; "single_pass" emits while recording.
+        dependencies: "barriers" (every command waits for the segment before it) or "hazards" (only for the commands
+            whose byte ranges it overlaps, one writing).
+        validate: False drops the race check, the one check whose cost depends on what a segment holds; the checks
+            that keep bad input from a driver (types, ranges, usage, alignment, limits) always run.
+        constant_capacity: Constant slots below it (`hal.constant_slot(i)`) are given at each submit.
+
+    Example:
+        >>> cb = dev.create_command_buffer(mode="reusable")
+        >>> with cb:
+        ...     cb.fill_buffer(buf, np.uint32(0))
+        >>> dev.queue_execute(cb)
     """
 
     def __init__(self, device, str mode, binding_capacity, str strategy, str dependencies, validate, emitter_for,
@@ -118,7 +129,8 @@ cdef class CommandBuffer(Recorder):
     # State.
     @property
     def commands(self) -> tuple:
-        """The recorded commands in recording order (complete after end())."""
+        """The recorded commands in recording order (complete after end()); each has `index`, `segment` and `kind`,
+        a `hal.CommandKind`."""
         return self.recorded.commands if self.phase == ENDED else ()
 
     @property
@@ -129,9 +141,14 @@ cdef class CommandBuffer(Recorder):
         return self.recorded
 
     def segments(self) -> Iterator[Segment]:
-        """The segment linked list so far, from the head (made when asked: the recorder keeps one list of commands
-        and where the current segment begins). The last one is empty after a barrier that no command followed
-        yet, and so is the only one before any command."""
+        """The segments recorded so far, from the first, as a linked list (each has `commands` and `next`).
+
+        The last one is empty after a barrier that no command followed yet, and so is the only one before any
+        command.
+
+        Returns:
+            An iterator over the segments.
+        """
         cdef list found = []
         for index, commands in segments_of(self.sequence).items():
             found.append(new_segment(index))
@@ -143,6 +160,12 @@ cdef class CommandBuffer(Recorder):
         return iter(found)
 
     def begin(self) -> None:
+        """Start recording (what `with cb:` does on entry; its exit calls `end()`).
+
+        Raises:
+            ValidationError: The device is closed, or the command buffer is not in its initial state (call `reset()`
+                to record it again).
+        """
         self.device.check_open()
         if self.phase != INITIAL:
             raise ValidationError(f"begin: the command buffer is {self.state}; call reset() to record it again")
@@ -154,8 +177,13 @@ cdef class CommandBuffer(Recorder):
             self.emitter.begin(self.recorded)
 
     def end(self) -> None:
-        """Finish recording: the planner freezes the Program (a deferred command buffer is planned here, in
-        one pass over the segments) and the backend emits it."""
+        """Finish recording: the planner freezes the Program (a deferred command buffer is planned here, in one pass
+        over the segments) and the backend emits it (CUDA: builds and instantiates its graph).
+
+        Raises:
+            ValidationError: The command buffer is not recording, or a region is still open.
+            DeviceError: The backend could not emit it (out of memory, a driver error).
+        """
         if self.phase != RECORDING:
             raise ValidationError(f"end: the command buffer is {self.state}, not recording")
         if self.levels:
@@ -195,7 +223,9 @@ cdef class CommandBuffer(Recorder):
         self.races = None
 
     def reset(self) -> None:
-        """Forget everything recorded; the command buffer can be begun again."""
+        """Forget everything recorded; the command buffer can be begun again (a reusable one on CUDA then updates
+        its graph in place when the new recording has the same topology). Its transients' memory is given back once
+        the work submitted so far is done with it."""
         self.emitter.reset()
         self.clear()
 
@@ -208,7 +238,15 @@ cdef class CommandBuffer(Recorder):
             self.end()
 
     def dependency_graph(self) -> nx.DiGraph:
-        """The rediscovered DAG: nodes are command indices (`kind`, `segment`), edge u -> v: v waits for u."""
+        """The dependencies hal rediscovered, as a networkx DiGraph.
+
+        Returns:
+            Nodes are command indices (attributes `kind` and `segment`; a region's node has `body`, its commands'
+            graph); an edge u -> v says v waits for u. Transitively reduced.
+
+        Raises:
+            ValidationError: The command buffer has not ended.
+        """
         if self.phase != ENDED:
             raise ValidationError(f"dependency_graph: the command buffer is {self.state}; call end() first")
         return self.recorded.dependency_graph()
@@ -220,38 +258,123 @@ cdef class CommandBuffer(Recorder):
     # Collectives (hal.communicator).
     def all_reduce(self, communicator: Communicator, source: Buffer | BufferRef, target: Buffer | BufferRef,
                    dtype: Any, op: str = "sum") -> None:
-        """Every rank's `target` gets the reduction (`op`: sum, prod, max, min, avg) of all ranks' `source`
-        (elements of `dtype`; the ranges are the same size; in place when they are the same range)."""
+        """Record an all-reduce: every rank's `target` gets the reduction of all ranks' `source`.
+
+        Args:
+            communicator: A `hal.Communicator` that has this command buffer's device as a rank.
+            source: The rank's contribution (a buffer, `hal.ref` or `hal.slot` with a length).
+            target: The same size as `source`; the same range reduces in place.
+            dtype: The elements' type: int8, uint8, int32, uint32, int64, uint64, float16, float32 or float64.
+            op: "sum", "prod", "max", "min" or "avg" (floating types only).
+
+        Raises:
+            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+                or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
+                another collective of the communicator is in this segment (put an execution barrier between them).
+        """
         self.add_collective("all_reduce", communicator, source, target, dtype, op, None, None)
 
     def all_gather(self, communicator: Communicator, source: Buffer | BufferRef, target: Buffer | BufferRef,
                    dtype: Any) -> None:
-        """Every rank's `target` gets all ranks' `source`, in rank order (`target` holds size x `source`)."""
+        """Record an all-gather: every rank's `target` gets all ranks' `source`, in rank order.
+
+        Args:
+            communicator: A `hal.Communicator` that has this command buffer's device as a rank.
+            source: The rank's part.
+            target: size x `source` bytes.
+            dtype: The elements' type (as for `all_reduce`).
+
+        Raises:
+            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+                or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
+                another collective of the communicator is in this segment (put an execution barrier between them).
+        """
         self.add_collective("all_gather", communicator, source, target, dtype, None, None, None)
 
     def reduce_scatter(self, communicator: Communicator, source: Buffer | BufferRef, target: Buffer | BufferRef,
                        dtype: Any, op: str = "sum") -> None:
-        """Rank r's `target` gets part r of the reduction of all ranks' `source` (size x `target`)."""
+        """Record a reduce-scatter: rank r's `target` gets part r of the reduction of all ranks' `source`.
+
+        Args:
+            communicator: A `hal.Communicator` that has this command buffer's device as a rank.
+            source: size x `target` bytes.
+            target: The rank's part of the result.
+            dtype: The elements' type (as for `all_reduce`).
+            op: "sum", "prod", "max", "min" or "avg".
+
+        Raises:
+            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+                or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
+                another collective of the communicator is in this segment (put an execution barrier between them).
+        """
         self.add_collective("reduce_scatter", communicator, source, target, dtype, op, None, None)
 
     def broadcast(self, communicator: Communicator, source: Buffer | BufferRef | None, target: Buffer | BufferRef,
                   root: int) -> None:
-        """Every rank's `target` gets rank `root`'s `source` (bytes; other ranks may pass source=None)."""
+        """Record a broadcast: every rank's `target` gets rank `root`'s `source` (bytes).
+
+        Args:
+            communicator: A `hal.Communicator` that has this command buffer's device as a rank.
+            source: The root's data; other ranks may pass None.
+            target: The same size on every rank.
+            root: The rank whose `source` is sent.
+
+        Raises:
+            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+                or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
+                another collective of the communicator is in this segment (put an execution barrier between them).
+        """
         self.add_collective("broadcast", communicator, source, target, "uint8", None, root, None)
 
     def send(self, communicator: Communicator, source: Buffer | BufferRef, peer: int) -> None:
-        """Send `source` to rank `peer`, whose matching recv receives it. On NCCL a send may wait for its recv:
-        ranks that both send and receive use send_recv."""
+        """Record a send of `source` to rank `peer`, whose matching `recv` receives it.
+
+        On NCCL a send may wait for its recv: ranks that both send and receive use `send_recv`.
+
+        Args:
+            communicator: A `hal.Communicator` that has this command buffer's device as a rank.
+            source: The bytes to send.
+            peer: The receiving rank (not this one).
+
+        Raises:
+            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+                or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
+                another collective of the communicator is in this segment (put an execution barrier between them).
+        """
         self.add_collective("send", communicator, source, None, "uint8", None, peer, None)
 
     def recv(self, communicator: Communicator, target: Buffer | BufferRef, peer: int) -> None:
-        """Receive into `target` what rank `peer` sends (the same number of bytes)."""
+        """Record a receive into `target` of what rank `peer` sends (the same number of bytes).
+
+        Args:
+            communicator: A `hal.Communicator` that has this command buffer's device as a rank.
+            target: Where the bytes land.
+            peer: The sending rank (not this one).
+
+        Raises:
+            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+                or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
+                another collective of the communicator is in this segment (put an execution barrier between them).
+        """
         self.add_collective("recv", communicator, None, target, "uint8", None, peer, None)
 
     def send_recv(self, communicator: Communicator, source: Buffer | BufferRef, peer: int,
                   target: Buffer | BufferRef, source_peer: int) -> None:
-        """Send `source` to rank `peer` and receive as many bytes from rank `source_peer` into `target`, as one
-        operation (a ring shift or a pairwise exchange, which separate send and recv would deadlock)."""
+        """Record a send and a receive as one operation (a ring shift or a pairwise exchange, which separate send
+        and recv could deadlock).
+
+        Args:
+            communicator: A `hal.Communicator` that has this command buffer's device as a rank.
+            source: The bytes to send to `peer`.
+            peer: The rank that receives `source`.
+            target: Where as many bytes from `source_peer` land.
+            source_peer: The rank whose bytes `target` receives.
+
+        Raises:
+            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+                or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
+                another collective of the communicator is in this segment (put an execution barrier between them).
+        """
         self.add_collective("send_recv", communicator, source, target, "uint8", None, peer, source_peer)
 
     cdef void add_collective(self, str operation, object communicator, object source, object target, object dtype,
@@ -288,10 +411,22 @@ cdef class CommandBuffer(Recorder):
 
     # Transient memory (hal.transients).
     def alloca(self, nbytes: int) -> BufferRef:
-        """A reference to `nbytes` of memory that lives for one execution of this command buffer (contents
-        undefined at its start): the commands of this command buffer use it like a buffer. At end(), transients
-        whose lifetimes cannot overlap share memory (`transient_bytes`: the peak); a single_pass command buffer,
-        whose commands the backend takes as they come, gives each its own memory."""
+        """Transient memory for one execution of this command buffer, used by its own commands like a buffer.
+
+        At end(), transients whose lifetimes cannot overlap share memory (`transient_bytes`: the peak); a single_pass
+        command buffer, whose commands the backend takes as they come, gives each its own memory. Contents are
+        undefined at the start of each execution.
+
+        Args:
+            nbytes: The size (0 allowed, as for `Device.allocate`; nothing can use it).
+
+        Returns:
+            A `hal.BufferRef` that this command buffer's commands (and its nested command buffers' tables) take.
+
+        Raises:
+            ValidationError: The command buffer is not recording, or `nbytes` is negative or above the device's
+                max_storage_buffer_range.
+        """
         if self.phase != RECORDING:
             self.not_recording("alloca")
         nbytes = integer(nbytes, "alloca: nbytes", 0, self.max_storage_range)  # 0, as allocate(0): nothing can use it
@@ -321,10 +456,19 @@ cdef class CommandBuffer(Recorder):
 
     # Nesting (hal.nesting).
     def execute_commands(self, other: CommandBuffer, binding_table: Sequence[Buffer | BufferRef] = ()) -> None:
-        """Record the commands of `other`, an ended reusable command buffer of this device, here as it holds them
-        now, between two execution barriers: its slot i is `binding_table[i]` (a buffer, a hal.ref() or a
-        hal.slot() of this command buffer), its constant slots are this one's. All or nothing: a command refused
-        leaves this command buffer as it was."""
+        """Record the commands of another command buffer here, as it holds them now, between two execution barriers.
+
+        All or nothing: every check runs again, and a command refused leaves this command buffer as it was.
+
+        Args:
+            other: An ended reusable command buffer of this device.
+            binding_table: `other`'s slot i is `binding_table[i]`: a buffer, a `hal.ref()` or a `hal.slot()` of this
+                command buffer (so this one's table reaches the nested commands). Its constant slots are this one's.
+
+        Raises:
+            ValidationError: The command buffer is not recording; `other` is not an ended reusable command buffer of
+                this device, or the table does not cover its slots; or one of its commands is refused here.
+        """
         if self.phase != RECORDING:
             self.not_recording("execute_commands")
         if not isinstance(other, CommandBuffer):
@@ -352,17 +496,43 @@ cdef class CommandBuffer(Recorder):
 
     # Regions.
     def while_nonzero(self, condition: Buffer | BufferRef) -> RegionScope:
-        """`with cb.while_nonzero(ref):` records a loop: its commands run while the uint32 at `ref` (4-byte
-        aligned; a slot is allowed) is non-zero, checked before each iteration. The commands before the region
-        happen before it and the commands after it wait for it (it sits between two execution barriers);
-        barriers inside work as anywhere; regions nest. An exception leaving the `with` block (a command
-        rejected inside, say) drops the whole region. Inside, commands are numbered from 0 (in messages too), and
-        dispatch_indirect counts must be dynamic."""
+        """Open a loop region: `with cb.while_nonzero(ref):` records commands that run while a uint32 is non-zero.
+
+        The flag is checked before each iteration. The commands before the region happen before it and the commands
+        after it wait for it (it sits between two execution barriers); barriers inside work as anywhere; regions
+        nest. An exception leaving the `with` block (a command rejected inside, say) drops the whole region; an
+        empty region is refused. Inside, commands are numbered from 0 (in messages too), and dispatch_indirect
+        counts must be dynamic.
+
+        Args:
+            condition: The flag: a 4-byte aligned range of a buffer with DISPATCH_STORAGE usage, or a slot.
+
+        Returns:
+            The region's context manager.
+
+        Raises:
+            ValidationError: The command buffer is not recording, or the condition is misaligned or lacks the usage.
+
+        Example:
+            >>> with cb:
+            ...     with cb.while_nonzero(flag):
+            ...         cb.dispatch(exe, "countdown", workgroups=1, bindings=(flag, count))
+        """
         return RegionScope(self, True, self.check_condition(condition, "while_nonzero"))
 
     def if_nonzero(self, condition: Buffer | BufferRef) -> RegionScope:
-        """`with cb.if_nonzero(ref):` records commands that run once if the uint32 at `ref` is non-zero when the
-        region is reached (see while_nonzero)."""
+        """Open a branch region: `with cb.if_nonzero(ref):` records commands that run once if a uint32 is non-zero
+        when the region is reached (otherwise as `while_nonzero`).
+
+        Args:
+            condition: The flag: a 4-byte aligned range of a buffer with DISPATCH_STORAGE usage, or a slot.
+
+        Returns:
+            The region's context manager.
+
+        Raises:
+            ValidationError: The command buffer is not recording, or the condition is misaligned or lacks the usage.
+        """
         return RegionScope(self, False, self.check_condition(condition, "if_nonzero"))
 
     @property

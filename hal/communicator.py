@@ -74,7 +74,17 @@ class Communicator(abc.ABC):
             raise
 
     def rank(self, device: CommunicatorDevice) -> int:
-        """The rank of `device`; ValidationError if it is not one of this process's devices of the communicator."""
+        """The rank of one of this process's devices of the communicator.
+
+        Args:
+            device: The device.
+
+        Returns:
+            Its rank.
+
+        Raises:
+            ValidationError: The device is not one of this process's devices of the communicator.
+        """
         for i, d in enumerate(self.devices):
             if d is device:
                 return self.first_rank + i
@@ -93,7 +103,8 @@ class Communicator(abc.ABC):
             raise ValidationError(f"{what}: {self!r} is closed; create a new communicator")
 
     def close(self) -> None:
-        """Release the communicator once the devices' submitted work is done. Idempotent."""
+        """Release the communicator once the devices' submitted work is done; command buffers that recorded its
+        collectives are refused from then on. Idempotent."""
         with self._lock:
             if self._closing:
                 return
@@ -136,10 +147,31 @@ class Communicator(abc.ABC):
 
 def create_communicator(devices: Sequence[CommunicatorDevice], *, rank: int | None = None,
                         world: int | None = None, rendezvous: str | None = None) -> Communicator:
-    """A communicator over `devices` (all of one driver, each once): rank i is devices[i].
+    """A communicator: devices that run collectives together, each a rank.
 
-    One process per device: `create_communicator([dev], rank=r, world=n, rendezvous=path)` in each of n
-    processes; `rendezvous` is a file path all of them can reach (rank 0 writes the group's identity there).
+    Args:
+        devices: The ranks of this process, all of one driver, each once: rank i is devices[i]; with `rank`, this
+            process's one device.
+        rank: With one process per device: this process's first rank (`create_communicator([dev], rank=r,
+            world=n, rendezvous=path)` in each of n processes).
+        world: With `rank`: how many ranks the group has in all.
+        rendezvous: With `rank`: a file path every process reaches, which must not exist yet (rank 0 writes the
+            group's identity there and removes it once the group formed).
+
+    Returns:
+        The `hal.Communicator`, which the collectives of `CommandBuffer` take.
+
+    Raises:
+        ValidationError: No device, a device twice or of another driver, or the rank, world or rendezvous do not
+            agree.
+        UnsupportedError: The driver has no collectives (Vulkan), or their library is missing (CUDA: nccl4py).
+
+    Example:
+        >>> ranks = [hal.create_device("host") for _ in range(2)]
+        >>> comm = hal.create_communicator(ranks)
+        >>> comm.close()
+        >>> for rank in ranks:
+        ...     rank.close()
     """
     devices = tuple(devices) if isinstance(devices, (list, tuple)) else (devices,)
     if not devices:

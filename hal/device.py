@@ -1,25 +1,16 @@
-"""Devices and the driver registry.
-
-A driver (one per backend) enumerates devices and creates them. Drivers register under the
-entry-point group `hal.drivers`; the in-tree backends are also found by module name, so the project
-works from a source tree (`PYTHONPATH=.`) without being installed. `hal/` never imports a backend.
-"""
+"""The device: memory, executables, command buffers and the queue, over each backend's device (hal.drivers makes
+them). `hal/` never imports a backend."""
 
 from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
-import importlib
 import itertools
-import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from importlib import metadata
-from types import ModuleType
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +18,7 @@ from hal.buffer import Buffer, BufferRef, BufferUsage, bytes_view, ref
 from hal.capabilities import Capabilities
 from hal.command_buffer import MAX_UPDATE_BYTES, CommandBuffer
 from hal.communicator import Communicator, unsupported
-from hal.errors import HalError, UnsupportedError, ValidationError, integer
+from hal.errors import UnsupportedError, ValidationError, integer
 from hal.executable import Executable, ExecutableSource, check_exports
 from hal.failures import Failures
 from hal.host_call import HostCallThread
@@ -36,38 +27,8 @@ from hal.queue_clock import HostCallClock, QueueClock
 from hal.readback import Readbacks
 from hal.semaphore import Semaphore, check_value, semaphore_pairs
 
-ENTRY_POINT_GROUP = "hal.drivers"
 NO_SEMAPHORES: tuple = ()  # queue_execute's default waits and signals: fast paths test identity with it
 NO_CONSTANTS: tuple = ()  # queue_execute's default constants, tested by identity likewise
-# Best first. Drivers not named here come after, alphabetically.
-PREFERENCE = ("cuda", "vulkan", "host")
-# In-tree backends, found by module path when the package's entry points are not installed.
-IN_TREE = {
-    "cuda": "backends.cuda_graph:CudaDriver",
-    "vulkan": "backends.vulkan:VulkanDriver",
-    "host": "backends.host:HostDriver",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceInfo:
-    driver: str
-    index: int
-    name: str
-    kind: str  # "gpu" or "cpu"
-
-
-class Driver:
-    """One backend: enumerates its devices (best first) and creates them."""
-
-    name: ClassVar[str] = ""
-
-    def devices(self) -> list[DeviceInfo]:
-        """The usable devices, best first; raise UnsupportedError saying why when there are none."""
-        raise NotImplementedError
-
-    def create_device(self, index: int | None, capabilities: Mapping[str, Any] | None) -> Device:
-        raise NotImplementedError
 
 
 class Device(abc.ABC):
@@ -106,6 +67,19 @@ class Device(abc.ABC):
 
     # Memory.
     def allocate(self, nbytes: int, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
+        """A new buffer of device memory (contents undefined).
+
+        Args:
+            nbytes: Its size (0 allowed: nothing can use it).
+            usage: What it may be used for: `hal.BufferUsage` flags (DEFAULT allows everything).
+
+        Returns:
+            The `hal.Buffer`.
+
+        Raises:
+            ValidationError: The device is closed, or `nbytes` or `usage` is not valid.
+            OutOfMemoryError: The device has no room for it.
+        """
         self.check_open()
         nbytes = integer(nbytes, "allocate: nbytes", 0)
         if isinstance(usage, bool) or not isinstance(usage, int) or not 0 < int(usage) <= int(BufferUsage.DEFAULT):
@@ -113,12 +87,36 @@ class Device(abc.ABC):
         return self._allocate(nbytes, BufferUsage(usage))
 
     def memory_stats(self) -> dict[str, int]:
-        """What the device's memory holds now: at least `used_bytes`, the bytes of buffers not yet freed (a
-        released buffer counts until the work using it is done); backends add their allocator's figures."""
+        """What the device's memory holds now.
+
+        Returns:
+            At least `used_bytes`, the bytes of buffers not yet freed (a released buffer counts until the work using
+            it is done); backends add their allocator's figures.
+
+        Raises:
+            UnsupportedError: The backend does not report them.
+        """
         raise UnsupportedError(f"the {self.driver} backend does not report memory statistics")
 
     def upload(self, data: Any, usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
-        """A new buffer holding a copy of bytes-like or ndarray `data`."""
+        """A new buffer holding a copy of `data`.
+
+        Args:
+            data: A numpy array or anything with the buffer protocol (bytes, memoryview).
+            usage: As for `allocate`.
+
+        Returns:
+            The `hal.Buffer`, its size `data`'s in bytes.
+
+        Raises:
+            ValidationError: The device is closed, or `data` is not bytes-like.
+            OutOfMemoryError: The device has no room for it.
+
+        Example:
+            >>> buf = dev.upload(np.arange(4, dtype=np.float32))
+            >>> buf.read(np.float32)
+            array([0., 1., 2., 3.], dtype=float32)
+        """
         view = bytes_view(data, "upload")
         buf = self.allocate(view.nbytes, usage)
         try:
@@ -130,7 +128,21 @@ class Device(abc.ABC):
 
     # Executables.
     def load_executable(self, source: ExecutableSource) -> Executable:
-        """Load once per device: the same source content returns the same Executable."""
+        """Load the kernels of `source` onto this device, once: the same source content returns the same Executable.
+
+        Args:
+            source: An `hal.ExecutableSource` of this device's format, or a `multi` source with a part for it.
+
+        Returns:
+            The `hal.Executable`, which `dispatch` takes.
+
+        Raises:
+            ValidationError: The device is closed, or the code disagrees with its Exports (bindings, constants and
+                their types, workgroup size, readonly bindings: what each backend can check) or with the device's
+                limits.
+            UnsupportedError: The source has no part for this driver, or needs a capability the device lacks.
+            CompileError: The compiler refused the code (its log is in the error).
+        """
         self.check_open()
         if not isinstance(source, ExecutableSource):
             raise ValidationError(f"load_executable: expected a hal.ExecutableSource, got {type(source).__name__}")
@@ -146,12 +158,38 @@ class Device(abc.ABC):
     def create_command_buffer(self, mode: str = "one_shot", binding_capacity: int = 0,
                               strategy: str = "deferred", dependencies: str = "barriers",
                               validate: bool = True, constant_capacity: int = 0) -> CommandBuffer:
-        """A command buffer to record into; see CommandBuffer for what each argument chooses."""
+        """A command buffer to record into.
+
+        Args:
+            mode: "one_shot" (runs once) or "reusable" (runs any number of times).
+            binding_capacity: How many slots (`hal.slot(i)`) its commands may bind, given at each submit.
+            strategy: "deferred" (emit at `end()`) or "single_pass" (emit while recording).
+            dependencies: "barriers" or "hazards" (see `hal.CommandBuffer` and the dependencies page).
+            validate: False drops the race check between commands of one segment.
+            constant_capacity: How many constant slots (`hal.constant_slot(i)`) its dispatches may read.
+
+        Returns:
+            The `hal.CommandBuffer`, initial: record it in a `with` block.
+
+        Raises:
+            ValidationError: The device is closed, or an argument is not one of the choices above.
+        """
         self.check_open()
         return CommandBuffer(self, mode, binding_capacity, strategy, dependencies, validate, self._create_emitter,
                              constant_capacity)
 
     def create_semaphore(self, initial: int = 0) -> Semaphore:
+        """A timeline semaphore of this device.
+
+        Args:
+            initial: Its first value (0 to 2**64 - 1).
+
+        Returns:
+            The `hal.Semaphore`.
+
+        Raises:
+            ValidationError: The device is closed, or `initial` is out of range.
+        """
         self.check_open()
         return self._create_semaphore(check_value(initial, "create_semaphore"))
 
@@ -159,10 +197,31 @@ class Device(abc.ABC):
                       wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                       signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                       constants: Sequence[Any] = NO_CONSTANTS) -> None:
-        """Run `command_buffer` after every `wait` pair is reached, then signal every `signal` pair;
-        `constants` gives the values of its constant slots (hal.constant_slot) for this run.
+        """Submit a command buffer: it runs once its waits are reached, after the work submitted before, then
+        signals. Never blocks; submissions to one device run in submission order. An unchanged reusable command
+        buffer submitted again with its last table and no semaphores or constants is one driver call.
 
-        Never blocks on the device. Submissions to one device run in submission order.
+        Args:
+            command_buffer: An ended command buffer of this device (a one_shot one not yet submitted).
+            binding_table: The buffers its slots are bound to for this run (`hal.slot(i)` is entry i): at least
+                `binding_capacity` of them where its commands use slots.
+            constants: The values of its constant slots (`hal.constant_slot(i)` is entry i) for this run, checked
+                as literal constants are (their declared types).
+            wait: (semaphore, value) pairs of this device that must be reached before it runs.
+            signal: (semaphore, value) pairs it signals once done; each value must exceed what the semaphore has or
+                was promised.
+
+        Raises:
+            ValidationError: The command buffer is not ended, was made by another device, or (one_shot) was
+                submitted already; the table or a constant is wrong (sizes, usage, alignment, races between slots
+                bound to one buffer); or a semaphore pair is wrong. Nothing is submitted then.
+            DeviceLostError: The device was lost.
+
+        Example:
+            >>> cb = dev.create_command_buffer()
+            >>> with cb:
+            ...     cb.fill_buffer(buf, np.uint32(0))
+            >>> dev.queue_execute(cb)
         """
         if self._closed:
             self.check_open()
@@ -196,13 +255,32 @@ class Device(abc.ABC):
     def queue_fill(self, target: Buffer | BufferRef, pattern: Any,
                    wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                    signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
-        """Repeat `pattern` (1, 2 or 4 bytes) over `target` once the waits are met, then signal."""
+        """Queue a fill of `target` with `pattern` (as `CommandBuffer.fill_buffer`); never blocks.
+
+        Args:
+            target: A buffer or `hal.ref` of this device.
+            pattern: 1, 2 or 4 bytes (a numpy scalar or bytes).
+            wait, signal: As for `queue_execute`.
+
+        Raises:
+            ValidationError: As `fill_buffer`, named `queue_fill`, or a semaphore pair is wrong. Nothing is queued.
+        """
         self._queue_transfer("queue_fill", lambda cb: cb.fill_buffer(target, pattern), wait, signal)
 
     def queue_update(self, target: Buffer | BufferRef, data: Any,
                      wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                      signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
-        """Write `data` (any size; copied now) at the start of `target` once the waits are met, then signal."""
+        """Queue a write of `data` at the start of `target`; never blocks.
+
+        Args:
+            target: A buffer or `hal.ref` of this device, at least as large as the data.
+            data: Any size (it is written in pieces of at most 64 KiB), copied now.
+            wait, signal: As for `queue_execute`.
+
+        Raises:
+            ValidationError: The data is empty or does not fit, a range is wrong, or a semaphore pair is wrong.
+                Nothing is queued.
+        """
         view = bytes_view(data, "queue_update: data")
         whole = self._whole(target, "queue_update", "target")
         if not 0 < view.nbytes <= whole.nbytes:
@@ -219,7 +297,16 @@ class Device(abc.ABC):
     def queue_copy(self, source: Buffer | BufferRef, target: Buffer | BufferRef,
                    wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                    signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
-        """Copy `source` to `target` (as copy_buffer does) once the waits are met, then signal."""
+        """Queue a copy from `source` to `target` (as `CommandBuffer.copy_buffer`); never blocks.
+
+        Args:
+            source: A buffer or `hal.ref` of this device.
+            target: A buffer or `hal.ref` of this device.
+            wait, signal: As for `queue_execute`.
+
+        Raises:
+            ValidationError: As `copy_buffer`, named `queue_copy`, or a semaphore pair is wrong. Nothing is queued.
+        """
         self._queue_transfer("queue_copy", lambda cb: cb.copy_buffer(source, target), wait, signal)
 
     def _queue_transfer(self, what: str, record: Callable[[CommandBuffer], None],
@@ -238,9 +325,24 @@ class Device(abc.ABC):
     def queue_alloca(self, nbytes: int, wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                      signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                      usage: BufferUsage | int = BufferUsage.DEFAULT) -> Buffer:
-        """A transient buffer of `nbytes` (contents undefined), for work queued after this call; the signals follow
-        once the waits are met. Never blocks: the memory comes from the device's stream-ordered pool (CUDA:
-        cuMemAllocAsync on the queue's stream) or its sub-allocator, and goes back with queue_dealloca."""
+        """A transient buffer for the work queued after this call; never blocks.
+
+        The memory comes from the device's stream-ordered pool (CUDA: cuMemAllocAsync on the queue's stream) or its
+        sub-allocator, and goes back with `queue_dealloca`. Contents are undefined.
+
+        Args:
+            nbytes: Its size.
+            wait, signal: As for `queue_execute`.
+            usage: As for `allocate`.
+
+        Returns:
+            The `hal.Buffer`, usable at once by work queued from now on.
+
+        Raises:
+            ValidationError: The device is closed, or a semaphore pair is wrong (another device's semaphore, a value
+                not above the current or promised one). Nothing is queued.
+            OutOfMemoryError: The device has no room for it.
+        """
         self.check_open()
         nbytes = integer(nbytes, "queue_alloca: nbytes", 0)
         wait = semaphore_pairs(self, wait, "wait", "queue_alloca")  # bad input queues nothing
@@ -253,9 +355,18 @@ class Device(abc.ABC):
 
     def queue_dealloca(self, buffer: Buffer, wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                        signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
-        """Give a queue_alloca buffer back once the waits are met and the work queued before is done (the queue
-        runs in order, so nothing queued before still uses it when it goes; CUDA: cuMemFreeAsync on the stream);
-        then signal. Any later use of the buffer is a ValidationError."""
+        """Give a `queue_alloca` buffer back once the waits are met and the work queued before is done (the queue
+        runs in order, so nothing queued before still uses it when it goes; CUDA: cuMemFreeAsync on the stream).
+        Any later use of the buffer is a ValidationError. Never blocks.
+
+        Args:
+            buffer: A buffer this device's `queue_alloca` made.
+            wait, signal: As for `queue_execute`.
+
+        Raises:
+            ValidationError: The buffer did not come from `queue_alloca`, was given back already, or a semaphore pair
+                is wrong.
+        """
         self.check_open()
         if not isinstance(buffer, Buffer) or buffer not in self._transients:
             raise ValidationError(f"queue_dealloca: {buffer!r} was not made by this device's queue_alloca; give "
@@ -270,11 +381,20 @@ class Device(abc.ABC):
 
     def queue_host_call(self, fn: Callable[[], object], wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                         signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
-        """Call `fn()` on a hal thread once the waits are met and the work queued before is done; the work queued
-        after, and the signals, follow its return. Never blocks. If fn raises (or a wait failed), the signal
-        semaphores fail with a DeviceError naming the cause, and so does the work that waits on them; the next
-        synchronize() raises it. fn may use hal and other devices, but not wait for this device's queue
-        (synchronize, its buffers' read or write): the queue waits for fn."""
+        """Queue a call of `fn()` on a hal thread, once the waits are met and the work queued before is done; the
+        work queued after, and the signals, follow its return. Never blocks.
+
+        If fn raises (or a wait failed), the signal semaphores fail with a DeviceError naming the cause, and so does
+        the work that waits on them; the failure is reported once (hal.failures). fn may use hal and other devices,
+        but not wait for this device's queue (synchronize, its buffers' read or write): the queue waits for fn.
+
+        Args:
+            fn: A callable taking no arguments.
+            wait, signal: As for `queue_execute`.
+
+        Raises:
+            ValidationError: `fn` is not callable, or a semaphore pair is wrong. Nothing is queued.
+        """
         if self._closed:
             self.check_open()
         if not callable(fn):
@@ -288,18 +408,36 @@ class Device(abc.ABC):
                 sem.promised = value
 
     def queue_clock(self) -> QueueClock:
-        """A clock in the queue, for hal.tracing: `mark()` queues a mark after the work queued so far; once the
-        queue passed them (synchronize), `seconds()` gives their times from the first, read where the work runs
-        (CUDA events, Vulkan timestamps, the host backend's queue thread); `close()` frees it."""
+        """A clock in the queue, for hal.tracing.
+
+        Returns:
+            A clock whose `mark()` queues a mark after the work queued so far; once the queue passed them
+            (synchronize), `seconds()` gives their times from the first, read where the work runs (CUDA events,
+            Vulkan timestamps, the host backend's queue thread); `close()` frees it.
+
+        Raises:
+            ValidationError: The device is closed.
+        """
         self.check_open()
         return self._queue_clock()
 
     def queue_read(self, source: Buffer | BufferRef, out: np.ndarray,
                    wait: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES,
                    signal: Iterable[tuple[Semaphore, int]] = NO_SEMAPHORES) -> None:
-        """Copy the first `out.nbytes` bytes of `source` into the numpy array `out` once the waits are met, then
-        signal. Never blocks: `out` holds the data once a signal is reached (a copy into staging memory, then a
-        host call that fills `out`)."""
+        """Queue a read of `source` into a numpy array; never blocks: `out` holds the data once a signal is reached
+        (a copy into staging memory, then a host call that fills `out`).
+
+        Args:
+            source: A buffer or `hal.ref` of this device, at least `out.nbytes` long; its first `out.nbytes` bytes
+                are read.
+            out: A writable C-contiguous numpy array. If earlier work failed, `out` is left as it was and the
+                signals fail with that failure.
+            wait, signal: As for `queue_execute`.
+
+        Raises:
+            ValidationError: `out` is not a writable contiguous array or is larger than the range, the source is
+                not a live buffer of this device, or a semaphore pair is wrong. Nothing is queued.
+        """
         if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
             raise ValidationError(f"queue_read: out must be a writable C-contiguous numpy array, got "
                                   f"{type(out).__name__}")
@@ -386,8 +524,15 @@ class Device(abc.ABC):
                     sem.fail(failure)
 
     def synchronize(self) -> None:
-        """Wait until all submitted work is done; raise the failures of that work nothing has raised yet (each
-        failure is reported once, at the first place that observes it: hal.failures)."""
+        """Wait until all submitted work is done.
+
+        Raises:
+            DeviceError: Submitted work failed and nothing has raised that failure yet (each failure is reported
+                once, at the first place that observes it: hal.failures).
+            DeviceLostError: The device was lost.
+            ValidationError: The device is closed, or this is called inside a `queue_host_call` function (the queue
+                waits for it).
+        """
         self.check_open()
         self._refuse_inside_host_call("synchronize()")
         self._synchronize()
@@ -400,8 +545,9 @@ class Device(abc.ABC):
                                   f"it after a wait on the call's signal")
 
     def close(self) -> None:
-        """Free the device once the work that can still run has run; submissions still waiting on a
-        semaphore are dropped and their signal semaphores fail. Idempotent; later use raises ValidationError."""
+        """Free the device once the work that can still run has run (also what leaving a `with` block does).
+        Submissions still waiting on a semaphore are dropped and their signal semaphores fail. Idempotent; any
+        later use of the device raises ValidationError."""
         if self._closed:
             return
         self._closed = True
@@ -552,144 +698,3 @@ def _no_commands(cb: CommandBuffer) -> None:
 _serials = itertools.count(1)  # Device.serial
 # The recorder's "command 0 (copy_buffer): " before a queue transfer's refusal: the user called no such command.
 _RECORDED_COMMAND = re.compile(r"^command \d+ \(\w+\): ")
-
-# The registry.
-_lock = threading.Lock()
-_classes: dict[str, Any] | None = None  # name -> Driver class, or "module:attr" not yet imported
-_drivers: dict[str, Driver] = {}
-_problems: dict[str, str] = {}
-
-
-def register_driver(name: str, driver_class: type[Driver]) -> None:
-    """Register a driver by hand (entry points do this for installed backends)."""
-    with _lock:
-        _load_registry()[name] = driver_class
-        _drivers.pop(name, None)
-        _problems.pop(name, None)
-
-
-def _load_registry() -> dict[str, Any]:
-    global _classes
-    if _classes is None:
-        classes: dict[str, Any] = dict(IN_TREE)
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            classes[ep.name] = ep
-        _classes = classes
-    return _classes
-
-
-def _ranked(names: Iterable[str]) -> list[str]:
-    return sorted(names, key=lambda n: (PREFERENCE.index(n) if n in PREFERENCE else len(PREFERENCE), n))
-
-
-def get_driver(name: str) -> Driver:
-    """The driver called `name`; UnsupportedError saying why if it is unknown or cannot load."""
-    with _lock:
-        driver = _drivers.get(name)
-        if driver is not None:
-            return driver
-        target = _registered(name)
-        if name not in _problems:
-            try:
-                driver = _drivers[name] = _driver_class(target)()
-                return driver
-            except Exception as e:
-                _problems[name] = _unavailable(name, e)
-        raise UnsupportedError(_problems[name])
-
-
-def driver_class(name: str) -> type[Driver]:
-    """The class of driver `name`, imported but not started (no device is touched); UnsupportedError
-    saying why when its backend cannot be imported, e.g. which package to install."""
-    with _lock:
-        target = _registered(name)
-        try:
-            return _driver_class(target)
-        except Exception as e:
-            raise UnsupportedError(_unavailable(name, e)) from e
-
-
-def _registered(name: str) -> Any:
-    """What the registry holds for driver `name` (a class, an entry point or "module:attr")."""
-    classes = _load_registry()
-    if name not in classes:
-        raise UnsupportedError(f"no driver named {name!r}; known: {', '.join(_ranked(classes))}")
-    return classes[name]
-
-
-def _driver_class(target: Any) -> type[Driver]:
-    if isinstance(target, str):
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
-    if isinstance(target, metadata.EntryPoint):
-        return target.load()
-    return target
-
-
-def _unavailable(name: str, error: Exception) -> str:
-    if isinstance(error, HalError):
-        return f"the {name} driver is unavailable: {error}"
-    # A library or device the backend needs is missing or broken: say which.
-    return f"the {name} driver cannot load: {type(error).__name__}: {error}"
-
-
-def import_backend(module: str, packages: Mapping[str, str], compiled: str, headers: str) -> ModuleType:
-    """Import a backend's implementation `module`. A missing package among `packages` (top-level import
-    name -> how to install it) becomes UnsupportedError saying what to install, and so does a missing
-    `compiled` module (the backend's compiled part, left out when its `headers` were missing at install
-    time): backend packages call this on first use, so that they import, and the registry, `python -m hal
-    info` and the tests can tell a user what is missing."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name == compiled:
-            raise UnsupportedError(f"hal was installed without its compiled module {compiled}: {headers} were "
-                                   f"missing at install time; install them and reinstall hal") from e
-        top = (e.name or "").partition(".")[0]
-        if top not in packages:
-            raise
-        raise UnsupportedError(f"the Python package {top!r} is not installed: {packages[top]}") from e
-
-
-def driver_status() -> dict[str, list[DeviceInfo] | str]:
-    """For every known driver, best first: its devices, or why it has none."""
-    status: dict[str, list[DeviceInfo] | str] = {}
-    for name in _ranked(_load_registry()):
-        try:
-            status[name] = get_driver(name).devices()
-        except HalError as e:
-            status[name] = str(e)
-    return status
-
-
-def available_drivers() -> list[str]:
-    """Names of the drivers that have at least one device here, best first."""
-    return [name for name, devices in driver_status().items() if isinstance(devices, list) and devices]
-
-
-def create_device(spec: str | None = None, *, capabilities: Mapping[str, Any] | None = None) -> Device:
-    """Create "host", "vulkan", "vulkan:1", "cuda:0", ...; with no spec, $HAL_DEVICE or the best device:
-    a CUDA GPU, then a Vulkan GPU, then host (CPU Vulkan devices only when named)."""
-    if spec is None:
-        spec = os.environ.get("HAL_DEVICE") or None
-    if spec is None:
-        for name, devices in driver_status().items():
-            if isinstance(devices, list):
-                for info in devices:
-                    if info.kind == "gpu":
-                        return get_driver(name).create_device(info.index, capabilities)
-        return get_driver("host").create_device(None, capabilities)
-    if not isinstance(spec, str):
-        raise ValidationError(f"create_device: expected a device name such as 'host' or 'vulkan:1', got {spec!r}")
-    name, sep, index_text = spec.partition(":")
-    index = None
-    if sep:
-        if not index_text.isdigit():
-            raise ValidationError(f"create_device: {spec!r} should be DRIVER or DRIVER:INDEX, e.g. 'vulkan:1'")
-        index = int(index_text)
-    driver = get_driver(name)
-    devices = driver.devices()
-    if index is not None and index not in {d.index for d in devices}:
-        raise UnsupportedError(f"no {name} device {index}; the {name} devices are "
-                               f"{', '.join(f'{d.index}: {d.name}' for d in devices) or 'none'}")
-    return driver.create_device(index, capabilities)

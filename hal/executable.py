@@ -27,17 +27,32 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Export:
-    """One entry point: `bindings` buffers, `constants` 32-bit words (a count, or the type of each: "int32",
-    "uint32" or "float32", so that hal converts each value as the kernel reads it and refuses a value of another kind:
-    hal.constant_types; `constant_types` keeps them, () for a count), its workgroup size, which bindings it
-    only reads (hazard analysis treats the others as read-write; Vulkan refuses at load_executable a readonly
-    binding its SPIR-V may write, CUDA one its PTX stores or atomically writes through where it has the PTX (a PTX
-    source, or CUDA C compiled without LTO-IR imports), the host hands the kernel read-only views of them), and
-    `early_launch`: the kernel waits for the commands it depends on itself (CUDA: cudaGridDependencySynchronize(),
-    PTX griddepcontrol.wait) before it reads or writes anything they touch, so on a device whose capabilities say
-    supports_early_launch the CUDA backend lets it launch while they finish (programmatic dependent launch: once
-    every block of the kernels it waits for has called griddepcontrol.launch_dependents or ended); other backends
-    ignore it."""
+    """One kernel entry point and its ABI: what hal checks every dispatch of it against.
+
+    Args:
+        name: The kernel's name in its source (CUDA: an `extern "C"` name).
+        bindings: How many buffers it binds.
+        constants: Its 32-bit constants: a count of untyped words, or the type of each, "int32", "uint32" or
+            "float32" (kept in `constant_types`), so that hal converts each value as the kernel reads it and refuses a
+            value of another kind (hal.constant_types).
+        workgroup_size: One to three sizes, padded with ones (Vulkan: LocalSize; CUDA: blockDim).
+        readonly: The bindings it only reads. Hazard analysis treats the others as read-write; Vulkan refuses at
+            load_executable a readonly binding its SPIR-V may write, CUDA one its PTX stores or atomically writes
+            through (where it has the PTX: a PTX source, or CUDA C compiled without LTO-IR imports), and the host
+            hands the kernel read-only views of them.
+        early_launch: The kernel waits for the commands it depends on itself (CUDA: cudaGridDependencySynchronize(),
+            PTX griddepcontrol.wait) before it reads or writes anything they touch, so on a device whose capabilities
+            say supports_early_launch the CUDA backend lets it launch while they finish (programmatic dependent
+            launch); other backends ignore it.
+
+    Raises:
+        ValidationError: A name, count, type name, size or readonly index is not valid.
+
+    Example:
+        >>> hal.Export("add", bindings=3, constants=("uint32",), workgroup_size=64, readonly=(0, 1))
+        Export(name='add', bindings=3, constants=1, workgroup_size=(64, 1, 1), readonly=(0, 1),
+               early_launch=False, constant_types=('uint32',))
+    """
 
     name: str
     bindings: int
@@ -109,7 +124,9 @@ class Loader(Protocol):
 
 
 class ExecutableSource:
-    """Code in one format with its exports. Build it with the class methods; devices pick their format."""
+    """Code in one format with its exports, built with the class methods (`cuda`, `ptx`, `cubin`, `glsl`, `spirv`,
+    `python`, `multi`); `Device.load_executable` loads it. Its content `key` names it in the device's cache of
+    executables and on disk."""
 
     __slots__ = ("format", "payload", "exports", "options", "imports", "_key")
 
@@ -132,19 +149,71 @@ class ExecutableSource:
     @classmethod
     def cuda(cls, code: str, exports: Iterable[Export], options: Iterable[str] = (),
              imports: Iterable[bytes | str] = ()) -> ExecutableSource:
-        """CUDA C++ compiled with NVRTC for the device's architecture."""
+        """CUDA C++, compiled with NVRTC for the device's own architecture when it is loaded (the cubin cached).
+
+        Args:
+            code: The source; name kernels `extern "C"`.
+            exports: One `hal.Export` per kernel.
+            options: NVRTC options (e.g. "-DN=4").
+            imports: PTX, cubin, fatbin or LTO-IR linked in with nvJitLink (microkernels, inline assembly).
+
+        Returns:
+            The source, for a CUDA device.
+
+        Raises:
+            ValidationError: The code is not text, an export is not an `hal.Export`, or an option or import is of the
+                wrong type. Compilation errors come at load_executable, as CompileError.
+        """
         return cls("cuda", _text("cuda", code), exports, options, imports)
 
     @classmethod
     def ptx(cls, code: str | bytes, exports: Iterable[Export], imports: Iterable[bytes | str] = ()) -> ExecutableSource:
+        """PTX text, for the driver to compile at load (linked with `imports` first, if any).
+
+        Args:
+            code: The PTX module.
+            exports: One `hal.Export` per `.entry`.
+            imports: PTX, cubin, fatbin or LTO-IR linked in with nvJitLink.
+
+        Returns:
+            The source, for a CUDA device.
+
+        Raises:
+            ValidationError: The code is not text, or an export or import is of the wrong type.
+        """
         return cls("ptx", _text("ptx", code), exports, (), imports)
 
     @classmethod
     def cubin(cls, data: bytes, exports: Iterable[Export]) -> ExecutableSource:
+        """A compiled CUDA module (its kernels' parameter sizes are checked at load; nothing else of it can be).
+
+        Args:
+            data: The cubin's bytes.
+            exports: One `hal.Export` per kernel.
+
+        Returns:
+            The source, for a CUDA device.
+
+        Raises:
+            ValidationError: The data is not bytes, or an export is of the wrong type.
+        """
         return cls("cubin", _binary("cubin", data), exports)
 
     @classmethod
     def spirv(cls, data: bytes, exports: Iterable[Export], imports: Iterable[bytes] = ()) -> ExecutableSource:
+        """A SPIR-V module (read and validated at load: see the Vulkan backend).
+
+        Args:
+            data: The module's bytes, a whole number of 32-bit words.
+            exports: One `hal.Export` per GLCompute entry point.
+            imports: SPIR-V modules linked in with spirv-link.
+
+        Returns:
+            The source, for a Vulkan device.
+
+        Raises:
+            ValidationError: The data is not bytes or not a whole number of words, or an export is of the wrong type.
+        """
         data = _binary("spirv", data)
         if len(data) % 4:
             raise ValidationError(f"spirv: a SPIR-V module is a whole number of 32-bit words, got {len(data)} bytes")
@@ -152,7 +221,18 @@ class ExecutableSource:
 
     @classmethod
     def glsl(cls, code: str | Mapping[str, str], exports: Iterable[Export]) -> ExecutableSource:
-        """GLSL compute shaders: one source per export (a plain string serves a single export)."""
+        """GLSL compute shaders, compiled by glslc when loaded (the SPIR-V cached).
+
+        Args:
+            code: A mapping of export name to source, or one source string for a single export.
+            exports: One `hal.Export` per kernel.
+
+        Returns:
+            The source, for a Vulkan device.
+
+        Raises:
+            ValidationError: A source is missing for an export, or one string was given for several exports.
+        """
         exports = _exports(exports)
         if isinstance(code, str):
             if len(exports) != 1:
@@ -164,6 +244,16 @@ class ExecutableSource:
     @classmethod
     def python(cls, functions: Mapping[str, Callable[..., None]], exports: Iterable[Export]) -> ExecutableSource:
         """Python kernels for the host backend: `functions[name](ctx)`, one call per dispatch covering the whole grid.
+
+        Args:
+            functions: A mapping of export name to function of `ctx`.
+            exports: One `hal.Export` per kernel.
+
+        Returns:
+            The source, for the host device.
+
+        Raises:
+            ValidationError: A function is missing for an export, or is not callable.
 
         The host ABI, what `ctx` (backends.host.executable.DispatchContext) offers the kernel:
 
@@ -185,7 +275,19 @@ class ExecutableSource:
     @classmethod
     def multi(cls, *, cuda: ExecutableSource | None = None, vulkan: ExecutableSource | None = None,
               host: ExecutableSource | None = None) -> ExecutableSource:
-        """One source per driver; each device takes its own. Their exports must agree."""
+        """One source per driver; each device loads its own part.
+
+        Args:
+            cuda: The part for CUDA devices.
+            vulkan: The part for Vulkan devices.
+            host: The part for the host device.
+
+        Returns:
+            The source; a device without a part raises UnsupportedError at load_executable.
+
+        Raises:
+            ValidationError: No part is given, a part is not a single-format source, or the parts' exports differ.
+        """
         parts = {k: v for k, v in (("cuda", cuda), ("vulkan", vulkan), ("host", host)) if v is not None}
         if not parts:
             raise ValidationError("multi: give at least one of cuda=, vulkan=, host=")
@@ -258,6 +360,7 @@ class Executable(Entries):
 
     def release(self) -> None:
         """Free what the device holds for it (pipelines, modules) once submitted work no longer needs it.
+
         Loading the same source again builds it anew; recording a dispatch of it, or submitting a command
         buffer that recorded one, raises ValidationError. Idempotent."""
         if self._released:

@@ -43,7 +43,21 @@ cdef class Recorder:
 
     # Recording.
     def fill_buffer(self, target: Buffer | BufferRef, pattern: Any) -> None:
-        """Repeat `pattern` (1, 2 or 4 bytes) over the target range."""
+        """Record a fill: repeat `pattern` over the target range.
+
+        Args:
+            target: A buffer (its whole range), a `hal.ref` of one or a `hal.slot`, with TRANSFER_TARGET usage; its
+                offset and length must be multiples of the pattern's size and of the device's fill_buffer_alignment.
+            pattern: 1, 2 or 4 bytes: a numpy scalar (`np.uint32(7)`, `np.float32(1.0)`) or bytes.
+
+        Raises:
+            ValidationError: The command buffer is not recording; the pattern, the range, its alignment or its usage
+                is wrong; or (validate=True) the fill races another command of its segment. Nothing is recorded.
+
+        Example:
+            >>> with dev.create_command_buffer() as cb:
+            ...     cb.fill_buffer(buf, np.float32(1.0))
+        """
         if self.phase != RECORDING:
             self.not_recording("fill_buffer")
         cdef Py_ssize_t index = self.count
@@ -58,7 +72,18 @@ cdef class Recorder:
         self.record(new_fill(index, self.barriers, t, p), (t,), _WRITE)
 
     def update_buffer(self, target: Buffer | BufferRef, data: Any) -> None:
-        """Write `data` (at most 64 KiB, copied now) at the target offset."""
+        """Record an update: write `data` at the target's offset when the command runs.
+
+        Args:
+            target: A buffer, a `hal.ref` or a `hal.slot` with TRANSFER_TARGET usage, large enough for the data.
+            data: 1 byte to 64 KiB (a numpy array, bytes or anything with the buffer protocol), copied now: later
+                changes to it do not reach the command. Offset and size must be multiples of the device's
+                update_buffer_alignment. For more, use a staging buffer and `copy_buffer`, or `Device.queue_update`.
+
+        Raises:
+            ValidationError: The command buffer is not recording; the data is empty, too large or does not fit; the
+                alignment or usage is wrong; or the update races another command of its segment.
+        """
         if self.phase != RECORDING:
             self.not_recording("update_buffer")
         cdef Py_ssize_t index = self.count
@@ -80,7 +105,18 @@ cdef class Recorder:
         self.record(new_update(index, self.barriers, t, view.tobytes()), (t,), _WRITE)
 
     def copy_buffer(self, source: Buffer | BufferRef, target: Buffer | BufferRef) -> None:
-        """Copy the source range (or, for a slot of unknown length, the target range's length)."""
+        """Record a copy from one range to another.
+
+        Args:
+            source: A buffer, `hal.ref` or `hal.slot` with TRANSFER_SOURCE usage. Its length is copied (for a slot of
+                unknown length, the target's).
+            target: A buffer, `hal.ref` or `hal.slot` with TRANSFER_TARGET usage; the two ranges may not overlap in
+                one buffer. Offsets and length must be multiples of the device's copy_buffer_alignment.
+
+        Raises:
+            ValidationError: The command buffer is not recording; a range is empty, does not fit, overlaps the other
+                or is misaligned; a usage is missing; or the copy races another command of its segment.
+        """
         if self.phase != RECORDING:
             self.not_recording("copy_buffer")
         cdef Py_ssize_t index = self.count
@@ -109,7 +145,14 @@ cdef class Recorder:
         self.record(new_copy(index, self.barriers, s, t), (s, t), _READ_WRITE)
 
     def execution_barrier(self) -> None:
-        """Everything recorded after waits for everything recorded before."""
+        """Record an execution barrier: everything recorded after it waits for everything recorded before it.
+
+        The commands between two barriers form a segment; in `barriers` mode a command waits for the whole segment
+        before it, in `hazards` mode only for the commands whose byte ranges it overlaps (one of them writing).
+
+        Raises:
+            ValidationError: The command buffer is not recording.
+        """
         if self.phase != RECORDING:
             self.not_recording("execution_barrier")
         self.barriers += 1
@@ -117,7 +160,28 @@ cdef class Recorder:
 
     def dispatch(self, executable: Executable, name: str, workgroups: Any = (1, 1, 1),
                  constants: Sequence[Any] = (), bindings: Sequence[Buffer | BufferRef] = ()) -> None:
-        """Run export `name` over `workgroups` with 32-bit `constants` and buffer `bindings`."""
+        """Record a dispatch: run export `name` of `executable` over a grid of workgroups.
+
+        Args:
+            executable: An executable this command buffer's device loaded (`Device.load_executable`).
+            name: The export to run.
+            workgroups: One to three workgroup counts (`4` and `(4, 1)` mean `(4, 1, 1)`), each within the device's
+                max_workgroup_count.
+            constants: One value per constant of the export: 32-bit numbers (converted as the export's
+                `constant_types` say, if it has them) or `hal.constant_slot(i)`, whose value comes with each
+                `queue_execute`.
+            bindings: One buffer, `hal.ref` or `hal.slot` per binding of the export, with DISPATCH_STORAGE usage and
+                offsets aligned to the device's storage_buffer_offset_alignment.
+
+        Raises:
+            ValidationError: The command buffer is not recording; the executable or export is unknown to this device;
+                a count, constant or binding is wrong (the message names the command, the argument and the limit);
+                or (validate=True) the dispatch races another command of its segment. Nothing is recorded.
+
+        Example:
+            >>> with dev.create_command_buffer() as cb:
+            ...     cb.dispatch(exe, "add", workgroups=16, constants=(1024,), bindings=(a, b, out))
+        """
         if self.phase != RECORDING:
             self.not_recording("dispatch")
         self.add_dispatch("dispatch", executable, name, workgroups, constants, bindings, None, False)
@@ -125,13 +189,27 @@ cdef class Recorder:
     def dispatch_indirect(self, executable: Executable, name: str, parameters: Buffer | BufferRef,
                           constants: Sequence[Any] = (), bindings: Sequence[Buffer | BufferRef] = (),
                           dynamic: bool = False) -> None:
-        """Run export `name` over the workgroup counts found at `parameters`: three uint32 (x, y, z) at a 4-byte
-        aligned reference of at least 12 bytes (a slot is allowed). A zero count runs nothing; counts above the
-        device's max_workgroup_count run nothing and fail the work (DeviceError).
+        """Record a dispatch whose workgroup counts are read from device memory.
 
-        `dynamic=False`: the counts are read when the submission starts to run (after its waits), so they may not
-        be written by an earlier command of this command buffer. `dynamic=True`: earlier commands may write them
-        (across a barrier or a dependency); they count as a read in dependency and race analysis either way."""
+        A zero count runs nothing; counts above the device's max_workgroup_count run nothing and fail the work
+        (the next `synchronize()` raises DeviceError naming the command).
+
+        Args:
+            executable: An executable this command buffer's device loaded.
+            name: The export to run.
+            parameters: Three uint32 counts (x, y, z): a buffer with DISPATCH_STORAGE usage, `hal.ref` or `hal.slot`,
+                4-byte aligned, at least 12 bytes.
+            constants: As for `dispatch`.
+            bindings: As for `dispatch`.
+            dynamic: False (static counts): read as the submission starts (after its waits), so host writes made
+                before `queue_execute` count and no earlier command of this command buffer may write them. True:
+                read when the dispatch runs, so earlier commands may write them (across a barrier or a dependency);
+                required inside regions. Either way they count as a read in dependency and race analysis.
+
+        Raises:
+            ValidationError: As for `dispatch`; or the parameters are misaligned, too short or lack the usage; or
+                static counts are written by an earlier command, or recorded inside a region.
+        """
         if self.phase != RECORDING:
             self.not_recording("dispatch_indirect")
         cdef Py_ssize_t index = self.count

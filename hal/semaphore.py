@@ -34,11 +34,20 @@ class SemaphoreOwner(Protocol):
 
 
 class Semaphore(abc.ABC):
-    """A timeline semaphore of one device. `promised` is the highest value a submitted queue operation
-    will signal (the device notes it): a later queue signal must exceed it, so queued signals never go
-    backwards. `failure`: the error of the work that failed it, or None. `internal`: one of hal's own timelines
-    (host calls' gates, queue_read's), which never fails: the work a failure reaches fails through its own
-    signals."""
+    """A timeline semaphore of one device: a 64-bit value that only grows, made by `Device.create_semaphore`.
+
+    Queue operations wait for values (`wait=[(sem, v)]`) and signal them (`signal=[(sem, v)]`); the host waits with
+    `wait()` and signals with `signal()`. `promised` is the highest value a submitted queue operation will signal (a
+    later queue signal must exceed it, so queued signals never go backwards). `failure` is the error of the work
+    that failed it, or None. `internal` marks one of hal's own timelines (host calls' gates, queue_read's), which
+    never fails: the work a failure reaches fails through its own signals.
+
+    Example:
+        >>> sem = dev.create_semaphore(0)
+        >>> dev.queue_fill(buf, np.uint32(1), wait=[(sem, 1)], signal=[(sem, 2)])
+        >>> sem.signal(1)
+        >>> sem.wait(2, timeout=10)
+    """
 
     __slots__ = ("device", "promised", "failure", "internal", "__weakref__")
 
@@ -49,14 +58,29 @@ class Semaphore(abc.ABC):
         self.internal = False
 
     def query(self) -> int:
-        """The current value (raises the failure if the semaphore failed)."""
+        """The current value.
+
+        Raises:
+            DeviceError: The semaphore failed: the failure of the work that was to signal it (reported once: the
+                device's synchronize() and reads do not raise it again).
+        """
         if self.failure is not None:
             self.raise_failure()
         return self._query()
 
     def wait(self, value: int, timeout: float | None = None) -> None:
-        """Block until the value is >= `value`; hal.TimeoutError after `timeout` seconds (0 polls).
-        Raises the failure of the work that was to signal it, or DeviceLostError if the device closes."""
+        """Block until the value is at least `value`.
+
+        Args:
+            value: The value to wait for (0 to 2**64 - 1).
+            timeout: Seconds to wait at most (0 polls); None waits for as long as it takes.
+
+        Raises:
+            TimeoutError: The value was not reached in time.
+            DeviceError: The semaphore failed (the failure of the work that was to signal it, reported once).
+            DeviceLostError: The device was lost or closed while waiting.
+            ValidationError: The value or timeout is not a number in range.
+        """
         value = check_value(value, "wait")
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
@@ -69,8 +93,17 @@ class Semaphore(abc.ABC):
             self.raise_failure()
 
     def signal(self, value: int) -> None:
-        """Set the value from the host; it must be larger than the current one. (A queued signal of a
-        smaller value, run later, then leaves the value as it is.)"""
+        """Set the value from the host, waking the work that waits for it. (A queued signal of a smaller value, run
+        later, then leaves the value as it is.)
+
+        Args:
+            value: Larger than the current value (and than what submitted work still signals, where the backend
+                needs that).
+
+        Raises:
+            ValidationError: The value does not exceed the current one, or the device is closed.
+            DeviceError: The semaphore failed.
+        """
         value = check_value(value, "signal")
         self.device.check_open()
         if self.failure is not None:

@@ -63,8 +63,21 @@ def label(command: Any) -> str:
 
 def trace(command_buffer: CommandBuffer, binding_table: Sequence[Any] = (), constants: Sequence[Any] = (),
           host_phases: Sequence[tuple[str, float, float]] = ()) -> Trace:
-    """Trace one submission of the ended command buffer (see the module docstring). `host_phases`: earlier host
-    phases to include, as (name, start, end) in time.perf_counter() seconds."""
+    """Trace one submission of an ended command buffer, then each of its commands alone (see the module docstring).
+
+    Args:
+        command_buffer: An ended reusable command buffer (it runs twice: work that changes state is timed on the
+            state the first run left).
+        binding_table: Its binding table, as for `queue_execute`.
+        constants: Its constant slots' values, as for `queue_execute`.
+        host_phases: Earlier host phases to include, as (name, start, end) in time.perf_counter() seconds.
+
+    Returns:
+        The `Trace`: host phases, and each command's time on the device.
+
+    Raises:
+        ValidationError: The command buffer is not ended, or not reusable; or the table or constants are wrong.
+    """
     if command_buffer.state != "ended":
         raise ValidationError(f"trace: the command buffer is {command_buffer.state}; end() it first")
     if command_buffer.mode != "reusable":
@@ -115,8 +128,21 @@ def trace(command_buffer: CommandBuffer, binding_table: Sequence[Any] = (), cons
 
 def trace_recording(device: Device, record: Callable[[CommandBuffer], None], binding_table: Sequence[Any] = (),
                     constants: Sequence[Any] = (), **options: Any) -> tuple[Trace, CommandBuffer]:
-    """Record with `record(cb)` into a new reusable command buffer (create_command_buffer `options`), timing the
-    recording and end(), then trace(); returns the trace and the command buffer."""
+    """Record into a new reusable command buffer, timing the recording and end(), then `trace` it.
+
+    Args:
+        device: The device.
+        record: A function that records into the command buffer it is given (begun; ended after it returns).
+        binding_table: As for `trace`.
+        constants: As for `trace`.
+        **options: `create_command_buffer`'s arguments (binding_capacity, strategy, ...).
+
+    Returns:
+        The trace and the command buffer.
+
+    Raises:
+        ValidationError: As `create_command_buffer`, the recording and `trace` do.
+    """
     cb = device.create_command_buffer(mode="reusable", **options)
     begin = time.perf_counter()
     cb.begin()
@@ -156,8 +182,18 @@ FORMATS = (".png", ".svg", ".pdf")
 
 
 def draw_program(program: Program, path: str | Path, title: str | None = None) -> None:
-    """Draw `program`'s dependency DAG into `path` (PNG, SVG or PDF, by its suffix): see the module docstring.
-    Draws on a figure of its own, leaving matplotlib's pyplot state and backend as they were."""
+    """Draw a program's dependency DAG into a file: commands in columns by segment, regions as one box naming their
+    body. Draws on a figure of its own, leaving matplotlib's pyplot state and backend as they were.
+
+    Args:
+        program: A command buffer's `program` (after end()).
+        path: Where to write it: its suffix picks PNG, SVG or PDF.
+        title: A title above the graph.
+
+    Raises:
+        ValidationError: The suffix is not .png, .svg or .pdf.
+        UnsupportedError: matplotlib is not installed (the bench extra).
+    """
     if Path(path).suffix.lower() not in FORMATS:
         raise ValidationError(f"draw_program: {path} should end in one of {', '.join(FORMATS)}")
     try:

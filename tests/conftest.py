@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import hal
-from hal.device import driver_class, driver_status
+from hal.drivers import driver_class, driver_status
 
 REQUIRED = {name.strip() for name in os.environ.get("HAL_REQUIRE", "").split(",") if name.strip()}
 

@@ -5,7 +5,7 @@ install when it is missing."""
 
 from typing import Any
 
-from hal.device import import_backend
+from hal.drivers import import_backend
 
 __all__ = ["CudaDevice", "CudaDriver"]
 PACKAGES = {"cuda": "pip install 'hal-command-buffers[cuda]' (cuda-bindings)"}

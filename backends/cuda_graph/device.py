@@ -30,7 +30,8 @@ from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
-from hal.device import Device, DeviceInfo, Driver
+from hal.device import Device
+from hal.drivers import DeviceInfo, Driver
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import Executable, ExecutableSource
 from hal.host_call import HostCall

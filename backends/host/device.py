@@ -23,7 +23,8 @@ from backends.host.semaphore import HostSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
-from hal.device import Device, DeviceInfo, Driver
+from hal.device import Device
+from hal.drivers import DeviceInfo, Driver
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.lifetime import Lifetime

@@ -5,7 +5,7 @@ load on first use, and say what to install when either is missing."""
 
 from typing import Any
 
-from hal.device import import_backend
+from hal.drivers import import_backend
 from hal.errors import UnsupportedError
 
 __all__ = ["VulkanDevice", "VulkanDriver"]

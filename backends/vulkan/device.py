@@ -35,7 +35,8 @@ from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_
 from backends.vulkan.timestamps import TimestampClock
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
-from hal.device import Device, DeviceInfo, Driver
+from hal.device import Device
+from hal.drivers import DeviceInfo, Driver
 from hal.errors import DeviceError, DeviceLostError, HalError, UnsupportedError, ValidationError
 from hal.executable import ExecutableSource
 from hal.host_call import HostCall

@@ -27,7 +27,7 @@ N = 96  # elements per rank
 
 def _cuda_count() -> int:
     try:
-        return len(hal.device.get_driver("cuda").devices())
+        return len(hal.drivers.get_driver("cuda").devices())
     except hal.UnsupportedError:
         return 0
 

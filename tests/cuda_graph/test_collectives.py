@@ -87,7 +87,7 @@ def test_one_process_per_gpu_through_a_rendezvous_file(tmp_path):
     import os
     import subprocess
     import sys
-    count = len(hal.device.get_driver("cuda").devices())
+    count = len(hal.drivers.get_driver("cuda").devices())
     if count < 2:
         pytest.skip(f"needs two GPUs; this machine has {count}")
     path = str(tmp_path / "rendezvous")

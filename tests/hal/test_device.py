@@ -4,7 +4,7 @@ import pytest
 
 import hal
 from backends.host.device import HOST_CAPABILITIES, HostDevice, HostDriver
-from hal.device import DeviceInfo, driver_status, get_driver
+from hal.drivers import DeviceInfo, driver_status, get_driver
 
 
 class TwinDriver(HostDriver):
@@ -35,7 +35,7 @@ def registry():
     hal.register_driver("twin", TwinDriver)
     hal.register_driver("broken", BrokenDriver)
     yield
-    from hal import device
+    from hal import drivers as device
     device._load_registry().pop("twin")
     device._load_registry().pop("broken")
     device._drivers.pop("twin", None)
@@ -48,7 +48,7 @@ def test_host_is_always_available():
 
 
 def test_a_gpu_device_is_preferred_and_unusable_drivers_say_why(registry, monkeypatch):
-    from hal import device
+    from hal import drivers as device
     status = driver_status()
     assert "libbroken.so not found" in status["broken"]
     assert list(status)[-2:] == ["broken", "twin"]  # drivers not in the preference list come last

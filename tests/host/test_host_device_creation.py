@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 import hal
-from hal import device as hal_device
+from hal import drivers as hal_drivers
 
 
 def test_create_device_defaults_to_host_without_a_gpu(monkeypatch):
     monkeypatch.delenv("HAL_DEVICE", raising=False)
-    status = hal_device.driver_status()
+    status = hal_drivers.driver_status()
     if any(isinstance(d, list) and any(i.kind == "gpu" for i in d) for d in status.values()):
         pytest.skip("a GPU driver is available here")
     with hal.create_device() as dev:

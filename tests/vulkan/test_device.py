@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hal
-from hal.device import get_driver
+from hal.drivers import get_driver
 from tests.conftest import backend_or_skip
 
 backend_or_skip("vulkan")
