@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import hal
+from hal import disk_cache
 from hal.drivers import driver_status
 
 EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
@@ -252,6 +253,9 @@ def info() -> int:
     print(f"compiled core: {', '.join(name for name, built in modules.items() if built)}")
     for name in (name for name, built in modules.items() if not built):
         print(f"  not built: {name} (its headers were missing when hal was installed)")
+    top, entries, size = disk_cache.statistics()
+    print(f"disk cache: {top}, {entries} entries, {size} bytes (python -m hal cache clear empties it)" if top else
+          "disk cache: off (HAL_CACHE_DIR is empty)")
     for name, devices in driver_status().items():
         if isinstance(devices, str):
             print(f"{name}: {devices}")
@@ -281,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="host, vulkan, vulkan:1, cuda:0 ... (default: the best)")
     p.add_argument("--iterations", type=int, default=200, help="runs for the one-shot vs reused comparison")
     p.add_argument("--tokens", type=int, default=32, help="decode: tokens to generate after its prompt")
+    c = sub.add_parser("cache", help="the disk cache of compiled binaries (GLSL's SPIR-V, CUDA's cubins)")
+    c.add_argument("action", choices=["clear"], help="clear: remove every entry")
     t = sub.add_parser("trace", help="a Chrome/Perfetto trace of a submission and a picture of its dependencies")
     t.add_argument("example", nargs="?", choices=names, help="an installed demo (decode: one decode step)")
     t.add_argument("--device", default=None, help="host, vulkan, cuda ... (default: the best)")
@@ -289,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "info":
             return info()
+        if args.command == "cache":
+            print(f"removed {disk_cache.clear()} entries from {disk_cache.root()}")
+            return 0
         if args.command == "trace":
             return trace_command(found.get(args.example), args.device, args.out)
         if args.example is not None:

@@ -11,10 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import numbers
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hal.commands import Entries, Entry
@@ -383,43 +380,6 @@ class Executable(Entries):
     # Backend hook.
     def _free(self) -> None:
         """Free the device objects (the host backend holds none)."""
-
-
-class DiskCache:
-    """Compiled binaries on disk, keyed by content: `$HAL_CACHE_DIR`, else `$XDG_CACHE_HOME/hal`.
-
-    An empty HAL_CACHE_DIR disables it. Writes are atomic (temporary file, then rename), so readers
-    in other processes never see half a file; failures to write only lose the cache entry.
-    """
-
-    __slots__ = ("directory",)
-
-    def __init__(self, namespace: str) -> None:
-        root = os.environ.get("HAL_CACHE_DIR")
-        if root is None:
-            xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            root = os.path.join(xdg, "hal")
-        self.directory = Path(root) / namespace if root else None
-
-    def get(self, key: str) -> bytes | None:
-        if self.directory is None:
-            return None
-        try:
-            return (self.directory / key).read_bytes()
-        except OSError:
-            return None
-
-    def put(self, key: str, data: bytes) -> None:
-        if self.directory is None:
-            return
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.directory / key)
-        except OSError:
-            pass
 
 
 def _sequence(items: Any, what: str, scalar: bool = True) -> tuple[Any, ...]:

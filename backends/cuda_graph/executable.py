@@ -1,27 +1,29 @@
 """CUDA executables: CUDA C (NVRTC), PTX or cubin, with imports linked by nvJitLink; one module load.
 
-NVRTC compiles for the device's own architecture, so the driver gets a cubin (no JIT at load); the
-cubin is kept on disk by content, architecture and compiler version. Imports (PTX, cubin, fatbin or
-LTO-IR: hand-written microkernels, inline assembly) are linked with nvJitLink; the main program is
-then compiled relocatable (and to LTO-IR when an import is LTO-IR). Each kernel's parameter list is
-read back from the module and must match its Export: the bindings as 8-byte pointers, then the
-constants as 4-byte values. Where hal has the kernel's PTX (a PTX source, or NVRTC's beside the cubin it compiles
-without LTO) it also refuses constants declared with another type than the parameter's and a binding declared
-readonly that the kernel writes through (backends.cuda_graph.ptx); a cubin or LTO-IR source is trusted. (A cubin
-from the disk cache passed these checks when it was compiled: its key holds the Exports.)
+NVRTC compiles for the device's own architecture, so the driver gets a cubin (no JIT at load); the cubin is kept in
+the disk cache (hal.disk_cache) by content, architecture and compiler version. Imports (PTX, cubin, fatbin or LTO-IR:
+hand-written microkernels, inline assembly) are linked with nvJitLink; the main program is then compiled relocatable
+(and to LTO-IR when an import is LTO-IR). Each kernel's parameter list is read back from the module and must match
+its Export: the bindings as 8-byte pointers, then the constants as 4-byte values. Where hal has the kernel's PTX (a
+PTX source, or NVRTC's beside the cubin it compiles without LTO) it also refuses constants declared with another type
+than the parameter's and a binding declared readonly that the kernel writes through (backends.cuda_graph.ptx); a
+cubin or LTO-IR source is trusted. (A cubin from the disk cache passed these checks when it was compiled: its key
+holds the Exports.)
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from cuda.bindings import driver, nvrtc
 
 from backends.cuda_graph import ptx
 from backends.cuda_graph.api import call, fail
+from hal.disk_cache import DiskCache
 from hal.errors import CompileError, UnsupportedError, ValidationError
-from hal.executable import DiskCache, Executable, ExecutableSource, Export
+from hal.executable import Executable, ExecutableSource, Export
 from hal.lifetime import Release
 
 _cubin_cache = DiskCache("cuda")
@@ -46,8 +48,7 @@ class CudaExecutable(Executable):
 
     def __init__(self, device: ModuleDevice, source: ExecutableSource) -> None:
         super().__init__(device, source)
-        image = _image(device, source)
-        self.module = call(driver.cuModuleLoadData, image)
+        self.module = _module(device, source)
         self._finalizer = device.track(self, "module", int(self.module))
         try:
             self.functions = tuple(int(_function(self.module, e)) for e in source.exports)
@@ -85,15 +86,16 @@ def _function(module: Any, export: Export) -> Any:
     return func
 
 
-def _image(device: ModuleDevice, source: ExecutableSource) -> bytes:
-    """What cuModuleLoadData takes: a cubin (compiled or linked here), or PTX for the driver to compile."""
+def _module(device: ModuleDevice, source: ExecutableSource) -> Any:
+    """The loaded module (cuModuleLoadData): of a cubin (compiled or linked here, through the disk cache), or of PTX
+    for the driver to compile."""
     arch = "sm_{}{}".format(*device.compute_capability)
     if source.format == "cubin":
-        return source.payload
+        return _load(source.payload)
     if source.format == "ptx":
         ptx.check_exports(source.payload, source.exports)
         if not source.imports:
-            return source.payload.encode() + b"\0"
+            return _load(source.payload.encode() + b"\0")
         return _cached(source, arch, lambda: link([("main.ptx", source.payload.encode())] + _imports(source), arch))
     if source.format != "cuda":
         raise UnsupportedError(f"the CUDA device runs CUDA C, PTX or cubin, not {source.format!r}; give "
@@ -101,14 +103,15 @@ def _image(device: ModuleDevice, source: ExecutableSource) -> bytes:
     return _cached(source, arch, lambda: compile_cuda(source, arch))
 
 
-def _cached(source: ExecutableSource, arch: str, build: Any) -> bytes:
+def _load(image: bytes) -> Any:
+    return call(driver.cuModuleLoadData, image)
+
+
+def _cached(source: ExecutableSource, arch: str, build: Callable[[], bytes]) -> Any:
+    """The module of the cubin `build()` makes, kept in the disk cache (one the driver refuses is built again)."""
     version = "{}.{}".format(*call(nvrtc.nvrtcVersion)) + "-driver-" + str(call(driver.cuDriverGetVersion))
     key = hashlib.sha256(f"{source.key}\0{arch}\0{version}".encode()).hexdigest() + ".cubin"
-    cubin = _cubin_cache.get(key)
-    if cubin is None:
-        cubin = build()
-        _cubin_cache.put(key, cubin)
-    return cubin
+    return _cubin_cache.load(key, build, _load)
 
 
 def _imports(source: ExecutableSource) -> list[tuple[str, bytes]]:

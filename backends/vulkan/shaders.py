@@ -1,4 +1,4 @@
-"""The shader tools, run as subprocesses: glslc (GLSL -> SPIR-V, cached on disk), spirv-val, spirv-link
+"""The shader tools, run as subprocesses: glslc (GLSL -> SPIR-V, in hal.disk_cache), spirv-val, spirv-link
 and spirv-dis. Their messages come back verbatim in CompileError.log.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from hal.disk_cache import DiskCache
 from hal.errors import CompileError, UnsupportedError
-from hal.executable import DiskCache
 
 PACKAGES = {"glslc": "glslc", "spirv-val": "spirv-tools", "spirv-link": "spirv-tools", "spirv-dis": "spirv-tools"}
 _glsl_cache = DiskCache("glsl")
@@ -43,11 +43,18 @@ def glslc_version() -> str:
 
 
 def compile_glsl(code: str, target_env: str, name: str) -> bytes:
-    """SPIR-V for GLSL compute shader `code`; cached on disk by content, target and compiler version."""
+    """Valid SPIR-V for GLSL compute shader `code`, kept in the disk cache by content, target and compiler version
+    (an entry spirv-val refuses is compiled again)."""
     key = hashlib.sha256("\0".join((code, target_env, glslc_version())).encode()).hexdigest() + ".spv"
-    cached = _glsl_cache.get(key)
-    if cached is not None:
-        return cached
+
+    def valid(spirv: bytes) -> bytes:
+        validate(spirv, target_env, f"export {name!r}")
+        return spirv
+
+    return _glsl_cache.load(key, lambda: _glslc(code, target_env, name), valid)
+
+
+def _glslc(code: str, target_env: str, name: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="hal-glsl-") as tmp:
         src, out = Path(tmp) / f"{name}.comp", Path(tmp) / f"{name}.spv"
         src.write_text(code)
@@ -55,9 +62,7 @@ def compile_glsl(code: str, target_env: str, name: str) -> bytes:
         if done.returncode:
             raise CompileError(f"glslc rejected the GLSL of export {name!r}",
                                (done.stderr + done.stdout).decode(errors="replace").replace(str(src), f"{name}.comp"))
-        spirv = out.read_bytes()
-    _glsl_cache.put(key, spirv)
-    return spirv
+        return out.read_bytes()
 
 
 def _with_files(modules: list[bytes], run: Callable[[list[str], str], T]) -> T:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 import hal
+from hal.disk_cache import CacheWarning
 from tests import kernels
 from tests.conftest import backend_or_skip
 
@@ -142,15 +145,37 @@ def test_unresolved_import_is_a_compile_error(gpu):
 
 
 def test_compiled_cubins_are_cached_on_disk(gpu, tmp_path, monkeypatch):
-    monkeypatch.setattr(executable, "_cubin_cache", executable.DiskCache("cuda"))
-    monkeypatch.setattr(executable._cubin_cache, "directory", tmp_path)
+    monkeypatch.setenv("HAL_CACHE_DIR", str(tmp_path))
     code = CALLER.replace('extern "C" __device__ unsigned twice(unsigned x);',
                           'extern "C" __device__ unsigned twice(unsigned x) { return x + x; }')
     source = hal.ExecutableSource.cuda(code, [TWICE_EXPORT])
     gpu.load_executable(source).release()
-    assert len(list(tmp_path.iterdir())) == 1
+    assert len(list((tmp_path / "cuda-v1").iterdir())) == 1
     monkeypatch.setattr(executable, "compile_cuda", lambda *a: pytest.fail("compiled again despite the cache"))
     np.testing.assert_array_equal(run_apply(gpu, gpu.load_executable(source)), np.arange(100, dtype=np.uint32) * 2 + 1)
+
+
+def test_a_damaged_cubin_entry_is_compiled_again(gpu, tmp_path, monkeypatch):
+    """Issue 51: random bytes, a truncated copy, an empty file or another kernel's valid cubin under the key: each
+    load evicts it with a warning naming the file, compiles again and runs right."""
+    monkeypatch.setenv("HAL_CACHE_DIR", str(tmp_path))
+    def twice_plus(k):
+        return CALLER.replace('extern "C" __device__ unsigned twice(unsigned x);',
+                              f'extern "C" __device__ unsigned twice(unsigned x) {{ return x + x + {k}u; }}')
+    gpu.load_executable(hal.ExecutableSource.cuda(twice_plus(7), [TWICE_EXPORT])).release()
+    source = hal.ExecutableSource.cuda(twice_plus(3), [TWICE_EXPORT])
+    gpu.load_executable(source).release()
+    folder = tmp_path / "cuda-v1"
+    entries = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    planted, entry = entries[0].read_bytes(), entries[1]
+    good = entry.read_bytes()
+    for damaged in (os.urandom(100), good[:len(good) // 2], b"", planted):
+        entry.write_bytes(damaged)
+        with pytest.warns(CacheWarning, match=f"evicted the cache entry {entry}"):
+            exe = gpu.load_executable(source)
+        np.testing.assert_array_equal(run_apply(gpu, exe), np.arange(100, dtype=np.uint32) * 2 + 4)
+        exe.release()
+        assert entry.read_bytes() == good
 
 
 SCALE = r"""

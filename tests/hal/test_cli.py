@@ -25,6 +25,21 @@ def test_info_lists_host_and_its_capabilities(capsys):
     assert "max_push_constants_size = 256" in out
 
 
+def test_info_shows_the_disk_cache_and_cache_clear_empties_it(capsys, tmp_path, monkeypatch):
+    from hal.disk_cache import DiskCache
+    monkeypatch.setenv("HAL_CACHE_DIR", str(tmp_path))
+    DiskCache("glsl").put("a", b"x" * 100)
+    assert main(["info"]) == 0
+    assert f"disk cache: {tmp_path}, 1 entries, 144 bytes" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert f"removed 1 entries from {tmp_path}" in capsys.readouterr().out
+    assert main(["info"]) == 0
+    assert f"disk cache: {tmp_path}, 0 entries, 0 bytes" in capsys.readouterr().out
+    monkeypatch.setenv("HAL_CACHE_DIR", "")
+    assert main(["info"]) == 0
+    assert "disk cache: off (HAL_CACHE_DIR is empty)" in capsys.readouterr().out
+
+
 def test_module_entry_point_reports_bad_devices():
     proc = subprocess.run([sys.executable, "-m", "hal", "demo", "--device", "nonsense"],
                           capture_output=True, text=True)

@@ -1,12 +1,10 @@
 import copy
-import os
 import pickle
 
 import numpy as np
 import pytest
 
 import hal
-from hal.executable import DiskCache
 
 
 def _k(ctx):
@@ -90,23 +88,3 @@ def test_exports_beyond_device_limits_are_refused_at_load():
     with hal.create_device("host", capabilities={"max_per_stage_descriptor_storage_buffer": 0}) as dev:
         with pytest.raises(hal.ValidationError, match="bindings exceed"):
             dev.load_executable(hal.ExecutableSource.python({"k": _k}, [EXPORT]))
-
-
-def test_disk_cache_round_trip_and_location(tmp_path, monkeypatch):
-    monkeypatch.setenv("HAL_CACHE_DIR", str(tmp_path))
-    cache = DiskCache("nvrtc")
-    assert cache.get("abc") is None
-    cache.put("abc", b"binary")
-    assert cache.get("abc") == b"binary"
-    assert (tmp_path / "nvrtc" / "abc").read_bytes() == b"binary"
-    assert not [p for p in os.listdir(tmp_path / "nvrtc") if p.startswith(".tmp")]
-
-
-def test_disk_cache_defaults_to_xdg_and_empty_disables(tmp_path, monkeypatch):
-    monkeypatch.delenv("HAL_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert DiskCache("glsl").directory == tmp_path / "hal" / "glsl"
-    monkeypatch.setenv("HAL_CACHE_DIR", "")
-    cache = DiskCache("glsl")
-    cache.put("k", b"x")
-    assert cache.directory is None and cache.get("k") is None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
 import pytest
 
 import hal
+from hal.disk_cache import CacheWarning
 from tests.conftest import backend_or_skip
 from tests.vulkan.conftest import assemble
 
@@ -54,11 +56,32 @@ def test_glsl_is_cached_on_disk(fresh, tmp_path, monkeypatch):
     monkeypatch.setattr(shaders, "_glsl_cache", shaders.DiskCache("glsl"))
     code = DOUBLE.replace("2u", "3u")
     fresh().load_executable(hal.ExecutableSource.glsl(code, [DOUBLE_EXPORT]))
-    assert len(list((tmp_path / "glsl").iterdir())) == 1
+    assert len(list((tmp_path / "glsl-v1").iterdir())) == 1
     monkeypatch.setattr(shaders, "tool", lambda name: pytest.fail(f"{name} ran although the cache holds the module")
                         if name == "glslc" else shutil.which(name))
     exe = fresh().load_executable(hal.ExecutableSource.glsl(code, [DOUBLE_EXPORT]))
     np.testing.assert_array_equal(run_double(exe.device, exe), np.arange(100, dtype=np.uint32) * 3)
+
+
+def test_a_damaged_glsl_entry_is_compiled_again(fresh, tmp_path, monkeypatch):
+    """Issue 51: random bytes, a truncated copy, an empty file or another kernel's valid entry under the key: each
+    load evicts it with a warning naming the file, compiles again and runs right."""
+    monkeypatch.setenv("HAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(shaders, "_glsl_cache", shaders.DiskCache("glsl"))
+    other = DOUBLE.replace("2u", "5u")
+    fresh().load_executable(hal.ExecutableSource.glsl(other, [DOUBLE_EXPORT]))
+    code = DOUBLE.replace("2u", "4u")
+    fresh().load_executable(hal.ExecutableSource.glsl(code, [DOUBLE_EXPORT]))
+    entries = {p.read_bytes(): p for p in (tmp_path / "glsl-v1").iterdir()}
+    assert len(entries) == 2
+    entry = max(entries.values(), key=lambda p: p.stat().st_mtime_ns)  # the second kernel's
+    good, planted = entry.read_bytes(), next(d for d, p in entries.items() if p != entry)
+    for damaged in (os.urandom(100), good[:len(good) // 2], b"", planted):
+        entry.write_bytes(damaged)
+        with pytest.warns(CacheWarning, match=f"evicted the cache entry {entry}"):
+            exe = fresh().load_executable(hal.ExecutableSource.glsl(code, [DOUBLE_EXPORT]))
+        np.testing.assert_array_equal(run_double(exe.device, exe), np.arange(100, dtype=np.uint32) * 4)
+        assert entry.read_bytes() == good
 
 
 def test_spirv_source_with_its_entry_point_name(vk):
