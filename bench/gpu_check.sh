@@ -5,7 +5,7 @@
 # lands in $OUT (default bench/results/gpu-check).
 #
 # The machine lacks the Vulkan loader and headers, the shader tools and some wheels; they travel with the
-# tree (README's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools,
+# tree (docs/development.md's Notes say how to fetch them): .gl (libvulkan1), .tools (glslc, libshaderc1, spirv-tools,
 # libvulkan-dev), .whl (vulkan, cffi, pycparser, and Cython 3 where the machine's is older), .whl-bench
 # (matplotlib, tqdm, where the machine lacks them; the lent machines have both). From the repository root, through the device
 # tool:
