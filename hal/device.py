@@ -38,9 +38,8 @@ class Device(abc.ABC):
     Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few
     plain methods: `check_open()`, `closed`, `order_host_access()`, `wait_for_queue()`, `waiting()`,
     `buffer_released()`, `executable_released()`, `fail_signals()`, `pass_failure_on()` and `failures` (hal.failures);
-    each backend's device
-    adds its own (its `lifetime`, a hal.lifetime.Lifetime, staging copies, ...). No module reaches into another's
-    private names.
+    each backend's device adds its own (its `lifetime`, a hal.lifetime.Lifetime, staging copies, ...). No module
+    reaches into another's private names.
     """
 
     def __init__(self, driver: str, name: str, capabilities: Capabilities, index: int = 0) -> None:

@@ -104,22 +104,24 @@ class HostCallThread:
         except BaseException as e:  # the queue never got there (closed, lost): no gate to open, the device's
             self.device.fail_signals(call.signals, e)  # close() lets what waits behind it drain
             return
-        failed = next((s.failure for s, _ in call.waits if s.failure is not None), None)
-        if failed is not None:  # fn does not run: its signals fail as its wait did
-            self.device.pass_failure_on(call.signals, failed)
-            with contextlib.suppress(Exception):
+        try:
+            failed = next((s.failure for s, _ in call.waits if s.failure is not None), None)
+            if failed is not None:  # fn does not run: its signals fail as its wait did
+                self.device.pass_failure_on(call.signals, failed)
+            elif self.device.closed:
+                self.device.fail_signals(call.signals, DeviceLostError(
+                    "queue_host_call: the device was closed before the call's turn came"))
+            else:
+                self._call(call)
+        finally:
+            with contextlib.suppress(Exception):  # a closed or lost device: its queue is gone anyway
                 call.release()
-            return
-        error: BaseException | None = None
-        if self.device.closed:
-            error = DeviceLostError("queue_host_call: the device was closed before the call's turn came")
-        else:
-            try:
-                call.fn()
-            except BaseException as e:  # the function's failure is its signals' failure, whatever it raised
-                error = e if isinstance(e, DeviceError) else DeviceError(f"queue_host_call: {call.fn!r} raised {e!r}")
-                error.__cause__ = error.__cause__ or e
-        if error is not None:
+
+    def _call(self, call: HostCall) -> None:
+        """Run fn; what it raises is its signals' failure."""
+        try:
+            call.fn()
+        except BaseException as e:
+            error = e if isinstance(e, DeviceError) else DeviceError(f"queue_host_call: {call.fn!r} raised {e!r}")
+            error.__cause__ = error.__cause__ or e
             self.device.fail_signals(call.signals, error)
-        with contextlib.suppress(Exception):  # a closed or lost device: its queue is gone anyway
-            call.release()
