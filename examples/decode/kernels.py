@@ -37,8 +37,8 @@ from examples.decode.kernels_glsl import shaders
 from examples.decode.kernels_host import functions as host_functions
 from examples.decode.model import EPSILON, Config
 
-CHUNK = 32  # positions per attention partial
-UNROLL = 4  # steps per iteration of the decode's main loop (runner.py says why)
+CHUNK = 16  # positions per attention partial
+UNROLL = 8  # steps per iteration of the decode's main loop (runner.py says why)
 STATE_WORDS = 8
 
 # The step's kernels are marked early_launch: on CUDA each lets the next launch at once and waits for the ones
