@@ -1,5 +1,7 @@
 """A while_nonzero loop against host submissions of its body, side by side on one device (issue 18: host time O(1)
-in k on CUDA, and >= 5x faster than k submissions at k = 100).
+in k on CUDA, and >= 5x faster than k submissions at k = 100). On Vulkan, also an if_nonzero of one dispatch on the
+device (conditional rendering, where the device has it) against the same through the host (a second device made with
+HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING): wall µs of a submission to the end of its work, flag set and clear.
 
 The body: a one-workgroup dispatch and a dispatch decrementing the flag (a barrier between). The loop is one
 queue_execute of a command buffer holding `while_nonzero(flag)` around the body, the flag set to k beforehand;
@@ -11,6 +13,7 @@ wall µs from the first call to the end of the work (best of REPEATS each).
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -73,7 +76,44 @@ def run(device: str | None) -> dict:
             rows.append(dict(iterations=k, loop_host=loop_host, loop_wall=loop_wall, submissions_host=each_host,
                              submissions_wall=each_wall))
         meta = dict(device=dev.name, driver=dev.driver, date=time.strftime("%Y-%m-%d"))
-    return dict(meta=meta, rows=rows)
+        branches = if_rows(device) if dev.driver == "vulkan" else []
+    return dict(meta=meta, rows=rows, branches=branches)
+
+
+def if_rows(device: str | None) -> list[dict]:
+    """Wall µs of one submission of an if_nonzero around a dispatch, with the flag 1 and 0: on the device (where
+    it can) and through the host, on two devices of one GPU made side by side."""
+    timings = {}
+    for path, disabled in (("device", None), ("host", "1")):
+        before = os.environ.get("HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING")
+        if disabled:
+            os.environ["HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING"] = disabled
+        try:
+            dev = hal.create_device(device)
+        finally:
+            if disabled:
+                os.environ.pop("HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING")
+                if before is not None:
+                    os.environ["HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING"] = before
+        with dev:
+            exe = dev.load_executable(SOURCE)
+            out, flag = dev.upload(np.zeros(16, np.uint32)), dev.upload(np.zeros(1, np.uint32))
+            cb = dev.create_command_buffer(mode="reusable")
+            with cb:
+                with cb.if_nonzero(flag):
+                    cb.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
+            for value in (1, 0):
+                flag.write(np.array([value], np.uint32))
+                best = float("inf")
+                for _ in range(REPEATS):
+                    dev.synchronize()
+                    t0 = time.perf_counter()
+                    dev.queue_execute(cb)
+                    dev.synchronize()
+                    best = min(best, time.perf_counter() - t0)
+                timings[path, value] = (best * 1e6, cb.emitter.driven)
+    return [dict(flag=value, device=timings["device", value][0], host=timings["host", value][0],
+                 on_device=not timings["device", value][1]) for value in (1, 0)]
 
 
 def report(result: dict) -> str:
@@ -94,6 +134,15 @@ def report(result: dict) -> str:
                   f"submissions' (>= {TARGET}: {'met' if ratio >= TARGET else 'MISSED'}); from k = "
                   f"{result['rows'][0]['iterations']} to {last['iterations']} the loop's host time grows "
                   f"{growth:.2f}x (O(1) in k)."]
+    if result.get("branches"):
+        lines += ["", "if_nonzero around one dispatch, wall µs of a submission to the end of its work (best of "
+                      f"{REPEATS}): on the device (conditional rendering) against through the host (a submission "
+                      "that copies the flag, a wait for it, then the body's):", "",
+                  "| flag | on the device | through the host | host / device | ran on the device |",
+                  "|---:|---:|---:|---:|---|"]
+        for r in result["branches"]:
+            lines.append(f"| {r['flag']} | {r['device']:.1f} | {r['host']:.1f} | {r['host'] / r['device']:.2f}x | "
+                         f"{'yes' if r['on_device'] else 'no (no VK_EXT_conditional_rendering)'} |")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ class BufferDevice(Protocol):
     handle: Any
     memory: MemoryPool
     lifetime: Lifetime
+    storage_usage: int  # the VkBufferUsageFlags of a DISPATCH_STORAGE buffer (a region's flag is one)
 
     def address(self, cdata: Any) -> int: ...
 
@@ -65,7 +66,7 @@ class VulkanBuffer(Buffer):
         self.vk_buffer = None
         self._finalizer = None
         if size:  # Vulkan has no empty buffers; nothing can bind an empty range anyway
-            bits = _TRANSFER | (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT if usage & BufferUsage.DISPATCH_STORAGE else 0)
+            bits = _TRANSFER | (device.storage_usage if usage & BufferUsage.DISPATCH_STORAGE else 0)
             if indirect:
                 bits |= vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT
             self.vk_buffer, allocation = create_buffer(device, size, bits, DEVICE_LOCAL)

@@ -332,6 +332,12 @@ cdef class StreamedCalls(Calls):
         call.a, call.b, call.c = region.srcOffset, region.dstOffset, region.size
         return self.added()
 
+    cdef int begin_conditional(self, VkBuffer buffer, VkDeviceSize offset) except -1:
+        raise RuntimeError("a region is encoded at end(), never streamed")  # (VulkanEmitter.command gives up first)
+
+    cdef int end_conditional(self) except -1:
+        raise RuntimeError("a region is encoded at end(), never streamed")
+
     cdef int pipeline_barrier(self, VkPipelineStageFlags source, VkPipelineStageFlags target,
                               const VkMemoryBarrier* barrier) except -1:
         cdef Call* call = self.add(PIPELINE_BARRIER)

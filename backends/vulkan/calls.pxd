@@ -12,7 +12,8 @@ from backends.vulkan.khronos cimport (
     VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VK_PIPELINE_BIND_POINT_COMPUTE, VK_SHADER_STAGE_COMPUTE_BIT,
     PFN_vkCmdBindPipeline, PFN_vkCmdPushDescriptorSetKHR, PFN_vkCmdBindDescriptorSets, PFN_vkCmdPushConstants,
     PFN_vkCmdDispatch, PFN_vkCmdDispatchIndirect, PFN_vkCmdFillBuffer, PFN_vkCmdUpdateBuffer, PFN_vkCmdCopyBuffer,
-    PFN_vkCmdPipelineBarrier, PFN_vkQueueSubmit
+    PFN_vkCmdPipelineBarrier, PFN_vkQueueSubmit, PFN_vkCmdBeginConditionalRenderingEXT,
+    PFN_vkCmdEndConditionalRenderingEXT
 )
 
 
@@ -28,10 +29,13 @@ cdef class DeviceCommands:
     cdef PFN_vkCmdCopyBuffer copy_buffer
     cdef PFN_vkCmdPipelineBarrier pipeline_barrier
     cdef PFN_vkQueueSubmit queue_submit
+    cdef PFN_vkCmdBeginConditionalRenderingEXT begin_conditional  # NULL without VK_EXT_conditional_rendering
+    cdef PFN_vkCmdEndConditionalRenderingEXT end_conditional
     cdef VkMemoryBarrier memory_barrier
     cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
     cdef VkMemoryBarrier host_barrier  # a region's flag, copied, then read by the host
     cdef VkMemoryBarrier fault_barrier  # the guards' fault record, written by shaders, then read by the host
+    cdef VkMemoryBarrier condition_barrier  # a region's flag, written by shaders or transfers, then its predicate
 
 
 cdef class Calls:
@@ -53,6 +57,8 @@ cdef class Calls:
     cdef int copy_buffer(self, VkBuffer source, VkBuffer target, const VkBufferCopy* region) except -1
     cdef int pipeline_barrier(self, VkPipelineStageFlags source, VkPipelineStageFlags target,
                               const VkMemoryBarrier* barrier) except -1
+    cdef int begin_conditional(self, VkBuffer buffer, VkDeviceSize offset) except -1
+    cdef int end_conditional(self) except -1
 
 
 # Each vkCmd* call with the arguments hal always passes (the compute bind point, set 0, one descriptor write, one

@@ -10,9 +10,10 @@ from libc.string cimport memset
 
 from backends.vulkan.driver_calls cimport entry
 from backends.vulkan.khronos cimport (
-    VkAccessFlags, VkDevice, VkMemoryBarrier, VK_STRUCTURE_TYPE_MEMORY_BARRIER, VK_ACCESS_SHADER_READ_BIT,
-    VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-    VK_ACCESS_INDIRECT_COMMAND_READ_BIT, VK_ACCESS_HOST_READ_BIT
+    VkAccessFlags, VkConditionalRenderingBeginInfoEXT, VkDevice, VkMemoryBarrier, VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+    VK_STRUCTURE_TYPE_CONDITIONAL_RENDERING_BEGIN_INFO_EXT, VK_ACCESS_SHADER_READ_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+    VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_INDIRECT_COMMAND_READ_BIT,
+    VK_ACCESS_HOST_READ_BIT, VK_ACCESS_CONDITIONAL_RENDERING_READ_BIT_EXT
 )
 from backends.vulkan.recording cimport CommandPool
 
@@ -22,7 +23,7 @@ from hal.errors import ValidationError
 cdef class DeviceCommands:
     """The driver's own entry points (no loader trampoline) of the calls on the hot paths, for one VkDevice."""
 
-    def __init__(self, uintptr_t device, bint push_descriptors):
+    def __init__(self, uintptr_t device, bint push_descriptors, bint conditional_rendering):
         cdef VkDevice handle = <VkDevice>device
         self.bind_pipeline = <PFN_vkCmdBindPipeline>entry(handle, b"vkCmdBindPipeline")
         self.bind_descriptor_sets = <PFN_vkCmdBindDescriptorSets>entry(handle, b"vkCmdBindDescriptorSets")
@@ -37,12 +38,20 @@ cdef class DeviceCommands:
         self.push_descriptor_set = NULL
         if push_descriptors:
             self.push_descriptor_set = <PFN_vkCmdPushDescriptorSetKHR>entry(handle, b"vkCmdPushDescriptorSetKHR")
+        self.begin_conditional = NULL
+        self.end_conditional = NULL
+        if conditional_rendering:
+            self.begin_conditional = <PFN_vkCmdBeginConditionalRenderingEXT>entry(
+                handle, b"vkCmdBeginConditionalRenderingEXT")
+            self.end_conditional = <PFN_vkCmdEndConditionalRenderingEXT>entry(handle, b"vkCmdEndConditionalRenderingEXT")
         _global_barrier(&self.memory_barrier, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                         VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
                         VK_ACCESS_TRANSFER_WRITE_BIT)
         _global_barrier(&self.indirect_barrier, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_INDIRECT_COMMAND_READ_BIT)
         _global_barrier(&self.host_barrier, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT)
         _global_barrier(&self.fault_barrier, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT)
+        _global_barrier(&self.condition_barrier, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_ACCESS_CONDITIONAL_RENDERING_READ_BIT_EXT)
 
 
 cdef void _global_barrier(VkMemoryBarrier* barrier, VkAccessFlags source, VkAccessFlags target) noexcept:
@@ -95,3 +104,15 @@ cdef class Calls:
     cdef int pipeline_barrier(self, VkPipelineStageFlags source, VkPipelineStageFlags target,
                               const VkMemoryBarrier* barrier) except -1:
         cmd_pipeline_barrier(self.fn, self.cb, source, target, barrier)
+
+    cdef int begin_conditional(self, VkBuffer buffer, VkDeviceSize offset) except -1:
+        """The dispatches until end_conditional run only if the uint32 at `offset` of `buffer` is non-zero."""
+        cdef VkConditionalRenderingBeginInfoEXT info
+        memset(&info, 0, sizeof(info))
+        info.sType = VK_STRUCTURE_TYPE_CONDITIONAL_RENDERING_BEGIN_INFO_EXT
+        info.buffer = buffer
+        info.offset = offset
+        self.fn.begin_conditional(self.cb, &info)
+
+    cdef int end_conditional(self) except -1:
+        self.fn.end_conditional(self.cb)

@@ -14,6 +14,7 @@ from backends.vulkan.instance import PhysicalDevice
 from hal.capabilities import Capabilities
 
 PUSH_DESCRIPTOR = "VK_KHR_push_descriptor"
+CONDITIONAL_RENDERING = "VK_EXT_conditional_rendering"  # if_nonzero on the device (backends.vulkan.regions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,19 +28,24 @@ class DeviceFeatures:
     max_timeline_difference: int
     maintenance4: bool
     max_push_descriptors: int  # 0 without the extension
+    conditional_rendering: bool  # the extension and its feature, unless HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING
 
 
 class FeatureChain:
     """VkPhysicalDeviceFeatures2 -> Vulkan11Features -> Vulkan12Features (-> Vulkan13Features on 1.3
-    devices), kept alive together: queried from the device, then passed (trimmed to what hal uses) to
-    vkCreateDevice."""
+    devices) (-> ConditionalRenderingFeaturesEXT where the device has the extension), kept alive together: queried
+    from the device, then passed (trimmed to what hal uses) to vkCreateDevice."""
 
-    def __init__(self, vulkan13: bool) -> None:
+    def __init__(self, vulkan13: bool, conditional: bool = False) -> None:
+        self.conditional = ffi.new("VkPhysicalDeviceConditionalRenderingFeaturesEXT*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT}) if conditional else None
+        tail = self.conditional if conditional else ffi.NULL
         self.v13 = ffi.new("VkPhysicalDeviceVulkan13Features*",
-                           {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES}) if vulkan13 else None
+                           {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
+                            "pNext": tail}) if vulkan13 else None
         self.v12 = ffi.new("VkPhysicalDeviceVulkan12Features*",
                            {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-                            "pNext": self.v13 if vulkan13 else ffi.NULL})
+                            "pNext": self.v13 if vulkan13 else tail})
         self.v11 = ffi.new("VkPhysicalDeviceVulkan11Features*",
                            {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, "pNext": self.v12})
         self.root = ffi.new("VkPhysicalDeviceFeatures2*",
@@ -47,9 +53,15 @@ class FeatureChain:
 
     @classmethod
     def query(cls, device: PhysicalDevice) -> FeatureChain:
-        chain = cls(device.api_version >= api_version(1, 3))
+        chain = cls(device.api_version >= api_version(1, 3), CONDITIONAL_RENDERING in device.extensions)
         lib.vkGetPhysicalDeviceFeatures2(device.handle, chain.root)
         return chain
+
+    @property
+    def conditional_rendering(self) -> bool:
+        """The device can gate dispatches on a word in a buffer (if_nonzero without a host round trip)."""
+        return bool(self.conditional is not None and self.conditional.conditionalRendering and
+                    not os.environ.get("HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING"))
 
     @property
     def maintenance4(self) -> bool:
@@ -58,7 +70,7 @@ class FeatureChain:
 
     def enabled(self) -> FeatureChain:
         """A chain with just the features hal uses, where the device has them."""
-        out = FeatureChain(self.v13 is not None)
+        out = FeatureChain(self.v13 is not None, self.conditional_rendering)
         core, v11, v12 = self.root.features, self.v11, self.v12
         out.root.features.shaderFloat64 = core.shaderFloat64
         out.root.features.shaderInt64 = core.shaderInt64
@@ -70,6 +82,8 @@ class FeatureChain:
         out.v12.timelineSemaphore = v12.timelineSemaphore
         if out.v13 is not None:
             out.v13.maintenance4 = self.v13.maintenance4
+        if out.conditional is not None:
+            out.conditional.conditionalRendering = 1
         return out
 
 
@@ -117,4 +131,4 @@ def query(device: PhysicalDevice) -> DeviceFeatures:
     )
     return DeviceFeatures(caps, push_descriptor, limits.maxMemoryAllocationCount, int(v11p.maxMemoryAllocationSize),
                           int(v12p.maxTimelineSemaphoreValueDifference), chain.maintenance4,
-                          push_props.maxPushDescriptors if push_descriptor else 0)
+                          push_props.maxPushDescriptors if push_descriptor else 0, chain.conditional_rendering)

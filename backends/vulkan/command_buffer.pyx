@@ -18,9 +18,11 @@ Khronos headers), so recording costs what the driver charges.
   costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
   buffers are encoded once and resubmitted as they are.
 - dispatch_indirect: a guard dispatch and a barrier, then vkCmdDispatchIndirect (backends.vulkan.indirect).
-- Regions: a command buffer with regions becomes Steps: VkCommandBuffers for the runs of commands between
-  regions, and per region a VkCommandBuffer copying its flag where the host reads it; the device's QueueDriver
-  submits them in turn, reading the flag between (backends.vulkan.regions).
+- Regions: where the device has conditional rendering, an if_nonzero region whose body holds only dispatches is
+  encoded in place, its dispatches gated on the flag (Encoder.conditional): no host round trip. A command buffer
+  with other regions becomes Steps: VkCommandBuffers for the runs of commands between regions, and per region a
+  VkCommandBuffer copying its flag where the host reads it; the device's QueueDriver submits them in turn, reading
+  the flag between (backends.vulkan.regions).
 - The resubmission of an unchanged command buffer (hal.resubmission.queue_execute) is `VulkanEmitter.resubmitted`:
   one vkQueueSubmit after a few identity checks.
 """
@@ -41,7 +43,8 @@ from backends.vulkan.khronos cimport (
     VkDeviceSize, VkPipelineStageFlags, VkQueue, VkCommandBuffer, VkBuffer, VkPipeline, VkPipelineLayout,
     VkDescriptorSet, VkSemaphore, VK_STRUCTURE_TYPE_SUBMIT_INFO, VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
-    VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT,
+    VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
     VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, VkBufferCopy, VkSubmitInfo,
     VkTimelineSemaphoreSubmitInfo
 )
@@ -134,6 +137,22 @@ cdef class Encoder:
             b = self.resolve(r)
             region.dstOffset = r.offset
             self.calls.copy_buffer(<VkBuffer><uintptr_t>s.handle, <VkBuffer><uintptr_t>b.handle, &region)
+
+    cdef void conditional(self, Region region) except *:
+        """An if_nonzero region whose body holds only dispatches, on the device: its dispatches gated by conditional
+        rendering on the flag, which a barrier first makes visible to the predicate's read."""
+        cdef BufferRef flag = region.condition
+        cdef Program body = region.body
+        cdef Py_ssize_t i
+        self.calls.pipeline_barrier(BARRIER_STAGES, VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT,
+                                    &self.calls.fn.condition_barrier)
+        self.barriers += 1
+        self.calls.begin_conditional(<VkBuffer><uintptr_t>self.resolve(flag).handle, flag.offset)
+        for i in range(len(body.commands)):
+            if body.barrier_before(i) and i > 0:
+                self.barrier()
+            self.dispatch(<Dispatch>body.commands[i])
+        self.calls.end_conditional()
 
     cdef inline Buffer resolve(self, BufferRef r):
         return r.buffer if r.buffer is not None else <Buffer>self.table[r.slot]
@@ -331,7 +350,7 @@ cdef class VulkanEmitter(Emitter):
 
     def end(self, Program program) -> None:
         self.program = program
-        if program.regions:
+        if program.regions and not self.on_device(program):
             self.driven = True
             if self.open is not None:
                 self.drop_open()
@@ -341,6 +360,8 @@ cdef class VulkanEmitter(Emitter):
             if not program.slot_users and not program.constant_users:
                 self.recorded = self.steps((), ())
             return
+        if self.open is not None and program.regions:  # a region came: encoded anew below, at once
+            self.drop_open()
         if self.open is not None:
             self.encoder.finish()
             self.stream.drain()  # the worker made every call: the VkCommandBuffer is this thread's again
@@ -364,6 +385,18 @@ cdef class VulkanEmitter(Emitter):
         self.by_table = {}
         self.program = None
         self.device.lifetime.collect()
+
+    cdef bint on_device(self, Program program):
+        """Whether every region of `program` runs on the device, in the one VkCommandBuffer: if_nonzero regions
+        whose bodies hold only dispatches, where the device has conditional rendering (which gates dispatches only,
+        and does not nest). Others are Steps, their flags checked by the host (backends.vulkan.regions)."""
+        if self.fn.begin_conditional == NULL:
+            return False
+        for i in program.regions:
+            region = <Region>program.commands[i]
+            if region.loop or region.body.regions or any(type(c) is not Dispatch for c in region.body.commands):
+                return False
+        return True
 
     cdef void drop_open(self) except *:
         """Give up single_pass's VkCommandBuffer (a region came: the Program becomes Steps), ended first: one
@@ -390,7 +423,8 @@ cdef class VulkanEmitter(Emitter):
 
     cdef object encode_range(self, Program program, Py_ssize_t start, Py_ssize_t stop, tuple table,
                              tuple constants, bint static_first=False, bint submitted=True):
-        """A new Recording of `program`'s commands [start, stop) (no region among them); `static_first`: guard the
+        """A new Recording of `program`'s commands [start, stop) (regions among them only if they run on the device:
+        `on_device`); `static_first`: guard the
         static dispatch_indirect commands at its start; `submitted`: see Recording (False: command_buffer() hands
         it out)."""
         cdef Recording rec = Recording(self.device, submitted)
@@ -406,7 +440,10 @@ cdef class VulkanEmitter(Emitter):
             for i in range(start, stop):
                 if program.barrier_before(i) and i > start:  # the first follows a submission: ordered by the queue
                     encoder.barrier()
-                encoder.encode(program.commands[i])
+                if type(program.commands[i]) is Region:
+                    encoder.conditional(<Region>program.commands[i])
+                else:
+                    encoder.encode(program.commands[i])
             encoder.finish()
             rec.end()
         except BaseException:

@@ -94,6 +94,9 @@ class VulkanDevice(Device):
             caps = dataclasses.replace(caps, max_per_stage_descriptor_storage_buffer=limit)
         super().__init__("vulkan", physical.name, caps, index)
         self.push_descriptors = caps.supports_push_descriptor
+        # A storage buffer may also be a region's flag, which conditional rendering reads where the device has it.
+        self.storage_usage = vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | (
+            vk.VK_BUFFER_USAGE_CONDITIONAL_RENDERING_BIT_EXT if self.features.conditional_rendering else 0)
         # What glslc and spirv-val check against (SPIR-V 1.6 from Vulkan 1.3 on, else 1.5).
         self.target_env = "vulkan1.3" if physical.api_version >= api_version(1, 3) else "vulkan1.2"
         self._lock = threading.Lock()  # object counts, the pending list
@@ -130,6 +133,8 @@ class VulkanDevice(Device):
                                                      "queueFamilyIndex": physical.queue_family, "queueCount": 1,
                                                      "pQueuePriorities": priority})
         extensions = [caps_module.PUSH_DESCRIPTOR] if self.push_descriptors else []
+        if self.features.conditional_rendering:
+            extensions.append(caps_module.CONDITIONAL_RENDERING)
         names = [ffi.new("char[]", e.encode()) for e in extensions]
         name_array = ffi.new("char*[]", names)
         chain = caps_module.FeatureChain.query(physical).enabled()
@@ -149,7 +154,7 @@ class VulkanDevice(Device):
         lib.vkGetDeviceQueue(handle, self.physical.queue_family, 0, queue)
         self.queue = queue[0]
         self.fn = Functions(handle)
-        self.commands = DeviceCommands(self.address(handle), self.push_descriptors)
+        self.commands = DeviceCommands(self.address(handle), self.push_descriptors, self.features.conditional_rendering)
         self.call_stream = CallStream(self.commands)
         self.command_pools = CommandPools(self, self.address(self.handle), self.physical.queue_family,
                                           self.call_stream)

@@ -35,6 +35,7 @@ cdef extern from "vulkan/vulkan.h" nogil:
         VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
         VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO
         VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO
+        VK_STRUCTURE_TYPE_CONDITIONAL_RENDERING_BEGIN_INFO_EXT
     ctypedef enum VkCommandBufferLevel:
         VK_COMMAND_BUFFER_LEVEL_PRIMARY
     ctypedef enum VkPipelineBindPoint:
@@ -58,6 +59,8 @@ cdef extern from "vulkan/vulkan.h" nogil:
         VK_ACCESS_TRANSFER_WRITE_BIT
         VK_ACCESS_INDIRECT_COMMAND_READ_BIT
         VK_ACCESS_HOST_READ_BIT
+        VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT
+        VK_ACCESS_CONDITIONAL_RENDERING_READ_BIT_EXT
         VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
         VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
         VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT
@@ -110,6 +113,13 @@ cdef extern from "vulkan/vulkan.h" nogil:
         uint32_t signalSemaphoreValueCount
         const uint64_t* pSignalSemaphoreValues
 
+    ctypedef struct VkConditionalRenderingBeginInfoEXT:
+        VkStructureType sType
+        const void* pNext
+        VkBuffer buffer
+        VkDeviceSize offset
+        VkFlags flags
+
     ctypedef struct VkCommandPoolCreateInfo:
         VkStructureType sType
         const void* pNext
@@ -143,6 +153,8 @@ cdef extern from "vulkan/vulkan.h" nogil:
     ctypedef void (*PFN_vkCmdPipelineBarrier)(VkCommandBuffer, VkPipelineStageFlags, VkPipelineStageFlags,
                                               VkDependencyFlags, uint32_t, const VkMemoryBarrier*, uint32_t,
                                               const void*, uint32_t, const void*)
+    ctypedef void (*PFN_vkCmdBeginConditionalRenderingEXT)(VkCommandBuffer, const VkConditionalRenderingBeginInfoEXT*)
+    ctypedef void (*PFN_vkCmdEndConditionalRenderingEXT)(VkCommandBuffer)
     ctypedef VkResult (*PFN_vkBeginCommandBuffer)(VkCommandBuffer, const VkCommandBufferBeginInfo*)
     ctypedef VkResult (*PFN_vkEndCommandBuffer)(VkCommandBuffer)
     ctypedef VkResult (*PFN_vkQueueSubmit)(VkQueue, uint32_t, const VkSubmitInfo*, VkFence)

@@ -1,6 +1,9 @@
-"""Regions on Vulkan: the host checks each region's flag between submissions.
+"""Regions on Vulkan that run through the host, which checks each region's flag between submissions.
 
-A Vulkan command buffer cannot branch on memory, so a command buffer with regions is kept as Steps: the runs of
+Where the device has VK_EXT_conditional_rendering, an if_nonzero whose body holds only dispatches runs on the device
+instead, in the command buffer (backends.vulkan.command_buffer: Encoder.conditional). For the others (loops, nested
+regions, fills, updates and copies inside, which conditional rendering does not gate) a command buffer with regions
+is kept as Steps: the runs of
 commands between regions, each a VkCommandBuffer, and per region a VkCommandBuffer that copies its flag to
 host-visible memory. The device's QueueDriver, a thread, submits the steps in order; before each iteration it
 submits the copy, waits for it and reads the flag. So each check costs one submission and one wait of the GPU for

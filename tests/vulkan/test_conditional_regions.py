@@ -1,0 +1,77 @@
+"""if_nonzero on the device (issue 47, item 2): where the device has VK_EXT_conditional_rendering, an if_nonzero
+region whose body holds only dispatches is encoded in the command buffer itself, gated on its flag, with no host
+round trip; the flag may be written by the command buffer's own earlier commands, and bound through a slot. Every
+other region, and every region with HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING set, goes through the host (Steps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hal
+from tests import kernels
+from tests.conftest import backend_or_skip, open_device
+from tests.kernels import u32
+
+backend_or_skip("vulkan")
+
+pytestmark = pytest.mark.vulkan
+
+
+@pytest.fixture(params=["on the device", "through the host"])
+def path(request, monkeypatch):
+    if request.param == "through the host":
+        monkeypatch.setenv("HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING", "1")
+    dev = open_device("vulkan")
+    if request.param == "on the device" and not dev.features.conditional_rendering:
+        dev.close()
+        pytest.skip(f"{dev.name} has no VK_EXT_conditional_rendering")
+    yield request.param, dev
+    dev.close()
+
+
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_an_if_of_dispatches_runs_on_the_device_when_it_can(path, strategy):
+    name, dev = path
+    exe = dev.load_executable(kernels.SOURCE)
+    out, flag, count, after = (dev.upload(np.zeros(4, np.uint32)) for _ in range(4))
+    one = dev.upload(u32([1]))
+    cb = dev.create_command_buffer(mode="reusable", strategy=strategy, binding_capacity=1)
+    with cb:
+        cb.dispatch(exe, "xor_copy", (1, 1, 1), (1, 0), (hal.slot(0), flag))  # the flag, from the table's word 0
+        cb.execution_barrier()
+        with cb.if_nonzero(flag):
+            cb.dispatch(exe, "mark", (2, 1, 1), (1,), (out,))
+            cb.execution_barrier()
+            cb.dispatch(exe, "add", (1, 1, 1), (1,), (count, one, count))
+        cb.dispatch(exe, "mark", (1, 1, 1), (100,), (after,))  # after the region: always
+    assert cb.emitter.driven == (name == "through the host")
+    for word in (5, 0, 9):
+        dev.queue_execute(cb, binding_table=(dev.upload(u32([word])),))
+    np.testing.assert_array_equal(out.read(np.uint32)[:2], [2, 2])
+    assert count.read(np.uint32)[0] == 2 and after.read(np.uint32)[0] == 300
+
+
+def test_other_regions_go_through_the_host(path):
+    _, dev = path
+    exe = dev.load_executable(kernels.SOURCE)
+    out, flag = dev.upload(np.zeros(4, np.uint32)), dev.upload(u32([1]))
+    a_fill = dev.create_command_buffer()  # conditional rendering does not gate fills, copies or updates
+    with a_fill:
+        with a_fill.if_nonzero(flag):
+            a_fill.fill_buffer(out, np.uint32(3))
+    a_loop = dev.create_command_buffer()
+    with a_loop:
+        with a_loop.while_nonzero(flag):
+            a_loop.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
+            a_loop.execution_barrier()
+            a_loop.dispatch(exe, "xor_copy", (1, 1, 1), (1, 1), (flag, flag))  # 1 -> 0
+    nested = dev.create_command_buffer()  # conditional rendering does not nest
+    with nested:
+        with nested.if_nonzero(flag):
+            with nested.if_nonzero(flag):
+                nested.dispatch(exe, "mark", (1, 1, 1), (10,), (out,))
+    for cb in (a_fill, a_loop, nested):
+        assert cb.emitter.driven
+        dev.queue_execute(cb)
+    np.testing.assert_array_equal(out.read(np.uint32)[:2], [4, 3])  # filled 3, marked once; the flag is 0 after
