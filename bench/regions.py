@@ -14,6 +14,7 @@ wall µs from the first call to the end of the work (best of REPEATS each).
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -50,6 +51,24 @@ def timed(dev: hal.Device, flag: hal.Buffer, k: int, submit) -> tuple[float, flo
     return host * 1e6, wall * 1e6
 
 
+def host_checks(dev: hal.Device, flag: hal.Buffer, k: int, loop: hal.CommandBuffer) -> int | None:
+    """How often the host checks the loop's flag in a run of k iterations (Vulkan: the waits of the thread that
+    submits regions); None where the host never does (CUDA's loops and the host backend's run where the flag is)."""
+    if dev.driver != "vulkan":
+        return None
+    flag.write(np.array([k], np.uint32))
+    checks = []
+    wait = dev.wait_for_submission
+    dev.wait_for_submission = lambda value: (threading.current_thread().name == "hal-vulkan-regions" and
+                                             checks.append(value)) or wait(value)
+    try:
+        dev.queue_execute(loop)
+        dev.synchronize()
+    finally:
+        del dev.wait_for_submission
+    return len(checks)
+
+
 def run(device: str | None) -> dict:
     with hal.create_device(device) as dev:
         exe = dev.load_executable(SOURCE)
@@ -74,7 +93,7 @@ def run(device: str | None) -> dict:
 
             each_host, each_wall = timed(dev, flag, k, submissions)
             rows.append(dict(iterations=k, loop_host=loop_host, loop_wall=loop_wall, submissions_host=each_host,
-                             submissions_wall=each_wall))
+                             submissions_wall=each_wall, checks=host_checks(dev, flag, k, loop)))
         meta = dict(device=dev.name, driver=dev.driver, date=time.strftime("%Y-%m-%d"))
         branches = if_rows(device) if dev.driver == "vulkan" else []
     return dict(meta=meta, rows=rows, branches=branches)
@@ -127,6 +146,10 @@ def report(result: dict) -> str:
         lines.append(f"| {r['iterations']} | {r['loop_host']:.1f} | {r['submissions_host']:.1f} | "
                      f"{r['submissions_host'] / r['loop_host']:.1f}x | {r['loop_wall']:.1f} | "
                      f"{r['submissions_wall']:.1f} | {r['submissions_wall'] / r['loop_wall']:.2f}x |")
+    checked = [r for r in result["rows"] if r.get("checks") is not None]
+    if checked:
+        lines += ["", "The host's checks of the loop's flag in a run of k iterations (Vulkan): " + ", ".join(
+            f"k = {r['iterations']}: {r['checks']}" for r in checked) + "."]
     last = result["rows"][-1]
     ratio = last["submissions_host"] / last["loop_host"]
     growth = last["loop_host"] / result["rows"][0]["loop_host"]
@@ -134,6 +157,10 @@ def report(result: dict) -> str:
                   f"submissions' (>= {TARGET}: {'met' if ratio >= TARGET else 'MISSED'}); from k = "
                   f"{result['rows'][0]['iterations']} to {last['iterations']} the loop's host time grows "
                   f"{growth:.2f}x (O(1) in k)."]
+    if checked and checked[-1]["iterations"] >= 64:
+        per = checked[-1]["checks"] / checked[-1]["iterations"]
+        lines[-1] += (f" Host round trips per iteration at k = {checked[-1]['iterations']}: {per:.3f} (<= 1/8: "
+                      f"{'met' if per <= 1 / 8 else 'MISSED'}).")
     if result.get("branches"):
         lines += ["", "if_nonzero around one dispatch, wall µs of a submission to the end of its work (best of "
                       f"{REPEATS}): on the device (conditional rendering) against through the host (a submission "

@@ -19,8 +19,9 @@ Khronos headers), so recording costs what the driver charges.
   buffers are encoded once and resubmitted as they are.
 - dispatch_indirect: a guard dispatch and a barrier, then vkCmdDispatchIndirect (backends.vulkan.indirect).
 - Regions: where the device has conditional rendering, an if_nonzero region whose body holds only dispatches is
-  encoded in place, its dispatches gated on the flag (Encoder.conditional): no host round trip. A command buffer
-  with other regions becomes Steps: VkCommandBuffers for the runs of commands between regions, and per region a
+  encoded in place, its dispatches gated on the flag (Encoder.conditional): no host round trip; such a while_nonzero
+  runs in chunks of iterations, each gated, the host checking the flag once a chunk. A command buffer with other
+  regions becomes Steps: VkCommandBuffers for the runs of commands between regions, and per region a
   VkCommandBuffer copying its flag where the host reads it; the device's QueueDriver submits them in turn, reading
   the flag between (backends.vulkan.regions).
 - The resubmission of an unchanged command buffer (hal.resubmission.queue_execute) is `VulkanEmitter.resubmitted`:
@@ -60,6 +61,10 @@ from backends.vulkan.regions import Steps
 from hal.errors import DeviceLostError
 
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
+# A gated loop's chunks: the host checks its flag before the first and after each, and the next chunk is the next
+# size (the last repeats), so a loop of n iterations costs about log2(n) round trips to the host, and at most 64
+# gated-off iterations (a barrier and skipped dispatches each) run after its flag clears.
+CHUNK_ITERATIONS = (2, 4, 8, 16, 32, 64)
 
 
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
@@ -386,15 +391,18 @@ cdef class VulkanEmitter(Emitter):
         self.program = None
         self.device.lifetime.collect()
 
+    cdef bint gated(self, Region region):
+        """Whether conditional rendering can gate `region`'s body: the device has it, and the body holds only
+        dispatches (it gates nothing else) and no region (it does not nest)."""
+        return self.fn.begin_conditional != NULL and not region.body.regions and \
+            all(type(c) is Dispatch for c in region.body.commands)
+
     cdef bint on_device(self, Program program):
-        """Whether every region of `program` runs on the device, in the one VkCommandBuffer: if_nonzero regions
-        whose bodies hold only dispatches, where the device has conditional rendering (which gates dispatches only,
-        and does not nest). Others are Steps, their flags checked by the host (backends.vulkan.regions)."""
-        if self.fn.begin_conditional == NULL:
-            return False
+        """Whether every region of `program` runs in the one VkCommandBuffer: if_nonzero regions it can gate.
+        Otherwise the Program is Steps (backends.vulkan.regions), where gated loops run in chunks of iterations."""
         for i in program.regions:
             region = <Region>program.commands[i]
-            if region.loop or region.body.regions or any(type(c) is not Dispatch for c in region.body.commands):
+            if region.loop or not self.gated(region):
                 return False
         return True
 
@@ -471,20 +479,49 @@ cdef class VulkanEmitter(Emitter):
         return steps
 
     cdef void add_steps(self, object steps, Program program, tuple table, tuple constants) except *:
+        """`program`'s Steps: runs of commands (gated ifs among them), and between them the regions the host checks:
+        a loop it can gate as chunks of iterations, the others as their body's Steps."""
         cdef Py_ssize_t start = 0, i
         cdef Region r
         cdef Buffer flag
         for i in program.regions:
+            r = <Region>program.commands[i]
+            if not r.loop and self.gated(r):
+                continue  # encoded within its run
             if i > start:
                 steps.run(self.encode_range(program, start, i, table, constants))
-            r = <Region>program.commands[i]
             flag = r.condition.buffer if r.condition.buffer is not None else <Buffer>table[r.condition.slot]
             word = self.flag_slots[r]
-            body = steps.region(r.loop, self.encode_readback(flag, r.condition.offset, 4 * word), word)
-            self.add_steps(body, r.body, table, constants)
+            readback = self.encode_readback(flag, r.condition.offset, 4 * word)
+            if self.gated(r):
+                steps.chunks(readback, word, [self.encode_iterations(r, k, table, constants)
+                                              for k in CHUNK_ITERATIONS])
+            else:
+                self.add_steps(steps.region(r.loop, readback, word), r.body, table, constants)
             start = i + 1
         if start < len(program.commands):
             steps.run(self.encode_range(program, start, len(program.commands), table, constants))
+
+    cdef object encode_iterations(self, Region loop, Py_ssize_t k, tuple table, tuple constants):
+        """A Recording of `k` iterations of a gated loop, each gated on its flag: those after the flag clears run
+        nothing."""
+        cdef Recording rec = Recording(self.device)
+        cdef Encoder encoder
+        cdef Py_ssize_t i
+        try:
+            self.begin_recording(rec)
+            encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
+                              self.indirect_guard() if loop.body.indirect else None)
+            for i in range(k):
+                if i:
+                    encoder.barrier()  # the iteration before wrote what this one reads, its flag too
+                encoder.conditional(loop)
+            encoder.finish()
+            rec.end()
+        except BaseException:
+            rec.release()
+            raise
+        return rec
 
     cdef object encode_readback(self, Buffer flag, Py_ssize_t offset, Py_ssize_t target):
         """A Recording copying the 4 bytes at `offset` of `flag` to byte `target` of `flags`, for the host."""

@@ -1,9 +1,10 @@
 """Regions on Vulkan that run through the host, which checks each region's flag between submissions.
 
 Where the device has VK_EXT_conditional_rendering, an if_nonzero whose body holds only dispatches runs on the device
-instead, in the command buffer (backends.vulkan.command_buffer: Encoder.conditional). For the others (loops, nested
-regions, fills, updates and copies inside, which conditional rendering does not gate) a command buffer with regions
-is kept as Steps: the runs of
+instead, in the command buffer (backends.vulkan.command_buffer: Encoder.conditional), and a while_nonzero whose body
+holds only dispatches runs as "chunks": Recordings of growing numbers of its iterations, each gated on the flag, which
+the host checks once a chunk. For the other regions (nested ones, fills, updates and copies inside, which conditional
+rendering does not gate) a command buffer with regions is kept as Steps: the runs of
 commands between regions, each a VkCommandBuffer, and per region a VkCommandBuffer that copies its flag to
 host-visible memory. The device's QueueDriver, a thread, submits the steps in order; before each iteration it
 submits the copy, waits for it and reads the flag. So each check costs one submission and one wait of the GPU for
@@ -45,8 +46,9 @@ class QueueDevice(Protocol):
 
 
 class Steps:
-    """What a command buffer with regions submits: ("run", Recording) and ("region", loop, readback Recording, flag
-    word, Steps of the body), in order. `words`: where the readbacks put the flags."""
+    """What a command buffer with regions submits: ("run", Recording), ("region", loop, readback Recording, flag
+    word, Steps of the body) and ("chunks", readback Recording, flag word, Recordings of iterations), in order.
+    `words`: where the readbacks put the flags."""
 
     __slots__ = ("items", "words", "__weakref__")
 
@@ -62,11 +64,20 @@ class Steps:
         self.items.append(("region", loop, readback, word, body))
         return body
 
+    def chunks(self, readback: Any, word: int, chunks: list[Any]) -> None:
+        """A loop gated on the device: Recordings of growing numbers of its iterations, the flag checked after
+        each (see backends.vulkan.command_buffer's CHUNK_ITERATIONS)."""
+        self.items.append(("chunks", readback, word, chunks))
+
     def release(self) -> None:
         """Retire every VkCommandBuffer of the steps (once the work submitted so far is done)."""
         for item in self.items:
             if item[0] == "run":
                 item[1].release()
+            elif item[0] == "chunks":
+                item[1].release()
+                for chunk in item[3]:
+                    chunk.release()
             else:
                 item[2].release()
                 item[4].release()
@@ -87,6 +98,16 @@ def run_steps(device: QueueDevice, steps: Steps, waits: tuple, signals: tuple) -
         for item in items:
             if item[0] == "run":
                 submit(item[1].handle)
+                continue
+            if item[0] == "chunks":
+                _, readback, word, chunks = item
+                k = 0
+                while True:
+                    device.wait_for_submission(submit(readback.handle))
+                    if not steps.words[word]:
+                        break
+                    submit(chunks[k].handle)
+                    k = min(k + 1, len(chunks) - 1)
                 continue
             _, loop, readback, word, body = item
             while True:

@@ -5,6 +5,8 @@ other region, and every region with HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING set
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,33 @@ def test_other_regions_go_through_the_host(path):
         assert cb.emitter.driven
         dev.queue_execute(cb)
     np.testing.assert_array_equal(out.read(np.uint32)[:2], [4, 3])  # filled 3, marked once; the flag is 0 after
+
+
+@pytest.mark.parametrize("iterations", [0, 1, 2, 5, 64, 130])
+def test_a_loop_of_dispatches_checks_its_flag_once_a_chunk(path, iterations, monkeypatch):
+    """A gated loop runs in chunks of 2, 4, ... 64 iterations, its flag checked by the host before the first and
+    after each: about log2(n) round trips for n iterations, against n + 1 through the host."""
+    name, dev = path
+    exe = dev.load_executable(kernels.SOURCE)
+    count, flag, minus_one = dev.upload(u32([0])), dev.upload(u32([iterations])), dev.upload(u32([0xFFFFFFFF]))
+    one = dev.upload(u32([1]))
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        with cb.while_nonzero(flag):
+            cb.dispatch(exe, "add", (1, 1, 1), (1,), (count, one, count))
+            cb.execution_barrier()
+            cb.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
+    checks = []  # the waits of the thread that submits regions: one for each check of the flag
+    wait = dev.wait_for_submission
+    monkeypatch.setattr(dev, "wait_for_submission", lambda value: (
+        threading.current_thread().name == "hal-vulkan-regions" and checks.append(value)) or wait(value))
+    dev.queue_execute(cb)
+    dev.synchronize()
+    assert count.read(np.uint32)[0] == iterations and flag.read(np.uint32)[0] == 0
+    if name == "on the device":
+        chunks = 0
+        while sum((2, 4, 8, 16, 32, 64)[:chunks]) + 64 * max(0, chunks - 6) < iterations:
+            chunks += 1
+        assert len(checks) == chunks + 1
+    else:
+        assert len(checks) == iterations + 1
