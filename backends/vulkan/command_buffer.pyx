@@ -440,8 +440,9 @@ cdef class VulkanEmitter(Emitter):
         cdef Py_ssize_t i
         try:
             self.begin_recording(rec)
+            indirect = program.indirect or any((<Region>program.commands[i]).body.indirect for i in program.regions)
             encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
-                              self.indirect_guard() if program.indirect else None)
+                              self.indirect_guard() if indirect else None)  # (gated regions' too)
             static = [program.commands[i] for i in program.static_indirect]
             if static_first and static:
                 encoder.guard_static(static)

@@ -107,3 +107,23 @@ def test_a_loop_of_dispatches_checks_its_flag_once_a_chunk(path, iterations, mon
         assert len(checks) == chunks + 1
     else:
         assert len(checks) == iterations + 1
+
+
+def test_gated_regions_guard_their_indirect_dispatches(path):
+    """A dispatch_indirect inside a gated region needs the command buffer's guard, though no command outside uses
+    one (found by the generated programs of tests/differential)."""
+    _, dev = path
+    exe = dev.load_executable(kernels.SOURCE)
+    flag, counts, out = dev.upload(u32([1])), dev.upload(u32([1, 1, 1])), dev.upload(np.zeros(4, np.uint32))
+    branch, loop = dev.create_command_buffer(mode="reusable"), dev.create_command_buffer(mode="reusable")
+    with branch:
+        with branch.if_nonzero(flag):
+            branch.dispatch_indirect(exe, "mark", counts, (5,), (out,), dynamic=True)
+    with loop:
+        with loop.while_nonzero(flag):
+            loop.dispatch_indirect(exe, "mark", counts, (5,), (out,), dynamic=True)
+            loop.execution_barrier()
+            loop.dispatch(exe, "xor_copy", (1, 1, 1), (1, 1), (flag, flag))  # 1 -> 0: one iteration
+    dev.queue_execute(branch)
+    dev.queue_execute(loop)
+    assert out.read(np.uint32)[0] == 10 and flag.read(np.uint32)[0] == 0
