@@ -63,8 +63,10 @@ from hal.errors import DeviceLostError
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
 # A gated loop's chunks: the host checks its flag before the first and after each, and the next chunk is the next
 # size (the last repeats), so a loop of n iterations costs about log2(n) round trips to the host, and at most 64
-# gated-off iterations (a barrier and skipped dispatches each) run after its flag clears.
+# gated-off iterations (a barrier and skipped dispatches each) run after its flag clears. Sizes whose chunk would
+# hold more than CHUNK_DISPATCHES dispatches are left out (but 2), bounding what end() encodes for a long body.
 CHUNK_ITERATIONS = (2, 4, 8, 16, 32, 64)
+CHUNK_DISPATCHES = 4096
 
 
 cdef VkPipelineStageFlags BARRIER_STAGES = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
@@ -144,8 +146,9 @@ cdef class Encoder:
             self.calls.copy_buffer(<VkBuffer><uintptr_t>s.handle, <VkBuffer><uintptr_t>b.handle, &region)
 
     cdef void conditional(self, Region region) except *:
-        """An if_nonzero region whose body holds only dispatches, on the device: its dispatches gated by conditional
-        rendering on the flag, which a barrier first makes visible to the predicate's read."""
+        """A region's body, once (an if_nonzero, or an iteration of a loop), on the device: its dispatches (all it
+        holds: VulkanEmitter.gated) gated by conditional rendering on the flag, which a barrier first makes visible
+        to the predicate's read."""
         cdef BufferRef flag = region.condition
         cdef Program body = region.body
         cdef Py_ssize_t i
@@ -431,10 +434,9 @@ cdef class VulkanEmitter(Emitter):
 
     cdef object encode_range(self, Program program, Py_ssize_t start, Py_ssize_t stop, tuple table,
                              tuple constants, bint static_first=False, bint submitted=True):
-        """A new Recording of `program`'s commands [start, stop) (regions among them only if they run on the device:
-        `on_device`); `static_first`: guard the
-        static dispatch_indirect commands at its start; `submitted`: see Recording (False: command_buffer() hands
-        it out)."""
+        """A new Recording of `program`'s commands [start, stop) (regions among them only if-regions it gates);
+        `static_first`: guard the static dispatch_indirect commands at its start; `submitted`: see Recording (False:
+        command_buffer() hands it out)."""
         cdef Recording rec = Recording(self.device, submitted)
         cdef Encoder encoder
         cdef Py_ssize_t i
@@ -495,8 +497,8 @@ cdef class VulkanEmitter(Emitter):
             word = self.flag_slots[r]
             readback = self.encode_readback(flag, r.condition.offset, 4 * word)
             if self.gated(r):
-                steps.chunks(readback, word, [self.encode_iterations(r, k, table, constants)
-                                              for k in CHUNK_ITERATIONS])
+                sizes = [k for k in CHUNK_ITERATIONS if k == 2 or k * len(r.body.commands) <= CHUNK_DISPATCHES]
+                steps.chunks(readback, word, [self.encode_iterations(r, k, table, constants) for k in sizes])
             else:
                 self.add_steps(steps.region(r.loop, readback, word), r.body, table, constants)
             start = i + 1

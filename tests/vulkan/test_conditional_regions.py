@@ -127,3 +127,26 @@ def test_gated_regions_guard_their_indirect_dispatches(path):
     dev.queue_execute(branch)
     dev.queue_execute(loop)
     assert out.read(np.uint32)[0] == 10 and flag.read(np.uint32)[0] == 0
+
+
+def test_a_long_body_runs_in_smaller_chunks(path, monkeypatch):
+    """Chunk sizes whose iterations would hold more than 4096 dispatches are left out: a body of 300 runs 2, 4, 8,
+    then 8 again, so 30 iterations take 5 chunks (6 checks of the flag)."""
+    name, dev = path
+    exe = dev.load_executable(kernels.SOURCE)
+    words = dev.upload(np.zeros(4 * 299, np.uint32))
+    flag, minus_one = dev.upload(u32([30])), dev.upload(u32([0xFFFFFFFF]))
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        with cb.while_nonzero(flag):
+            for i in range(299):
+                cb.dispatch(exe, "mark", (1, 1, 1), (1,), (hal.ref(words, 16 * i, 16),))
+            cb.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
+    checks = []
+    wait = dev.wait_for_submission
+    monkeypatch.setattr(dev, "wait_for_submission", lambda value: (
+        threading.current_thread().name == "hal-vulkan-regions" and checks.append(value)) or wait(value))
+    dev.queue_execute(cb)
+    dev.synchronize()
+    np.testing.assert_array_equal(words.read(np.uint32)[::4], np.full(299, 30))
+    assert len(checks) == (6 if name == "on the device" else 31)
