@@ -18,8 +18,8 @@ Khronos headers), so recording costs what the driver charges.
   costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
   buffers are encoded once and resubmitted as they are.
 - dispatch_indirect: a guard dispatch and a barrier, then vkCmdDispatchIndirect (backends.vulkan.indirect).
-- Regions: where the device has conditional rendering, an if_nonzero region whose body holds only dispatches is
-  encoded in place, its dispatches gated on the flag (Encoder.conditional): no host round trip; such a while_nonzero
+- Regions: where the device has conditional rendering, an if_nonzero region whose body holds dispatches, fills and
+  word copies (as dispatches: backends.vulkan.gated_transfers) is encoded in place, its dispatches gated on the flag (Encoder.conditional): no host round trip; such a while_nonzero
   runs in chunks of iterations, each gated, the host checking the flag once a chunk. A command buffer with other
   regions becomes Steps: VkCommandBuffers for the runs of commands between regions, and per region a
   VkCommandBuffer copying its flag where the host reads it; the device's QueueDriver submits them in turn, reading
@@ -56,6 +56,7 @@ from backends.vulkan.driver_calls cimport check
 from backends.vulkan.recording cimport Recording
 
 from backends.vulkan.buffer import HostVisibleBuffer
+from backends.vulkan.gated_transfers import GatedTransfers
 from backends.vulkan.indirect import IndirectGuard
 from backends.vulkan.regions import Steps
 from hal.errors import DeviceLostError
@@ -94,13 +95,15 @@ cdef class Encoder:
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Py_ssize_t barriers  # made so far (the calls' Bound counts the other state-setting calls)
+    cdef object transfers  # GatedTransfers: the fills and copies of gated regions, as dispatches
 
-    def __init__(self, Calls calls, tuple table, tuple slot_constants, arena, guard=None):
+    def __init__(self, Calls calls, tuple table, tuple slot_constants, arena, guard=None, transfers=None):
         self.calls = calls
         self.table = table
         self.slot_constants = slot_constants
         self.arena = arena
         self.guard = guard
+        self.transfers = transfers
         self.executable = None
         self.ordinal = -1
         self.kind = None
@@ -146,9 +149,9 @@ cdef class Encoder:
             self.calls.copy_buffer(<VkBuffer><uintptr_t>s.handle, <VkBuffer><uintptr_t>b.handle, &region)
 
     cdef void conditional(self, Region region) except *:
-        """A region's body, once (an if_nonzero, or an iteration of a loop), on the device: its dispatches (all it
-        holds: VulkanEmitter.gated) gated by conditional rendering on the flag, which a barrier first makes visible
-        to the predicate's read."""
+        """A region's body, once (an if_nonzero, or an iteration of a loop), on the device: its dispatches, fills and
+        copies (what VulkanEmitter.gated lets through; fills and copies as hal's dispatches) gated by conditional
+        rendering on the flag, which a barrier first makes visible to the predicate's read."""
         cdef BufferRef flag = region.condition
         cdef Program body = region.body
         cdef Py_ssize_t i
@@ -159,8 +162,39 @@ cdef class Encoder:
         for i in range(len(body.commands)):
             if body.barrier_before(i) and i > 0:
                 self.barrier()
-            self.dispatch(<Dispatch>body.commands[i])
+            c = body.commands[i]
+            if type(c) is Dispatch:
+                self.dispatch(<Dispatch>c)
+            elif type(c) is Fill:
+                self.gated_fill(<Fill>c)
+            else:
+                self.gated_copy(<Copy>c)
         self.calls.end_conditional()
+
+    cdef void gated_fill(self, Fill c) except *:
+        """A fill as hal's fill kernel (backends.vulkan.gated_transfers), which conditional rendering gates."""
+        cdef BufferRef r = c.target
+        cdef Buffer b = self.resolve(r)
+        cdef VkDeviceSize length = self.length(r, b)
+        base, first = self.transfers.split(r.offset)
+        ranges = (BufferRef(b, -1, base, r.offset + length - base),)
+        word = _pattern_word(c.pattern)
+        for start, groups in self.transfers.groups(length // 4):
+            self.dispatch(new_dispatch(c.index, c.segment, self.transfers.executable, self.transfers.fill,
+                                       (groups, 1, 1), (first, length // 4, word, start), ranges))
+
+    cdef void gated_copy(self, Copy c) except *:
+        """A copy of 32-bit words as hal's copy kernel, which conditional rendering gates."""
+        cdef BufferRef s = c.source, t = c.target
+        cdef Buffer sb = self.resolve(s), tb = self.resolve(t)
+        cdef VkDeviceSize length = self.length(s, sb)
+        source_base, source_first = self.transfers.split(s.offset)
+        target_base, target_first = self.transfers.split(t.offset)
+        ranges = (BufferRef(sb, -1, source_base, s.offset + length - source_base),
+                  BufferRef(tb, -1, target_base, t.offset + length - target_base))
+        for start, groups in self.transfers.groups(length // 4):
+            self.dispatch(new_dispatch(c.index, c.segment, self.transfers.executable, self.transfers.copy,
+                                       (groups, 1, 1), (source_first, target_first, length // 4, start), ranges))
 
     cdef inline Buffer resolve(self, BufferRef r):
         return r.buffer if r.buffer is not None else <Buffer>self.table[r.slot]
@@ -301,6 +335,7 @@ cdef class VulkanEmitter(Emitter):
     cdef CallStream stream  # the device's: single_pass's calls are made by its worker thread
     cdef Encoder encoder
     cdef object guard  # the IndirectGuard, once a dispatch_indirect needs it
+    cdef object transfers  # the GatedTransfers, once a gated region holds a fill or a copy
     cdef readonly bint driven  # the Program has regions: submitted as Steps by the device's QueueDriver
     cdef dict flag_slots  # region -> its word in `flags`
     cdef readonly object flags  # HostVisibleBuffer where the regions' flags are copied for the host
@@ -395,10 +430,29 @@ cdef class VulkanEmitter(Emitter):
         self.device.lifetime.collect()
 
     cdef bint gated(self, Region region):
-        """Whether conditional rendering can gate `region`'s body: the device has it, and the body holds only
-        dispatches (it gates nothing else) and no region (it does not nest)."""
-        return self.fn.begin_conditional != NULL and not region.body.regions and \
-            all(type(c) is Dispatch for c in region.body.commands)
+        """Whether conditional rendering can gate `region`'s body: the device has it, and the body holds no region
+        (it does not nest) and only dispatches, fills and copies of whole 32-bit words (it gates dispatches only:
+        the fills and copies run as hal's dispatches, backends.vulkan.gated_transfers)."""
+        cdef BufferRef s, t
+        if self.fn.begin_conditional == NULL or region.body.regions:
+            return False
+        for c in region.body.commands:
+            if type(c) is Copy:
+                s, t = (<Copy>c).source, (<Copy>c).target
+                if s.offset % 4 or t.offset % 4 or s.nbytes % 4:
+                    return False
+            elif type(c) is not Dispatch and type(c) is not Fill:
+                return False
+        return True
+
+    cdef object gated_transfers(self, list regions):
+        """The GatedTransfers if a gated region among `regions` holds a fill or a copy, else None."""
+        if self.transfers is None and any(type(c) is not Dispatch for r in regions for c in (<Region>r).body.commands
+                                           if self.gated(<Region>r)):
+            caps = self.device.capabilities
+            self.transfers = GatedTransfers(self.device, caps.storage_buffer_offset_alignment,
+                                            caps.max_workgroup_count[0])
+        return self.transfers
 
     cdef bint on_device(self, Program program):
         """Whether every region of `program` runs in the one VkCommandBuffer: if_nonzero regions it can gate.
@@ -444,7 +498,8 @@ cdef class VulkanEmitter(Emitter):
             self.begin_recording(rec)
             indirect = program.indirect or any((<Region>program.commands[i]).body.indirect for i in program.regions)
             encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
-                              self.indirect_guard() if indirect else None)  # (gated regions' too)
+                              self.indirect_guard() if indirect else None,  # (gated regions' too)
+                              self.gated_transfers([program.commands[i] for i in program.regions]))
             static = [program.commands[i] for i in program.static_indirect]
             if static_first and static:
                 encoder.guard_static(static)
@@ -514,7 +569,7 @@ cdef class VulkanEmitter(Emitter):
         try:
             self.begin_recording(rec)
             encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
-                              self.indirect_guard() if loop.body.indirect else None)
+                              self.indirect_guard() if loop.body.indirect else None, self.gated_transfers([loop]))
             for i in range(k):
                 if i:
                     encoder.barrier()  # the iteration before wrote what this one reads, its flag too

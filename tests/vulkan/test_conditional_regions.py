@@ -54,29 +54,54 @@ def test_an_if_of_dispatches_runs_on_the_device_when_it_can(path, strategy):
     assert count.read(np.uint32)[0] == 2 and after.read(np.uint32)[0] == 300
 
 
+def test_fills_and_word_copies_are_gated_as_dispatches(path):
+    """Conditional rendering gates dispatches only: a fill or a copy of whole 32-bit words inside a gated region runs
+    as hal's own dispatch, gated with the rest; ranges at any 4-byte offset, across several workgroups."""
+    name, dev = path
+    exe = dev.load_executable(kernels.SOURCE)
+    source = dev.upload(np.arange(300, dtype=np.uint32))
+    target, flag = dev.upload(np.zeros(300, np.uint32)), dev.upload(u32([1]))
+    cb = dev.create_command_buffer(mode="reusable")
+    with cb:
+        with cb.if_nonzero(flag):
+            cb.fill_buffer(hal.ref(target, 4, 400), np.uint32(7))  # words 1..100
+            cb.copy_buffer(hal.ref(source, 404, 720), hal.ref(target, 412, 720))  # words 101..280 -> 103..282
+            cb.execution_barrier()
+            cb.dispatch(exe, "mark", (1, 1, 1), (1000,), (hal.ref(target, 0, 16),))
+    assert cb.emitter.driven == (name == "through the host")
+    dev.queue_execute(cb)
+    want = np.zeros(300, np.uint32)
+    want[1:101] = 7
+    want[103:283] = np.arange(101, 281)
+    want[0] += 1000
+    np.testing.assert_array_equal(target.read(np.uint32), want)
+    flag.write(u32([0]))
+    target.write(np.zeros(300, np.uint32))
+    dev.queue_execute(cb)
+    np.testing.assert_array_equal(target.read(np.uint32), np.zeros(300, np.uint32))
+
+
 def test_other_regions_go_through_the_host(path):
     _, dev = path
     exe = dev.load_executable(kernels.SOURCE)
     out, flag = dev.upload(np.zeros(4, np.uint32)), dev.upload(u32([1]))
-    a_fill = dev.create_command_buffer()  # conditional rendering does not gate fills, copies or updates
-    with a_fill:
-        with a_fill.if_nonzero(flag):
-            a_fill.fill_buffer(out, np.uint32(3))
-    a_loop = dev.create_command_buffer()
-    with a_loop:
-        with a_loop.while_nonzero(flag):
-            a_loop.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
-            a_loop.execution_barrier()
-            a_loop.dispatch(exe, "xor_copy", (1, 1, 1), (1, 1), (flag, flag))  # 1 -> 0
+    an_update = dev.create_command_buffer()  # its data would need a buffer of its own
+    with an_update:
+        with an_update.if_nonzero(flag):
+            an_update.update_buffer(out, u32([3, 3, 3, 3]))
+    a_byte_copy = dev.create_command_buffer()  # not whole words
+    with a_byte_copy:
+        with a_byte_copy.if_nonzero(flag):
+            a_byte_copy.copy_buffer(hal.ref(out, 1, 2), hal.ref(out, 8, 2))
     nested = dev.create_command_buffer()  # conditional rendering does not nest
     with nested:
         with nested.if_nonzero(flag):
             with nested.if_nonzero(flag):
                 nested.dispatch(exe, "mark", (1, 1, 1), (10,), (out,))
-    for cb in (a_fill, a_loop, nested):
+    for cb in (an_update, a_byte_copy, nested):
         assert cb.emitter.driven
         dev.queue_execute(cb)
-    np.testing.assert_array_equal(out.read(np.uint32)[:2], [4, 3])  # filled 3, marked once; the flag is 0 after
+    np.testing.assert_array_equal(out.read(np.uint32), [13, 3, 0, 3])  # (bytes 8, 9: the zeros of word 0)
 
 
 @pytest.mark.parametrize("iterations", [0, 1, 2, 5, 64, 130])
@@ -150,3 +175,22 @@ def test_a_long_body_runs_in_smaller_chunks(path, monkeypatch):
     dev.synchronize()
     np.testing.assert_array_equal(words.read(np.uint32)[::4], np.full(299, 30))
     assert len(checks) == (6 if name == "on the device" else 31)
+
+
+def test_a_gated_fill_beyond_the_workgroup_limit_takes_several_dispatches():
+    dev = open_device("vulkan", capabilities={"max_workgroup_count": (2, 65535, 65535)})  # 128 words a dispatch
+    try:
+        if not dev.features.conditional_rendering:
+            pytest.skip(f"{dev.name} has no VK_EXT_conditional_rendering")
+        target, flag = dev.upload(np.zeros(1000, np.uint32)), dev.upload(u32([1]))
+        cb = dev.create_command_buffer()
+        with cb:
+            with cb.if_nonzero(flag):
+                cb.fill_buffer(hal.ref(target, 8, 3000), np.uint32(5))  # 750 words: 6 dispatches
+        assert not cb.emitter.driven
+        dev.queue_execute(cb)
+        want = np.zeros(1000, np.uint32)
+        want[2:752] = 5
+        np.testing.assert_array_equal(target.read(np.uint32), want)
+    finally:
+        dev.close()
