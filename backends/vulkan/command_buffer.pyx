@@ -55,10 +55,11 @@ from backends.vulkan.calls cimport Calls, DeviceCommands
 from backends.vulkan.driver_calls cimport check
 from backends.vulkan.recording cimport Recording
 
-from backends.vulkan.buffer import HostVisibleBuffer
+from backends.vulkan.buffer import HostVisibleBuffer, VulkanBuffer
 from backends.vulkan.gated_transfers import GatedTransfers
 from backends.vulkan.indirect import IndirectGuard
 from backends.vulkan.regions import Steps
+from hal.buffer import BufferUsage
 from hal.errors import DeviceLostError
 
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
@@ -96,14 +97,17 @@ cdef class Encoder:
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Py_ssize_t barriers  # made so far (the calls' Bound counts the other state-setting calls)
     cdef object transfers  # GatedTransfers: the fills and copies of gated regions, as dispatches
+    cdef object predicate  # a word of hal's own where a gated region's flag is latched
 
-    def __init__(self, Calls calls, tuple table, tuple slot_constants, arena, guard=None, transfers=None):
+    def __init__(self, Calls calls, tuple table, tuple slot_constants, arena, guard=None, transfers=None,
+                 predicate=None):
         self.calls = calls
         self.table = table
         self.slot_constants = slot_constants
         self.arena = arena
         self.guard = guard
         self.transfers = transfers
+        self.predicate = predicate
         self.executable = None
         self.ordinal = -1
         self.kind = None
@@ -151,14 +155,23 @@ cdef class Encoder:
     cdef void conditional(self, Region region) except *:
         """A region's body, once (an if_nonzero, or an iteration of a loop), on the device: its dispatches, fills and
         copies (what VulkanEmitter.gated lets through; fills and copies as hal's dispatches) gated by conditional
-        rendering on the flag, which a barrier first makes visible to the predicate's read."""
+        rendering. The flag is latched first, copied to a word of hal's own that is the predicate: the body may
+        write its flag, and a predicate that changes while conditional rendering is active may discard commands
+        (some drivers read it before each). The barrier before the copy also waits for the last region's predicate
+        read (the word's last reader)."""
         cdef BufferRef flag = region.condition
         cdef Program body = region.body
         cdef Py_ssize_t i
-        self.calls.pipeline_barrier(BARRIER_STAGES, VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT,
+        cdef VkBufferCopy latch
+        cdef VkBuffer predicate = <VkBuffer><uintptr_t>(<Buffer>self.predicate).handle
+        latch.srcOffset, latch.dstOffset, latch.size = flag.offset, 0, 4
+        self.calls.pipeline_barrier(BARRIER_STAGES | VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT,
+                                    VK_PIPELINE_STAGE_TRANSFER_BIT, &self.calls.fn.latch_barrier)
+        self.calls.copy_buffer(<VkBuffer><uintptr_t>self.resolve(flag).handle, predicate, &latch)
+        self.calls.pipeline_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT,
                                     &self.calls.fn.condition_barrier)
-        self.barriers += 1
-        self.calls.begin_conditional(<VkBuffer><uintptr_t>self.resolve(flag).handle, flag.offset)
+        self.barriers += 2
+        self.calls.begin_conditional(predicate, 0)
         for i in range(len(body.commands)):
             if body.barrier_before(i) and i > 0:
                 self.barrier()
@@ -336,6 +349,7 @@ cdef class VulkanEmitter(Emitter):
     cdef Encoder encoder
     cdef object guard  # the IndirectGuard, once a dispatch_indirect needs it
     cdef object transfers  # the GatedTransfers, once a gated region holds a fill or a copy
+    cdef object predicate  # the word gated regions latch their flags in (Encoder.conditional), once one needs it
     cdef readonly bint driven  # the Program has regions: submitted as Steps by the device's QueueDriver
     cdef dict flag_slots  # region -> its word in `flags`
     cdef readonly object flags  # HostVisibleBuffer where the regions' flags are copied for the host
@@ -423,7 +437,10 @@ cdef class VulkanEmitter(Emitter):
             self.guard.release()
         if self.flags is not None:
             self.flags.release()
+        if self.predicate is not None:
+            self.predicate.release()
         self.recorded = self.submitted = self.open = self.encoder = self.token = self.guard = self.flags = None
+        self.predicate = None
         self.driven = False
         self.by_table = {}
         self.program = None
@@ -444,6 +461,11 @@ cdef class VulkanEmitter(Emitter):
             elif type(c) is not Dispatch and type(c) is not Fill:
                 return False
         return True
+
+    cdef object predicate_word(self):
+        if self.predicate is None:
+            self.predicate = VulkanBuffer(self.device, 4, BufferUsage.DISPATCH_STORAGE)  # (conditional rendering too)
+        return self.predicate
 
     cdef object gated_transfers(self, list regions):
         """The GatedTransfers if a gated region among `regions` holds a fill or a copy, else None."""
@@ -497,9 +519,10 @@ cdef class VulkanEmitter(Emitter):
         try:
             self.begin_recording(rec)
             indirect = program.indirect or any((<Region>program.commands[i]).body.indirect for i in program.regions)
+            regions = [program.commands[i] for i in program.regions]
             encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
                               self.indirect_guard() if indirect else None,  # (gated regions' too)
-                              self.gated_transfers([program.commands[i] for i in program.regions]))
+                              self.gated_transfers(regions), self.predicate_word() if regions else None)
             static = [program.commands[i] for i in program.static_indirect]
             if static_first and static:
                 encoder.guard_static(static)
@@ -569,7 +592,8 @@ cdef class VulkanEmitter(Emitter):
         try:
             self.begin_recording(rec)
             encoder = Encoder(Calls(self.fn, rec.pool), table, constants, rec.arena,
-                              self.indirect_guard() if loop.body.indirect else None, self.gated_transfers([loop]))
+                              self.indirect_guard() if loop.body.indirect else None, self.gated_transfers([loop]),
+                              self.predicate_word())
             for i in range(k):
                 if i:
                     encoder.barrier()  # the iteration before wrote what this one reads, its flag too

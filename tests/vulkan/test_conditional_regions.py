@@ -194,3 +194,27 @@ def test_a_gated_fill_beyond_the_workgroup_limit_takes_several_dispatches():
         np.testing.assert_array_equal(target.read(np.uint32), want)
     finally:
         dev.close()
+
+
+def test_a_body_that_clears_its_flag_still_runs_to_its_end(path):
+    """if_nonzero reads its flag once, when the region is reached, and a loop once an iteration: a body that clears
+    the flag before its last dispatch still runs that dispatch (the flag is latched into a predicate of hal's own,
+    which nothing else writes while conditional rendering reads it)."""
+    _, dev = path
+    exe = dev.load_executable(kernels.SOURCE)
+    out, flag, minus_one = dev.upload(np.zeros(4, np.uint32)), dev.upload(u32([1])), dev.upload(u32([0xFFFFFFFF]))
+    branch, loop = dev.create_command_buffer(mode="reusable"), dev.create_command_buffer(mode="reusable")
+    with branch:
+        with branch.if_nonzero(flag):
+            branch.dispatch(exe, "xor_copy", (1, 1, 1), (1, 1), (flag, flag))  # 1 -> 0
+            branch.execution_barrier()
+            branch.dispatch(exe, "mark", (1, 1, 1), (1,), (out,))
+    with loop:
+        with loop.while_nonzero(flag):
+            loop.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
+            loop.execution_barrier()
+            loop.dispatch(exe, "mark", (1, 1, 1), (10,), (out,))
+    dev.queue_execute(branch)
+    flag.write(u32([3]))
+    dev.queue_execute(loop)
+    assert out.read(np.uint32)[0] == 31 and flag.read(np.uint32)[0] == 0
