@@ -87,7 +87,7 @@ if vulkan is None:
          "(or set VULKAN_SDK) and reinstall to build it")
 else:
     extensions += [extension(f"backends.vulkan.{name}", vulkan, ["vulkan"], vulkan_lib)
-                   for name in ("driver_calls", "calls", "call_stream", "recording", "command_buffer")]
+                   for name in ("driver_calls", "calls", "call_stream", "recording", "submitter", "command_buffer")]
     references.append(extension("bench.native.vulkan_reference", vulkan, ["vulkan"], vulkan_lib))
 cuda = cuda_headers()
 if cuda is None:

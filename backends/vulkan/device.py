@@ -25,13 +25,14 @@ from backends.vulkan.api import TIMEOUT, api_version, check, device_function, ff
 from backends.vulkan.buffer import HostVisibleBuffer, VulkanBuffer, create_buffer, destroy_buffer
 from backends.vulkan.call_stream import CallStream
 from backends.vulkan.calls import DeviceCommands
-from backends.vulkan.command_buffer import Submitter, VulkanEmitter
+from backends.vulkan.command_buffer import VulkanEmitter
 from backends.vulkan.executable import VulkanExecutable
 from backends.vulkan.instance import PhysicalDevice, instance
 from backends.vulkan.memory import HOST_CACHED, HOST_VISIBLE, MemoryPool
 from backends.vulkan.recording import CommandPools, Recording
 from backends.vulkan.regions import QueueDriver, run_steps
 from backends.vulkan.semaphore import VulkanSemaphore, create_timeline, destroy_timeline
+from backends.vulkan.submitter import Submitter
 from backends.vulkan.timestamps import TimestampClock
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
