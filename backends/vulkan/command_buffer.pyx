@@ -18,8 +18,8 @@ Khronos headers), so recording costs what the driver charges.
   costs no re-recording (single_pass with slots therefore encodes at submit, like deferred). Reusable command
   buffers are encoded once and resubmitted as they are.
 - dispatch_indirect: a guard dispatch and a barrier, then vkCmdDispatchIndirect (backends.vulkan.indirect).
-- Regions: where the device has conditional rendering, an if_nonzero region whose body holds dispatches, fills and
-  word copies (as dispatches: backends.vulkan.gated_transfers) is encoded in place, its dispatches gated on the flag (Encoder.conditional): no host round trip; such a while_nonzero
+- Regions: where the device has conditional rendering, an if_nonzero region whose body holds dispatches, fills,
+  updates and word copies (as dispatches: backends.vulkan.gated_transfers) is encoded in place, its dispatches gated on the flag (Encoder.conditional): no host round trip; such a while_nonzero
   runs in chunks of iterations, each gated, the host checking the flag once a chunk. A command buffer with other
   regions becomes Steps: VkCommandBuffers for the runs of commands between regions, and per region a
   VkCommandBuffer copying its flag where the host reads it; the device's QueueDriver submits them in turn, reading
@@ -176,6 +176,8 @@ cdef class Encoder:
                 self.dispatch(<Dispatch>c)
             elif type(c) is Fill:
                 self.gated_fill(<Fill>c)
+            elif type(c) is Update:
+                self.gated_update(<Update>c)
             else:
                 self.gated_copy(<Copy>c)
         self.calls.end_conditional()
@@ -194,13 +196,20 @@ cdef class Encoder:
 
     cdef void gated_copy(self, Copy c) except *:
         """A copy of 32-bit words as hal's copy kernel, which conditional rendering gates."""
-        cdef BufferRef s = c.source, t = c.target
-        cdef Buffer sb = self.resolve(s), tb = self.resolve(t)
-        cdef VkDeviceSize length = self.length(s, sb)
-        source_base, source_first = self.transfers.split(s.offset)
-        target_base, target_first = self.transfers.split(t.offset)
-        ranges = (BufferRef(sb, -1, source_base, s.offset + length - source_base),
-                  BufferRef(tb, -1, target_base, t.offset + length - target_base))
+        cdef Buffer sb = self.resolve(c.source)
+        self.gated_words(c, sb, c.source.offset, self.resolve(c.target), c.target.offset,
+                         self.length(c.source, sb))
+
+    cdef void gated_update(self, Update c) except *:
+        """An update as hal's copy kernel, from a buffer holding its data."""
+        self.gated_words(c, self.transfers.data_of(c), 0, self.resolve(c.target), c.target.offset, len(c.data))
+
+    cdef void gated_words(self, Command c, Buffer source, VkDeviceSize source_offset, Buffer target,
+                          VkDeviceSize target_offset, VkDeviceSize length) except *:
+        source_base, source_first = self.transfers.split(source_offset)
+        target_base, target_first = self.transfers.split(target_offset)
+        ranges = (BufferRef(source, -1, source_base, source_offset + length - source_base),
+                  BufferRef(target, -1, target_base, target_offset + length - target_base))
         for start, groups in self.transfers.groups(length // 4):
             self.dispatch(new_dispatch(c.index, c.segment, self.transfers.executable, self.transfers.copy,
                                        (groups, 1, 1), (source_first, target_first, length // 4, start), ranges))
@@ -435,6 +444,8 @@ cdef class VulkanEmitter(Emitter):
             self.flags.release()
         if self.predicate is not None:
             self.predicate.release()
+        if self.transfers is not None:
+            self.transfers.release()
         self.recorded = self.submitted = self.open = self.encoder = self.token = self.guard = self.flags = None
         self.predicate = None
         self.driven = False
@@ -444,8 +455,8 @@ cdef class VulkanEmitter(Emitter):
 
     cdef bint gated(self, Region region):
         """Whether conditional rendering can gate `region`'s body: the device has it, and the body holds no region
-        (it does not nest) and only dispatches, fills and copies of whole 32-bit words (it gates dispatches only:
-        the fills and copies run as hal's dispatches, backends.vulkan.gated_transfers)."""
+        (it does not nest) and only dispatches, fills, updates and copies of whole 32-bit words (it gates dispatches
+        only: the others run as hal's dispatches, backends.vulkan.gated_transfers)."""
         cdef BufferRef s, t
         if self.fn.begin_conditional == NULL or region.body.regions:
             return False
@@ -454,7 +465,7 @@ cdef class VulkanEmitter(Emitter):
                 s, t = (<Copy>c).source, (<Copy>c).target
                 if s.offset % 4 or t.offset % 4 or s.nbytes % 4:
                     return False
-            elif type(c) is not Dispatch and type(c) is not Fill:
+            elif type(c) is not Dispatch and type(c) is not Fill and type(c) is not Update:
                 return False
         return True
 
@@ -464,7 +475,7 @@ cdef class VulkanEmitter(Emitter):
         return self.predicate
 
     cdef object gated_transfers(self, list regions):
-        """The GatedTransfers if a gated region among `regions` holds a fill or a copy, else None."""
+        """The GatedTransfers if a gated region among `regions` holds a fill, an update or a copy, else None."""
         if self.transfers is None and any(type(c) is not Dispatch for r in regions for c in (<Region>r).body.commands
                                            if self.gated(<Region>r)):
             caps = self.device.capabilities

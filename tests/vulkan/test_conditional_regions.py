@@ -54,9 +54,10 @@ def test_an_if_of_dispatches_runs_on_the_device_when_it_can(path, strategy):
     assert count.read(np.uint32)[0] == 2 and after.read(np.uint32)[0] == 300
 
 
-def test_fills_and_word_copies_are_gated_as_dispatches(path):
-    """Conditional rendering gates dispatches only: a fill or a copy of whole 32-bit words inside a gated region runs
-    as hal's own dispatch, gated with the rest; ranges at any 4-byte offset, across several workgroups."""
+def test_fills_updates_and_word_copies_are_gated_as_dispatches(path):
+    """Conditional rendering gates dispatches only: a fill, an update or a copy of whole 32-bit words inside a gated
+    region runs as hal's own dispatch, gated with the rest; ranges at any 4-byte offset, across several
+    workgroups."""
     name, dev = path
     exe = dev.load_executable(kernels.SOURCE)
     source = dev.upload(np.arange(300, dtype=np.uint32))
@@ -66,6 +67,7 @@ def test_fills_and_word_copies_are_gated_as_dispatches(path):
         with cb.if_nonzero(flag):
             cb.fill_buffer(hal.ref(target, 4, 400), np.uint32(7))  # words 1..100
             cb.copy_buffer(hal.ref(source, 404, 720), hal.ref(target, 412, 720))  # words 101..280 -> 103..282
+            cb.update_buffer(hal.ref(target, 1140, 12), u32([11, 12, 13]))  # words 285..287
             cb.execution_barrier()
             cb.dispatch(exe, "mark", (1, 1, 1), (1000,), (hal.ref(target, 0, 16),))
     assert cb.emitter.driven == (name == "through the host")
@@ -73,6 +75,7 @@ def test_fills_and_word_copies_are_gated_as_dispatches(path):
     want = np.zeros(300, np.uint32)
     want[1:101] = 7
     want[103:283] = np.arange(101, 281)
+    want[285:288] = [11, 12, 13]
     want[0] += 1000
     np.testing.assert_array_equal(target.read(np.uint32), want)
     flag.write(u32([0]))
@@ -85,10 +88,7 @@ def test_other_regions_go_through_the_host(path):
     _, dev = path
     exe = dev.load_executable(kernels.SOURCE)
     out, flag = dev.upload(np.zeros(4, np.uint32)), dev.upload(u32([1]))
-    an_update = dev.create_command_buffer()  # its data would need a buffer of its own
-    with an_update:
-        with an_update.if_nonzero(flag):
-            an_update.update_buffer(out, u32([3, 3, 3, 3]))
+    out.write(u32([3, 3, 3, 3]))
     a_byte_copy = dev.create_command_buffer()  # not whole words
     with a_byte_copy:
         with a_byte_copy.if_nonzero(flag):
@@ -98,7 +98,7 @@ def test_other_regions_go_through_the_host(path):
         with nested.if_nonzero(flag):
             with nested.if_nonzero(flag):
                 nested.dispatch(exe, "mark", (1, 1, 1), (10,), (out,))
-    for cb in (an_update, a_byte_copy, nested):
+    for cb in (a_byte_copy, nested):
         assert cb.emitter.driven
         dev.queue_execute(cb)
     np.testing.assert_array_equal(out.read(np.uint32), [13, 3, 0, 3])  # (bytes 8, 9: the zeros of word 0)
@@ -218,3 +218,16 @@ def test_a_body_that_clears_its_flag_still_runs_to_its_end(path):
     flag.write(u32([3]))
     dev.queue_execute(loop)
     assert out.read(np.uint32)[0] == 31 and flag.read(np.uint32)[0] == 0
+
+
+def test_a_gated_update_writes_its_data_again_after_a_reset(path):
+    _, dev = path
+    target, flag = dev.upload(np.zeros(4, np.uint32)), dev.upload(u32([1]))
+    cb = dev.create_command_buffer(mode="reusable")
+    for word in (5, 6):
+        cb.reset()
+        with cb:
+            with cb.if_nonzero(flag):
+                cb.update_buffer(target, u32([word] * 4))
+        dev.queue_execute(cb)
+        np.testing.assert_array_equal(target.read(np.uint32), [word] * 4)
