@@ -1,14 +1,14 @@
 """Regions on Vulkan that run through the host, which checks each region's flag between submissions.
 
 Where the device has VK_EXT_conditional_rendering, an if_nonzero whose body holds dispatches, fills, updates and
-copies of whole words runs on the device instead, in the command buffer (backends.vulkan.command_buffer: Encoder.conditional),
-and such a while_nonzero runs as "chunks": Recordings of growing numbers of its iterations, each gated on the flag,
-which the host checks once a chunk. For the other regions (nested ones, and those holding a copy of other than
-whole words) a command buffer with regions is kept as Steps: the runs of
-commands between regions, each a VkCommandBuffer, and per region a VkCommandBuffer that copies its flag to
-host-visible memory. The device's QueueDriver, a thread, submits the steps in order; before each iteration it
-submits the copy, waits for it and reads the flag. So each check costs one submission and one wait of the GPU for
-the host (tens of µs on a GPU; bench.regions measures it), and a k-iteration loop is about 2k submissions.
+copies of whole words runs on the device instead, in the command buffer (backends.vulkan.command_buffer:
+Encoder.conditional), and such a while_nonzero runs as "chunks": Recordings of growing numbers of its iterations,
+each gated on the flag, which the host checks once a chunk. For the other regions (nested ones, and those holding a
+copy of other than whole words) a command buffer with regions is kept as Steps: the runs of commands between
+regions, each a VkCommandBuffer, and per region a VkCommandBuffer that copies its flag to host-visible memory. The
+device's QueueDriver, a thread, submits the steps in order; before each iteration it submits the copy, waits for it
+and reads the flag. So each check costs one submission and one wait of the GPU for the host (tens of µs on a GPU;
+bench.regions measures it), and a k-iteration loop is about 2k submissions.
 
 queue_execute never blocks: a submission of a command buffer with regions becomes a job of the QueueDriver, and
 while any job is queued every later submission of the device goes through it too, so the queue keeps submission
