@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -103,17 +104,9 @@ def if_rows(device: str | None) -> list[dict]:
     """Wall µs of one submission of an if_nonzero around a dispatch, with the flag 1 and 0: on the device (where
     it can) and through the host, on two devices of one GPU made side by side."""
     timings = {}
-    for path, disabled in (("device", None), ("host", "1")):
-        before = os.environ.get("HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING")
-        if disabled:
-            os.environ["HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING"] = disabled
-        try:
+    for path, switches in (("device", {}), ("host", {"HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING": "1"})):
+        with mock.patch.dict(os.environ, switches):  # read when the device is made
             dev = hal.create_device(device)
-        finally:
-            if disabled:
-                os.environ.pop("HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING")
-                if before is not None:
-                    os.environ["HAL_VULKAN_DISABLE_CONDITIONAL_RENDERING"] = before
         with dev:
             exe = dev.load_executable(SOURCE)
             out, flag = dev.upload(np.zeros(16, np.uint32)), dev.upload(np.zeros(1, np.uint32))

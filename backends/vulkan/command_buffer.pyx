@@ -422,8 +422,6 @@ cdef class VulkanEmitter(Emitter):
             if not program.slot_users and not program.constant_users:
                 self.recorded = self.steps((), ())
             return
-        if self.open is not None and program.regions:  # a region came: encoded anew below, at once
-            self.drop_open()
         if self.open is not None:
             self.encoder.finish()
             self.stream.drain()  # the worker made every call: the VkCommandBuffer is this thread's again
@@ -574,14 +572,15 @@ cdef class VulkanEmitter(Emitter):
         cdef Buffer flag
         for i in program.regions:
             r = <Region>program.commands[i]
-            if not r.loop and self.gated(r):
+            gated = self.gated(r)
+            if gated and not r.loop:
                 continue  # encoded within its run
             if i > start:
                 steps.run(self.encode_range(program, start, i, table, constants))
             flag = r.condition.buffer if r.condition.buffer is not None else <Buffer>table[r.condition.slot]
             word = self.flag_slots[r]
             readback = self.encode_readback(flag, r.condition.offset, 4 * word)
-            if self.gated(r):
+            if gated:
                 sizes = [k for k in CHUNK_ITERATIONS if k == 2 or k * len(r.body.commands) <= CHUNK_DISPATCHES]
                 steps.chunks(readback, word, [self.encode_iterations(r, k, table, constants) for k in sizes])
             else:

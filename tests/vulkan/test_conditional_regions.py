@@ -32,6 +32,16 @@ def path(request, monkeypatch):
     dev.close()
 
 
+def flag_checks(dev, monkeypatch) -> list[int]:
+    """A list that gets one entry for each check of a region's flag by the host: each wait of the thread that
+    submits regions."""
+    checks: list[int] = []
+    wait = dev.wait_for_submission
+    monkeypatch.setattr(dev, "wait_for_submission", lambda value: (
+        threading.current_thread().name == "hal-vulkan-regions" and checks.append(value)) or wait(value))
+    return checks
+
+
 @pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
 def test_an_if_of_dispatches_runs_on_the_device_when_it_can(path, strategy):
     name, dev = path
@@ -118,10 +128,7 @@ def test_a_loop_of_dispatches_checks_its_flag_once_a_chunk(path, iterations, mon
             cb.dispatch(exe, "add", (1, 1, 1), (1,), (count, one, count))
             cb.execution_barrier()
             cb.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
-    checks = []  # the waits of the thread that submits regions: one for each check of the flag
-    wait = dev.wait_for_submission
-    monkeypatch.setattr(dev, "wait_for_submission", lambda value: (
-        threading.current_thread().name == "hal-vulkan-regions" and checks.append(value)) or wait(value))
+    checks = flag_checks(dev, monkeypatch)
     dev.queue_execute(cb)
     dev.synchronize()
     assert count.read(np.uint32)[0] == iterations and flag.read(np.uint32)[0] == 0
@@ -167,10 +174,7 @@ def test_a_long_body_runs_in_smaller_chunks(path, monkeypatch):
             for i in range(299):
                 cb.dispatch(exe, "mark", (1, 1, 1), (1,), (hal.ref(words, 16 * i, 16),))
             cb.dispatch(exe, "add", (1, 1, 1), (1,), (flag, minus_one, flag))
-    checks = []
-    wait = dev.wait_for_submission
-    monkeypatch.setattr(dev, "wait_for_submission", lambda value: (
-        threading.current_thread().name == "hal-vulkan-regions" and checks.append(value)) or wait(value))
+    checks = flag_checks(dev, monkeypatch)
     dev.queue_execute(cb)
     dev.synchronize()
     np.testing.assert_array_equal(words.read(np.uint32)[::4], np.full(299, 30))
