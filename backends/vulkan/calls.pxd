@@ -35,8 +35,8 @@ cdef class DeviceCommands:
     cdef VkMemoryBarrier indirect_barrier  # a guard's counts, written by a shader, then read as indirect counts
     cdef VkMemoryBarrier host_barrier  # a region's flag, copied, then read by the host
     cdef VkMemoryBarrier fault_barrier  # the guards' fault record, written by shaders, then read by the host
-    cdef VkMemoryBarrier latch_barrier  # a region's flag, written by shaders or transfers, then copied
-    cdef VkMemoryBarrier condition_barrier  # that copy (the latched predicate), then read as the predicate
+    cdef VkMemoryBarrier latch_barrier  # a region's flag, written by shaders or transfers, then copied by a shader
+    cdef VkMemoryBarrier condition_barrier  # that shader's copy (the latched predicate), then read as the predicate
 
 
 cdef class Calls:

@@ -51,8 +51,8 @@ cdef class DeviceCommands:
         _global_barrier(&self.host_barrier, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT)
         _global_barrier(&self.fault_barrier, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT)
         _global_barrier(&self.latch_barrier, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                        VK_ACCESS_TRANSFER_READ_BIT)
-        _global_barrier(&self.condition_barrier, VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT)
+        _global_barrier(&self.condition_barrier, VK_ACCESS_SHADER_WRITE_BIT,
                         VK_ACCESS_CONDITIONAL_RENDERING_READ_BIT_EXT)
 
 

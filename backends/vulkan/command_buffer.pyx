@@ -92,7 +92,7 @@ cdef class Encoder:
     cdef bint guarded  # a dispatch_indirect's guard was recorded (see finish)
     cdef set guarded_first  # the static dispatch_indirect commands whose guards ran first (guard_static)
     cdef Py_ssize_t barriers  # made so far (the calls' Bound counts the other state-setting calls)
-    cdef object transfers  # GatedTransfers: the fills and copies of gated regions, as dispatches
+    cdef object transfers  # GatedTransfers: gated regions' latches, fills and copies, as dispatches
     cdef object predicate  # a word of hal's own where a gated region's flag is latched
 
     def __init__(self, Calls calls, tuple table, tuple slot_constants, arena, guard=None, transfers=None,
@@ -153,19 +153,18 @@ cdef class Encoder:
         copies (what VulkanEmitter.gated lets through; fills and copies as hal's dispatches) gated by conditional
         rendering. The flag is latched first, copied to a word of hal's own that is the predicate: the body may
         write its flag, and a predicate that changes while conditional rendering is active may discard commands
-        (some drivers read it before each). The barrier before the copy also waits for the last region's predicate
-        read (the word's last reader)."""
+        (some drivers read it before each). The copy is hal's copy kernel: NVIDIA's driver reads a predicate that
+        vkCmdCopyBuffer wrote one copy late, whatever the barrier, and one a shader wrote on time. The barrier before
+        the copy also waits for the last region's predicate read (the word's last reader)."""
         cdef BufferRef flag = region.condition
         cdef Program body = region.body
         cdef Py_ssize_t i
-        cdef VkBufferCopy latch
         cdef VkBuffer predicate = <VkBuffer><uintptr_t>(<Buffer>self.predicate).handle
-        latch.srcOffset, latch.dstOffset, latch.size = flag.offset, 0, 4
         self.calls.pipeline_barrier(BARRIER_STAGES | VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT,
-                                    VK_PIPELINE_STAGE_TRANSFER_BIT, &self.calls.fn.latch_barrier)
-        self.calls.copy_buffer(<VkBuffer><uintptr_t>self.resolve(flag).handle, predicate, &latch)
-        self.calls.pipeline_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT,
-                                    &self.calls.fn.condition_barrier)
+                                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, &self.calls.fn.latch_barrier)
+        self.gated_words(region, self.resolve(flag), flag.offset, <Buffer>self.predicate, 0, 4)
+        self.calls.pipeline_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                    VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT, &self.calls.fn.condition_barrier)
         self.barriers += 2
         self.calls.begin_conditional(predicate, 0)
         for i in range(len(body.commands)):
@@ -353,7 +352,7 @@ cdef class VulkanEmitter(Emitter):
     cdef CallStream stream  # the device's: single_pass's calls are made by its worker thread
     cdef Encoder encoder
     cdef object guard  # the IndirectGuard, once a dispatch_indirect needs it
-    cdef object transfers  # the GatedTransfers, once a gated region holds a fill or a copy
+    cdef object transfers  # the GatedTransfers, once a region is gated
     cdef object predicate  # the word gated regions latch their flags in (Encoder.conditional), once one needs it
     cdef readonly bint driven  # the Program has regions: submitted as Steps by the device's QueueDriver
     cdef dict flag_slots  # region -> its word in `flags`
@@ -473,9 +472,9 @@ cdef class VulkanEmitter(Emitter):
         return self.predicate
 
     cdef object gated_transfers(self, list regions):
-        """The GatedTransfers if a gated region among `regions` holds a fill, an update or a copy, else None."""
-        if self.transfers is None and any(type(c) is not Dispatch for r in regions for c in (<Region>r).body.commands
-                                           if self.gated(<Region>r)):
+        """The GatedTransfers if a region among `regions` is gated (its flag is latched by hal's copy kernel, its
+        fills, updates and copies run as hal's kernels), else None."""
+        if self.transfers is None and any(self.gated(<Region>r) for r in regions):
             caps = self.device.capabilities
             self.transfers = GatedTransfers(self.device, caps.storage_buffer_offset_alignment,
                                             caps.max_workgroup_count[0])

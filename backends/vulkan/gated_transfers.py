@@ -1,5 +1,6 @@
 """Fills and copies inside a region gated on the device (conditional rendering gates dispatches only): each runs as a
-small compute dispatch of hal's own, which the region's predicate gates like the body's other dispatches.
+small compute dispatch of hal's own, which the region's predicate gates like the body's other dispatches. The copy
+kernel also latches each gated region's flag into its predicate (backends.vulkan.command_buffer: Encoder.conditional).
 
 A fill writes its 32-bit pattern word over the range; a copy moves 32-bit words; an update copies its data from a
 host-visible buffer of its own (one per update command, kept until the command buffer is reset). They bind their
