@@ -32,6 +32,15 @@ def emit(result: dict, report: str, json_path: str | None) -> int:
     return 0
 
 
+def plain_main(argv: list[str] | None, doc: str | None, run: Callable[[], dict], report: Callable[[dict], str]) -> int:
+    """The command line of a benchmark that takes no arguments but `--json PATH`."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", default=None, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run()
+    return emit(result, report(result), args.json)
+
+
 def sizes_main(argv: list[str] | None, doc: str | None, default_sizes: str, run: Callable[[list[int]], dict],
                report: Callable[[dict], str]) -> int:
     """The command line of a benchmark run over a list of sizes: `--sizes 10,100` and `--json PATH`."""

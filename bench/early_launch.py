@@ -11,13 +11,12 @@ competitors in turns. Target (issue 47): early launch <= 0.7x plain edges.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import numpy as np
 
 import hal
-from bench import Events, emit
+from bench import Events, plain_main
 from tests.kernels import EARLY_SOURCE
 
 LENGTHS = (10, 100, 1000)
@@ -81,11 +80,7 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", default=None, help="also write the result as JSON here")
-    args = parser.parse_args(argv)
-    result = run()
-    return emit(result, report(result), args.json)
+    return plain_main(argv, __doc__, run, report)
 
 
 if __name__ == "__main__":

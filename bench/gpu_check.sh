@@ -15,11 +15,12 @@
 # test suites, then bench.cuda for 1000 kernels only, bench.vulkan, and bench.indirect and bench.regions on both
 # devices (their reports and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda
 # for 10 kernels (its rebind and new-values rows are the same as at any size), bench.indirect, bench.regions,
-# bench.nested, bench.host_calls, bench.transients and bench.decode (with hal on Vulkan and PyTorch beside it): the
-# CUDA backend, in about two minutes. `decode` runs the decode example's and early launch's tests on CUDA and
-# Vulkan, bench.decode (hal against PyTorch at its best and the GPU's floors), bench.early_launch, `python -m hal
-# trace decode` and `python -m hal demo decode`: about three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and
-# bench.collectives (NCCL through nccl4py's wheel in .whl), for a machine with several GPUs.
+# bench.nested, bench.host_calls, bench.transients, bench.decode (with hal on Vulkan and PyTorch beside it), the
+# Triton tests of the host's interpreter and bench.triton: the CUDA backend, in about three minutes. `decode` runs
+# the decode example's and early launch's tests on CUDA and Vulkan, bench.decode (hal against PyTorch at its best
+# and the GPU's floors), bench.early_launch, `python -m hal trace decode` and `python -m hal demo decode`: about
+# three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives
+# (NCCL through nccl4py's wheel in .whl), for a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -112,6 +113,9 @@ if [ "$PART" = cuda ]; then
     TIMEOUT=120 run bench.log "python -m bench.transients --device cuda" python3 -m bench.transients --device cuda \
         --json "$OUT/transients-cuda.json"
     TIMEOUT=240 run bench.log "python -m bench.decode" python3 -m bench.decode --json "$OUT/decode.json"
+    run tests-cuda.log "Triton on the host (Triton's interpreter)" python3 -m pytest -q -p no:cacheprovider \
+        tests/host/test_triton.py
+    TIMEOUT=120 run bench.log "python -m bench.triton" python3 -m bench.triton --json "$OUT/triton.json"
     exit $status
 fi
 if [ "$PART" != bench ]; then

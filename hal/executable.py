@@ -121,8 +121,8 @@ class Loader(Protocol):
 
 
 class ExecutableSource:
-    """Code in one format with its exports, built with the class methods (`cuda`, `ptx`, `cubin`, `glsl`, `spirv`,
-    `python`, `multi`); `Device.load_executable` loads it. Its content `key` names it in the device's cache of
+    """Code in one format with its exports, built with the class methods (`cuda`, `ptx`, `cubin`, `triton`, `glsl`,
+    `spirv`, `python`, `multi`); `Device.load_executable` loads it. Its content `key` names it in the device's cache of
     executables and on disk."""
 
     __slots__ = ("format", "payload", "exports", "options", "imports", "_key")
@@ -270,6 +270,48 @@ class ExecutableSource:
         return cls("python", _per_export("python", functions, exports, None), exports)
 
     @classmethod
+    def triton(cls, functions: Mapping[str, Any], exports: Iterable[Export], *,
+               constexprs: Mapping[str, Mapping[str, Any]] | None = None,
+               signature: Mapping[str, Mapping[str, str]] | None = None, num_warps: int = 4,
+               num_stages: int | None = None) -> ExecutableSource:
+        """Triton kernels, compiled with triton.compile for the CUDA device's architecture when loaded (the cubin
+        cached on disk); the host runs them in Triton's interpreter where torch is installed (hal.triton_source).
+
+        Args:
+            functions: A mapping of export name to `@triton.jit` function.
+            exports: One `hal.Export` per kernel; workgroup_size must be (32 * num_warps, 1, 1).
+            constexprs: {export: {parameter: value}}: the values of its `tl.constexpr` parameters (those with
+                defaults may be left out); any other parameter named here is compiled in as a constant too.
+            signature: {export: {parameter: Triton type}} where an annotation does not give it (`"*fp16"`, `"u32"`).
+                By position, the parameters other than constexprs are the bindings (pointers, `"*fp32"` unless typed
+                otherwise) then the constants (32-bit scalars: the Export's typed constants, else `"i32"`).
+            num_warps: Warps a program (a workgroup): 1, 2, 4, 8, 16 or 32.
+            num_stages: Triton's software pipelining depth (None: Triton's default).
+
+        Returns:
+            The source, for a CUDA device (or the host, with torch).
+
+        Raises:
+            UnsupportedError: Triton is not installed.
+            ValidationError: A function is not a Triton kernel, or its parameters disagree with its Export (counts,
+                order, types, a constexpr without a value, the workgroup size).
+
+        Example:
+            >>> @triton.jit  # doctest: +SKIP
+            ... def scale(x, out, n, factor, BLOCK: tl.constexpr):
+            ...     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            ...     tl.store(out + i, tl.load(x + i, mask=i < n) * factor, mask=i < n)
+            >>> hal.ExecutableSource.triton(  # doctest: +SKIP
+            ...     {"scale": scale}, [hal.Export("scale", bindings=2, constants=("uint32", "float32"),
+            ...                                   workgroup_size=128)], constexprs={"scale": {"BLOCK": 1024}})
+        """
+        from hal import triton_source
+        exports = _exports(exports)
+        functions = _per_export("triton", functions, exports, None)
+        return cls("triton", triton_source.kernels(functions, exports, constexprs, signature, num_warps, num_stages),
+                   exports)
+
+    @classmethod
     def multi(cls, *, cuda: ExecutableSource | None = None, vulkan: ExecutableSource | None = None,
               host: ExecutableSource | None = None) -> ExecutableSource:
         """One source per driver; each device loads its own part.
@@ -315,6 +357,8 @@ class ExecutableSource:
                 self._key = ("python", self.exports, tuple(self.payload[e.name] for e in self.exports))
             elif self.format == "multi":
                 self._key = ("multi",) + tuple((d, p.key) for d, p in sorted(self.payload.items()))
+            elif self.format == "triton":
+                self._key = ("triton", self.exports) + tuple(self.payload[e.name].key() for e in self.exports)
             else:
                 h = hashlib.sha256()
                 for part in (self.format, repr(self.exports), repr(self.options)):

@@ -347,7 +347,8 @@ cdef class CudaEmitter(GraphBuilder):
             if node.kind == KERNEL_NODE:
                 check_at(cydriver.cuLaunchKernel(node.kernel.func, node.kernel.gridDimX, node.kernel.gridDimY,
                                                   node.kernel.gridDimZ, node.kernel.blockDimX, node.kernel.blockDimY,
-                                                  node.kernel.blockDimZ, 0, self.stream, node.kernel.kernelParams,
+                                                  node.kernel.blockDimZ, node.kernel.sharedMemBytes, self.stream,
+                                                  node.kernel.kernelParams,
                                                   NULL), "cuLaunchKernel", (<Command>c).index)
             elif node.kind == MEMSET_NODE:
                 if node.memset.elementSize == 1:

@@ -1,4 +1,5 @@
-"""CUDA executables: CUDA C (NVRTC), PTX or cubin, with imports linked by nvJitLink; one module load.
+"""CUDA executables: CUDA C (NVRTC), PTX or cubin, with imports linked by nvJitLink, in one module; or Triton
+kernels, a module each (backends.cuda_graph.triton).
 
 NVRTC compiles for the device's own architecture, so the driver gets a cubin (no JIT at load); the cubin is kept in
 the disk cache (hal.disk_cache) by content, architecture and compiler version. Imports (PTX, cubin, fatbin or LTO-IR:
@@ -8,7 +9,7 @@ its Export: the bindings as 8-byte pointers, then the constants as 4-byte values
 PTX source, or NVRTC's beside the cubin it compiles without LTO) it also refuses constants declared with another type
 than the parameter's and a binding declared readonly that the kernel writes through (backends.cuda_graph.ptx); a
 cubin or LTO-IR source is trusted. (A cubin from the disk cache passed these checks when it was compiled: its key
-holds the Exports.)
+holds the Exports.) A Triton kernel's parameters may end with pointers hal passes null (Triton's scratch).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 from cuda.bindings import driver, nvrtc
 
-from backends.cuda_graph import ptx
+from backends.cuda_graph import ptx, triton
 from backends.cuda_graph.api import call, fail
 from hal.disk_cache import DiskCache
 from hal.errors import CompileError, UnsupportedError, ValidationError
@@ -44,34 +45,61 @@ class ModuleDevice(Protocol):
 
 
 class CudaExecutable(Executable):
-    __slots__ = ("module", "functions", "_finalizer")
+    """A loaded CUDA source: one module (a Triton source: one per export), each export's function, and per export
+    what its launches add to hal's: bytes of dynamic shared memory, and null pointer parameters after the bindings
+    and constants (a Triton kernel's scratch; backends.cuda_graph.triton)."""
+
+    __slots__ = ("functions", "shared_memory", "trailing_parameters", "_finalizers")
 
     def __init__(self, device: ModuleDevice, source: ExecutableSource) -> None:
         super().__init__(device, source)
-        self.module = _module(device, source)
-        self._finalizer = device.track(self, "module", int(self.module))
+        self._finalizers: list[Release] = []
         try:
-            self.functions = tuple(int(_function(self.module, e)) for e in source.exports)
+            if source.format == "triton":
+                loaded = [self._triton(source.payload[e.name], e) for e in source.exports]
+                self.functions = tuple(k.function for k in loaded)
+                self.shared_memory = tuple(k.shared for k in loaded)
+                self.trailing_parameters = tuple(k.trailing for k in loaded)
+            else:
+                module = _module(device, source)
+                self._finalizers.append(device.track(self, "module", int(module)))
+                self.functions = tuple(int(_function(module, e)) for e in source.exports)
+                self.shared_memory = self.trailing_parameters = (0,) * len(source.exports)
         except BaseException:
             self._free()
             raise
 
+    def _triton(self, kernel: Any, export: Export) -> triton.Loaded:
+        def use(compiled: triton.Compiled) -> triton.Loaded:
+            loaded = triton.load(compiled, export.name, lambda f: _parameters(f, export, trailing_pointers=True))
+            self._finalizers.append(self.device.track(self, "module", int(loaded.module)))
+            return loaded
+        return triton.compiled_kernel(kernel, export, self.device.compute_capability, use)
+
     def _free(self) -> None:
-        self._finalizer()
+        for release in self._finalizers:
+            release()
         self.device.collect()
 
 
 def _function(module: Any, export: Export) -> Any:
-    need = 8 * export.bindings + 4 * export.constants
-    if need > PARAMETER_BYTES:
-        raise ValidationError(f"export {export.name!r}: {export.bindings} bindings and {export.constants} constants "
-                              f"take {need} bytes of kernel parameters; the limit is {PARAMETER_BYTES}")
     err, func = driver.cuModuleGetFunction(module, export.name.encode())
     if err == driver.CUresult.CUDA_ERROR_NOT_FOUND:
         raise ValidationError(f"export {export.name!r}: the module has no kernel of that name; declare it "
                               f'extern "C" __global__ so its name is not mangled')
     if err != driver.CUresult.CUDA_SUCCESS:
         raise fail(err, f"cuModuleGetFunction({export.name!r})")
+    _parameters(func, export)
+    return func
+
+
+def _parameters(func: Any, export: Export, trailing_pointers: bool = False) -> int:
+    """Check the kernel's parameter sizes against `export` (each binding a pointer, then each constant a 32-bit
+    value; `trailing_pointers`: pointers may follow, which hal passes null); returns how many follow."""
+    need = 8 * export.bindings + 4 * export.constants
+    if need > PARAMETER_BYTES:
+        raise ValidationError(f"export {export.name!r}: {export.bindings} bindings and {export.constants} constants "
+                              f"take {need} bytes of kernel parameters; the limit is {PARAMETER_BYTES}")
     sizes = []
     while True:
         err, _, size = driver.cuFuncGetParamInfo(func, len(sizes))
@@ -79,11 +107,13 @@ def _function(module: Any, export: Export) -> Any:
             break
         sizes.append(int(size))
     want = [8] * export.bindings + [4] * export.constants
-    if sizes != want:
+    extra = len(sizes) - len(want)
+    trailing = extra if trailing_pointers and extra > 0 and sizes[len(want):] == [8] * extra else 0
+    if sizes[:len(sizes) - trailing] != want:
         raise ValidationError(f"export {export.name!r}: the kernel takes parameters of {sizes} bytes; the Export "
                               f"({export.bindings} bindings, {export.constants} constants) needs {want}: each "
                               f"binding a pointer, then each constant a 32-bit value")
-    return func
+    return trailing
 
 
 def _module(device: ModuleDevice, source: ExecutableSource) -> Any:
@@ -98,8 +128,8 @@ def _module(device: ModuleDevice, source: ExecutableSource) -> Any:
             return _load(source.payload.encode() + b"\0")
         return _cached(source, arch, lambda: link([("main.ptx", source.payload.encode())] + _imports(source), arch))
     if source.format != "cuda":
-        raise UnsupportedError(f"the CUDA device runs CUDA C, PTX or cubin, not {source.format!r}; give "
-                               f"ExecutableSource.cuda/.ptx/.cubin(...) or .multi(cuda=...)")
+        raise UnsupportedError(f"the CUDA device runs CUDA C, PTX, cubin or Triton, not {source.format!r}; give "
+                               f"ExecutableSource.cuda/.ptx/.cubin/.triton(...) or .multi(cuda=...)")
     return _cached(source, arch, lambda: compile_cuda(source, arch))
 
 

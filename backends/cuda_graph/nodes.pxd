@@ -22,6 +22,8 @@ cdef struct Kernel:
     Py_ssize_t ordinal
     CUfunction function
     unsigned int block[3]
+    unsigned int shared  # bytes of dynamic shared memory
+    Py_ssize_t trailing  # null pointer parameters after the bindings and constants
 
 
 # A kernel parameter word that follows a slot or a constant slot: where it lives in its command's kept Node (whose

@@ -51,15 +51,20 @@ cdef Node node_of(Command c, tuple table, tuple constants, dict staging, Kernel*
             kernel.executable, kernel.ordinal = <PyObject*>d.executable, d.ordinal
             kernel.function = <CUfunction><uintptr_t>d.executable.functions[d.ordinal]
             kernel.block[0], kernel.block[1], kernel.block[2] = d.export.workgroup_size
+            kernel.shared = d.executable.shared_memory[d.ordinal]
+            kernel.trailing = d.executable.trailing_parameters[d.ordinal]
         node.kernel.func = kernel.function
         node.kernel.gridDimX, node.kernel.gridDimY, node.kernel.gridDimZ = d.workgroups
         node.kernel.blockDimX, node.kernel.blockDimY, node.kernel.blockDimZ = kernel.block[0], kernel.block[1], \
             kernel.block[2]
-        n = len(d.bindings) + len(d.constants)
+        node.kernel.sharedMemBytes = kernel.shared
+        n = len(d.bindings) + len(d.constants) + kernel.trailing
         if n > MAX_PARAMETERS:
             raise DeviceError(f"command {c.index}: {n} kernel parameters, more than {MAX_PARAMETERS}")
         node.values.resize(n)
         node.pointers.resize(n)
+        for i in range(n - kernel.trailing, n):
+            node.values[i] = 0  # a Triton kernel's scratch pointers (backends.cuda_graph.triton)
         for i in range(len(d.bindings)):
             r = d.bindings[i]
             node.values[i] = address(r, resolve(r, table))

@@ -74,23 +74,27 @@ def check_exports(text: str, exports: tuple[Export, ...]) -> None:
     found = entries(text)
     for export in exports:
         entry = found.get(export.name)
-        if entry is None:
-            continue  # (cuModuleGetFunction names a missing kernel)
-        types = entry.parameter_types
-        for i, declared in enumerate(export.constant_types):
-            index = export.bindings + i
-            ptx_type = types[index] if index < len(types) else ""  # (a wrong count: the parameter sizes' check)
-            if ptx_type in (".f32", ".u32", ".s32") and (ptx_type == ".f32") != (declared == "float32"):
-                kind = "a float" if ptx_type == ".f32" else "an integer"
-                raise ValidationError(f"export {export.name!r}: constants[{i}] is declared {declared}, but the "
-                                      f"kernel's parameter {index} is {ptx_type[1:]} in its PTX ({kind}); make them "
-                                      f"agree")
-        written = entry.written(set(export.readonly))
-        if written:
-            binding = min(written)
-            raise ValidationError(f"export {export.name!r}: binding {binding} is declared readonly, but the kernel "
-                                  f"stores or atomically writes through its pointer parameter {binding}; make the "
-                                  f"kernel only read it, or leave {binding} out of readonly=")
+        if entry is not None:  # (cuModuleGetFunction names a missing kernel)
+            check_entry(entry, export)
+
+
+def check_entry(entry: Entry, export: Export) -> None:
+    """Refuse `export` if kernel `entry` contradicts its typed constants or readonly bindings."""
+    types = entry.parameter_types
+    for i, declared in enumerate(export.constant_types):
+        index = export.bindings + i
+        ptx_type = types[index] if index < len(types) else ""  # (a wrong count: the parameter sizes' check)
+        if ptx_type in (".f32", ".u32", ".s32") and (ptx_type == ".f32") != (declared == "float32"):
+            kind = "a float" if ptx_type == ".f32" else "an integer"
+            raise ValidationError(f"export {export.name!r}: constants[{i}] is declared {declared}, but the "
+                                  f"kernel's parameter {index} is {ptx_type[1:]} in its PTX ({kind}); make them "
+                                  f"agree")
+    written = entry.written(set(export.readonly))
+    if written:
+        binding = min(written)
+        raise ValidationError(f"export {export.name!r}: binding {binding} is declared readonly, but the kernel "
+                              f"stores or atomically writes through its pointer parameter {binding}; make the "
+                              f"kernel only read it, or leave {binding} out of readonly=")
 
 
 def _body(text: str, start: int) -> str:

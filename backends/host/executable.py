@@ -1,4 +1,5 @@
-"""Host executables: Python kernels called once per dispatch with a DispatchContext (the host ABI)."""
+"""Host executables: Python kernels called once per dispatch with a DispatchContext (the host ABI); Triton kernels
+run in Triton's interpreter through such a kernel (backends.host.triton)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.host import triton
 from hal.commands import pack_constants
 from hal.errors import UnsupportedError, ValidationError
 from hal.executable import Executable, ExecutableSource, Loader
@@ -15,11 +17,15 @@ class HostExecutable(Executable):
     __slots__ = ("functions",)
 
     def __init__(self, device: Loader, source: ExecutableSource) -> None:
-        if source.format != "python":
-            raise UnsupportedError(f"the host device runs Python kernels only, not {source.format!r} code; "
-                                   f"give ExecutableSource.python(...) or .multi(host=ExecutableSource.python(...))")
+        if source.format not in ("python", "triton"):
+            raise UnsupportedError(f"the host device runs Python kernels only, not {source.format!r} code (and "
+                                   f"Triton kernels, in Triton's interpreter); give ExecutableSource.python(...) or "
+                                   f".multi(host=ExecutableSource.python(...))")
         super().__init__(device, source)
-        self.functions = tuple(source.payload[e.name] for e in source.exports)
+        if source.format == "triton":  # in Triton's interpreter (backends.host.triton)
+            self.functions = tuple(triton.function(source.payload[e.name]) for e in source.exports)
+        else:
+            self.functions = tuple(source.payload[e.name] for e in source.exports)
 
 
 class DispatchContext:
