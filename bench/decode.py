@@ -2,18 +2,20 @@
 
 The same model, weights and positions (examples.decode) run as: hal on CUDA with one submission per token
 (generate(1)) and with every token in one submission (one graph launch, the loop a conditional node), both again
-with plain edges (the GPU opened with supports_early_launch off) where the step's early launch is taken, hal on the
-GPU's Vulkan driver both ways, and PyTorch written as its best users write it (bench/decode_torch.py: eager, a
-CUDA graph per token, torch.compile captured by hand, torch.compile's reduce-overhead, k tokens per captured
-graph). Each row: tokens/s (wall, to the last token read), host µs per token (the calls that queue the work), GPU
-µs per token (CUDA events around the run; none on Vulkan), kernels per token and whether its tokens equal numpy's:
-the median of RUNS runs after a warm-up, the first-use cost (compilation, instantiation, captures) reported apart.
-Kernels are counted by CUPTI through torch.profiler once every row and floor is timed (a profiler session slows
-every launch after it), which sees hal's graph nodes too, except for hal's rows in one submission and on Vulkan,
-which give the dispatches recorded (plus, in one submission, the loop's condition kernel once per UNROLL tokens): on
-an H200 (2026-11-28) CUPTI recorded only a fraction of the kernels run inside a CUDA conditional node's body, so
-hal's kernels are profiled one submission per token, where each token's step is the body's first iteration, and with
-plain edges (with early launch a kernel's time would include its wait).
+with plain edges (the GPU opened with supports_early_launch off) where the step's early launch is taken, and both
+again with the decoder's Triton kernels where Triton is installed (examples/decode/kernels_triton.py: the same
+orchestration, torch.compile's kernel language), hal on the GPU's Vulkan driver both ways, and PyTorch written as
+its best users write it (bench/decode_torch.py: eager, a CUDA graph per token, torch.compile captured by hand,
+torch.compile's reduce-overhead, k tokens per captured graph). Each row: tokens/s (wall, to the last token read),
+host µs per token (the calls that queue the work), GPU µs per token (CUDA events around the run; none on Vulkan),
+kernels per token and whether its tokens equal numpy's: the median of RUNS runs after a warm-up, the first-use cost
+(compilation, instantiation, captures) reported apart. Kernels are counted by CUPTI through torch.profiler once
+every row and floor is timed (a profiler session slows every launch after it), which sees hal's graph nodes too,
+except for hal's rows in one submission and on Vulkan, which give the dispatches recorded (plus, in one submission,
+the loop's condition kernel once per UNROLL tokens): on an H200 (2026-11-28) CUPTI recorded only a fraction of the
+kernels run inside a CUDA conditional node's body, so hal's kernels are profiled one submission per token, where
+each token's step is the body's first iteration, and with plain edges (with early launch a kernel's time would
+include its wait).
 
 Beside them, the floors on this GPU: the launch floor (dispatches per token x the GPU time per node of a chain of
 empty kernels in one graph, measured here), the time of a while loop's iteration of empty kernels (measured here),
@@ -21,7 +23,8 @@ and the bandwidth floor (the fewest bytes a token moves, each weight and cache r
 device-to-device copy bandwidth measured here); and hal's kernels one by one (their time in the graph, from the
 profiler, beside the bytes each moves). Targets (issue 42), ratios from this run: hal CUDA in one submission
 >= 2x the fastest PyTorch row's tokens/s and <= 0.5x its GPU µs/token; hal's GPU µs/token <= 1.5x the launch floor
-plus the bandwidth floor; host <= 5 µs/token with k tokens per submission.
+plus the bandwidth floor; host <= 5 µs/token with k tokens per submission; (issue 46) hal CUDA with Triton kernels in
+one submission >= 1.0x torch.compile's tokens/s with a CUDA graph per token.
 
     python -m bench.decode [--tokens 256] [--runs 5] [--json PATH]
 """
@@ -29,6 +32,7 @@ plus the bandwidth floor; host <= 5 µs/token with k tokens per submission.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -45,6 +49,7 @@ from examples.decode.demo import PROMPT
 TOKENS = 256
 RUNS = 5
 TARGET_TORCH, TARGET_TORCH_GPU, TARGET_FLOOR, TARGET_HOST_US = 2.0, 0.5, 1.5, 5.0
+TARGET_TRITON = 1.0  # hal with Triton kernels against torch.compile + a CUDA graph per token (issue 46)
 SHORT_CHAIN, LONG_CHAIN = 21, 105  # chains of empty kernels as long as a step and as the main loop's body
 LOOP_BODY, LOOP_ITERATIONS = 20, 200  # the while loop whose iteration is timed
 COPY_BYTES = 1 << 30
@@ -64,15 +69,17 @@ def median_row(runs: list[dict]) -> dict:
     return row
 
 
-def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, plain_edges: bool = False) -> dict:
+def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, plain_edges: bool = False,
+             kernel_set: str = "native") -> dict:
     """hal's rows on `device` (per token, and one submission), its first-use costs, and on CUDA the floors measured
-    on the same device; `plain_edges`: on a CUDA device told it takes no early launch (the rows only, named so)."""
+    on the same device; `plain_edges`: on a CUDA device told it takes no early launch, or `kernel_set` "triton" (the
+    rows only, named so)."""
     found: dict = {"rows": {}}
     capabilities = {"supports_early_launch": False} if plain_edges else None
-    suffix = " (plain edges)" * plain_edges
+    suffix = " (plain edges)" * plain_edges + " (Triton kernels)" * (kernel_set == "triton")
     with hal.create_device(device, capabilities=capabilities) as dev:
         start = time.perf_counter()
-        decoder = Decoder(dev, weights)
+        decoder = Decoder(dev, weights, kernel_set)
         built = time.perf_counter()
         decoder.reset(PROMPT)
         decoder.generate(steps)  # the first submission: the backend's instantiation and uploads
@@ -106,7 +113,7 @@ def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, p
         ours["first_use_s"] = first - start
         if dev.driver == "cuda":  # each iteration of the loop a node that sets its condition
             ours["kernels"] = dispatches + 1 / kernels.UNROLL
-            if not plain_edges:
+            if not plain_edges and kernel_set == "native":
                 found["floors"] = measure_floors(dev)
         found.update(name=dev.name, build_s=built - start, first_run_s=first - built, dispatches=dispatches,
                      early_launch=dev.capabilities.supports_early_launch)
@@ -218,6 +225,8 @@ def run(tokens: int, runs: int) -> dict:
         name = found["name"] if device == "cuda" or name == "no GPU" else name
         if found["early_launch"]:  # the same without it, for the difference it makes
             result["rows"].update(hal_rows(device, weights, steps, expected, runs, plain_edges=True)["rows"])
+        if device == "cuda" and importlib.util.find_spec("triton"):  # the same orchestration, Triton's kernels
+            result["rows"].update(hal_rows(device, weights, steps, expected, runs, kernel_set="triton")["rows"])
     result["rows"].update(torch_rows(weights, PROMPT, steps, expected, runs))
     for row_name, count in torch_kernel_counts(weights, PROMPT, steps).items():
         row = result["rows"][row_name]
@@ -317,6 +326,12 @@ def targets(result: dict) -> list[str]:
                  f"floor = {bound:.1f} ({ours['gpu_us'] / bound:.2f}x): {verdict}")
     lines.append(f"- host µs/token with k tokens per submission {ours['host_us']:.2f}: <= {TARGET_HOST_US} "
                  f"{'met' if ours['host_us'] <= TARGET_HOST_US else 'MISSED'}")
+    triton = rows.get("hal cuda one submission (Triton kernels)")
+    compiled = rows.get("torch.compile, CUDA graph per token")
+    if triton and compiled and not compiled.get("error"):
+        ratio = triton["tokens_per_s"] / compiled["tokens_per_s"]
+        lines.append(f"- hal CUDA with Triton kernels (one submission) {ratio:.2f}x torch.compile's tokens/s, CUDA "
+                     f"graph per token (issue 46): >= {TARGET_TRITON} {'met' if ratio >= TARGET_TRITON else 'MISSED'}")
     vulkan = rows.get("hal vulkan one submission")
     if vulkan:
         lines.append(f"- hal Vulkan (one submission) {vulkan['tokens_per_s']:.0f} tokens/s beside CUDA's "

@@ -188,10 +188,10 @@ def demo(device: str | None, iterations: int) -> int:
 
 
 def demos() -> dict[str, EntryPoint]:
-    """The demos packages offer: entry-point group `hal.demos`, each naming a module with `run(device, tokens) ->
-    exit status` and `trace(device) -> (name, title, Trace, CommandBuffer, text)`; and, as for drivers, the in-tree
-    ones by module path, for a source tree whose entry points are not installed. hal imports none of them until
-    asked."""
+    """The demos packages offer: entry-point group `hal.demos`, each naming a module with `run(device, tokens,
+    [kernel_set]) -> exit status` and `trace(device) -> (name, title, Trace, CommandBuffer, text)`; and, as for
+    drivers, the in-tree ones by module path, for a source tree whose entry points are not installed. hal imports
+    none of them until asked."""
     found = {name: EntryPoint(name, value, DEMO_GROUP) for name, value in IN_TREE_DEMOS.items()}
     found.update((entry.name, entry) for entry in entry_points(group=DEMO_GROUP))
     return found
@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="host, vulkan, vulkan:1, cuda:0 ... (default: the best)")
     p.add_argument("--iterations", type=int, default=200, help="runs for the one-shot vs reused comparison")
     p.add_argument("--tokens", type=int, default=32, help="decode: tokens to generate after its prompt")
+    p.add_argument("--kernels", default=None, help="decode: the kernel set, native (each backend's own, the "
+                                                   "default) or triton (CUDA; the host under TRITON_INTERPRET=1)")
     c = sub.add_parser("cache", help="the disk cache of compiled binaries (GLSL's SPIR-V, CUDA's cubins)")
     c.add_argument("action", choices=["clear"], help="clear: remove every entry")
     t = sub.add_parser("trace", help="a Chrome/Perfetto trace of a submission and a picture of its dependencies")
@@ -301,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "trace":
             return trace_command(found.get(args.example), args.device, args.out)
         if args.example is not None:
-            return found[args.example].load().run(args.device, max(1, args.tokens))
+            options = {"kernel_set": args.kernels} if args.kernels else {}  # (a demo without kernel sets takes none)
+            return found[args.example].load().run(args.device, max(1, args.tokens), **options)
         return demo(args.device, max(1, args.iterations))
     except hal.HalError as e:
         print(f"error: {e}", file=sys.stderr)

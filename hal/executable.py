@@ -272,8 +272,8 @@ class ExecutableSource:
     @classmethod
     def triton(cls, functions: Mapping[str, Any], exports: Iterable[Export], *,
                constexprs: Mapping[str, Mapping[str, Any]] | None = None,
-               signature: Mapping[str, Mapping[str, str]] | None = None, num_warps: int = 4,
-               num_stages: int | None = None) -> ExecutableSource:
+               signature: Mapping[str, Mapping[str, str]] | None = None, num_warps: int | Mapping[str, int] = 4,
+               num_stages: int | None | Mapping[str, int | None] = None) -> ExecutableSource:
         """Triton kernels, compiled with triton.compile for the CUDA device's architecture when loaded (the cubin
         cached on disk); the host runs them in Triton's interpreter where torch is installed (hal.triton_source).
 
@@ -285,8 +285,8 @@ class ExecutableSource:
             signature: {export: {parameter: Triton type}} where an annotation does not give it (`"*fp16"`, `"u32"`).
                 By position, the parameters other than constexprs are the bindings (pointers, `"*fp32"` unless typed
                 otherwise) then the constants (32-bit scalars: the Export's typed constants, else `"i32"`).
-            num_warps: Warps a program (a workgroup): 1, 2, 4, 8, 16 or 32.
-            num_stages: Triton's software pipelining depth (None: Triton's default).
+            num_warps: Warps a program (a workgroup): 1, 2, 4, 8, 16 or 32; or {export: warps}.
+            num_stages: Triton's software pipelining depth (None: Triton's default); or {export: stages}.
 
         Returns:
             The source, for a CUDA device (or the host, with torch).

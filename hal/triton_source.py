@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from hal.errors import UnsupportedError, ValidationError
@@ -100,14 +100,12 @@ class TritonKernel:
 
 
 def kernels(functions: Mapping[str, Any], exports: tuple[Export, ...], constexprs: Mapping[str, Mapping] | None,
-            signature: Mapping[str, Mapping[str, str]] | None, num_warps: int,
-            num_stages: int | None) -> dict[str, TritonKernel]:
+            signature: Mapping[str, Mapping[str, str]] | None, num_warps: int | Mapping[str, int],
+            num_stages: int | None | Mapping[str, int | None]) -> dict[str, TritonKernel]:
     """Each export's TritonKernel, checked against its Export (ValidationError naming what disagrees)."""
     triton = triton_module()
-    if not isinstance(num_warps, int) or isinstance(num_warps, bool) or num_warps not in WARPS:
-        raise ValidationError(f"triton: num_warps must be one of {WARPS}, got {num_warps!r}")
-    if num_stages is not None and (not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 1):
-        raise ValidationError(f"triton: num_stages must be None or a positive int, got {num_stages!r}")
+    warps = _option(num_warps, "num_warps", exports, lambda w: w in WARPS, f"one of {WARPS}")
+    stages = _option(num_stages, "num_stages", exports, lambda s: s is None or s >= 1, "None or a positive int")
     constexprs = _per_name(constexprs, "constexprs", exports)
     signature = _per_name(signature, "signature", exports)
     from triton.runtime.interpreter import InterpretedFunction
@@ -118,7 +116,7 @@ def kernels(functions: Mapping[str, Any], exports: tuple[Export, ...], constexpr
             raise ValidationError(f"triton: {export.name!r} must be a @triton.jit function, got "
                                   f"{type(function).__name__}")
         found[export.name] = _kernel(function, export, constexprs.get(export.name, {}),
-                                     signature.get(export.name, {}), num_warps, num_stages)
+                                     signature.get(export.name, {}), warps[export.name], stages[export.name])
     return found
 
 
@@ -141,6 +139,23 @@ def _annotated_type(param: Any) -> str:
     from triton.runtime.jit import KernelParam
     return KernelParam(0, inspect.Parameter(param.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=text),
                        False, False).annotation_type
+
+
+def _option(given: Any, what: str, exports: tuple[Export, ...], valid: Callable[[Any], bool],
+            expected: str) -> dict[str, Any]:
+    """An option for every export: one value for all, or {export: value} (every export named)."""
+    names = [e.name for e in exports]
+    if isinstance(given, Mapping):
+        if set(given) != set(names):
+            raise ValidationError(f"triton: {what} given per export must name every export ({sorted(names)}), got "
+                                  f"{sorted(given)}")
+        values = dict(given)
+    else:
+        values = dict.fromkeys(names, given)
+    for name, value in values.items():
+        if isinstance(value, bool) or not (value is None or isinstance(value, int)) or not valid(value):
+            raise ValidationError(f"triton: {what} must be {expected}, got {value!r} for {name!r}")
+    return values
 
 
 def _per_name(given: Mapping | None, what: str, exports: tuple[Export, ...]) -> dict[str, Mapping]:

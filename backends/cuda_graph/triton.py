@@ -4,8 +4,8 @@ its cubin loaded as a module of its own, with what launching it needs that the c
 Triton's metadata is kept with the cubin in hal's disk cache (namespace "triton", keyed by the kernel's digest,
 which holds its source, constexprs, options and Triton's version, and the architecture): the kernel's name, the
 dynamic shared memory its launches need (set on the function, above 48 KiB too) and its scratch. Recent Triton
-versions append pointer parameters for global and profile scratch; hal passes null for them, so a kernel that needs global
-scratch (device-side tensor descriptors) or profiling scratch is refused at load.
+versions append pointer parameters for global and profile scratch; hal passes null for them, so a kernel that needs
+global scratch (device-side tensor descriptors) or profiling scratch is refused at load.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The decode demo (entry point `decode` of group `hal.demos`): `python -m hal demo decode [--device D] [--tokens
-K]` runs the decoder on a device, its first use (build, first submission) timed apart, then each way of submitting
-timed after that warm-up, its tokens checked against the numpy reference (exit status 1 on a mismatch);
-`python -m hal trace decode` traces one step."""
+K] [--kernels native|triton]` runs the decoder on a device with a kernel set (kernels.source), its first use (build,
+first submission) timed apart, then each way of submitting timed after that warm-up, its tokens checked against the
+numpy reference (exit status 1 on a mismatch); `python -m hal trace decode` traces one step."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ PROMPT = [1, 2, 3, 4]
 LOGIT_TOLERANCE = 1e-3  # the largest logit difference allowed, relative to the largest logit
 
 
-def run(device: str | None, tokens: int) -> int:
+def run(device: str | None, tokens: int, kernel_set: str = "native") -> int:
     weights = random_weights()
     steps = len(PROMPT) - 1 + tokens
     if steps > weights.config.max_sequence - 1:
@@ -27,9 +27,9 @@ def run(device: str | None, tokens: int) -> int:
                                   f"the {len(PROMPT)}-token prompt")
     expected, expected_logits = reference_generate(weights, PROMPT, steps)
     with hal.create_device(device) as dev:
-        print(f"device: {dev.driver}: {dev.name}")
+        print(f"device: {dev.driver}: {dev.name}, kernels: {kernel_set}")
         start = time.perf_counter()
-        decoder = Decoder(dev, weights)
+        decoder = Decoder(dev, weights, kernel_set)
         built = time.perf_counter()
         decoder.reset(PROMPT)
         decoder.generate(steps)

@@ -1,7 +1,7 @@
-"""The decoder's kernels, written three times with one meaning: CUDA C (kernels_cuda.py), GLSL (kernels_glsl.py)
-and numpy (kernels_host.py), each compiled for one model shape (`source(config)`: sizes are constants, so loops
-unroll). A step is 5 dispatches per layer and one to finish, fused so that no intermediate vector makes a round
-trip a kernel could avoid. The decode state is a uint32 buffer:
+"""The decoder's kernels, written four times with one meaning: CUDA C (kernels_cuda.py), GLSL (kernels_glsl.py),
+numpy (kernels_host.py) and Triton (kernels_triton.py, the kernel set "triton"), each compiled for one model shape
+(`source(config)`: sizes are constants, so loops unroll). A step is 5 dispatches per layer and one to finish, fused
+so that no intermediate vector makes a round trip a kernel could avoid. The decode state is a uint32 buffer:
 
     state[0] position of the token being forwarded    state[1] steps left
     state[2] prompt length    state[3] logits_argmax's count of finished workgroups (0 between dispatches)
@@ -81,20 +81,33 @@ def workgroups(c: Config) -> dict[str, tuple[int, int, int]]:
             "logits_argmax": (c.vocab // 32, 1, 1)}
 
 
+def scale(c: Config) -> float:
+    """The attention's score scale, 1 / sqrt(head_dim), as a float32 value."""
+    return float(np.float32(1.0 / np.sqrt(c.head_dim)))
+
+
 def _shape(c: Config, float_suffix: str) -> str:
-    scale = float(np.float32(1.0 / np.sqrt(c.head_dim)))
     sizes = dict(DIM=c.dim, HEADS=c.heads, HEAD_DIM=c.head_dim, FFN=c.ffn, MAX_SEQUENCE=c.max_sequence, CHUNK=CHUNK,
                  CHUNKS=chunks(c), SPLIT=ffn_split(c), UNROLL=UNROLL)
     lines = [f"#define {name} {value}u" for name, value in sizes.items()]
-    lines += [f"#define EPSILON {EPSILON!r}{float_suffix}", f"#define SCALE {scale!r}{float_suffix}"]
+    lines += [f"#define EPSILON {EPSILON!r}{float_suffix}", f"#define SCALE {scale(c)!r}{float_suffix}"]
     return "\n".join(lines) + "\n"
 
 
+KERNEL_SETS = ("native", "triton")
+
+
 @functools.lru_cache(maxsize=8)
-def source(c: Config) -> hal.ExecutableSource:
-    """The kernels for shape `c` (checked), for every backend (the same source object for equal shapes, so a
-    device loads it once)."""
+def source(c: Config, kernel_set: str = "native") -> hal.ExecutableSource:
+    """The kernels for shape `c` (checked; the same source object for equal shapes, so a device loads it once):
+    "native", each backend's own (CUDA C, GLSL, numpy), or "triton", the Triton set (kernels_triton.py: CUDA, or the
+    host under TRITON_INTERPRET=1)."""
     check(c)
+    if kernel_set == "triton":
+        from examples.decode import kernels_triton
+        return kernels_triton.source(c, EXPORTS, CHUNK, chunks(c), UNROLL, ffn_split(c), scale(c))
+    if kernel_set != "native":
+        raise hal.ValidationError(f"the decoder's kernel sets are {', '.join(KERNEL_SETS)}; got {kernel_set!r}")
     return hal.ExecutableSource.multi(
         host=hal.ExecutableSource.python(host_functions(c, CHUNK, UNROLL), EXPORTS),
         cuda=hal.ExecutableSource.cuda(_shape(c, "f") + CUDA_CODE, EXPORTS),

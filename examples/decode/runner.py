@@ -24,12 +24,14 @@ from examples.decode.model import Weights
 
 
 class Decoder:
-    """`reset(prompt)`, then `step()` or `generate(k)` (both only queue work), then `tokens()` and `logits()`."""
+    """`reset(prompt)`, then `step()` or `generate(k)` (both only queue work), then `tokens()` and `logits()`;
+    `kernel_set` "native" (each backend's own kernels) or "triton" (examples/decode/kernels_triton.py)."""
 
-    def __init__(self, device: hal.Device, weights: Weights) -> None:
+    def __init__(self, device: hal.Device, weights: Weights, kernel_set: str = "native") -> None:
         c = weights.config
         self.device, self.config = device, c
-        self.exe = device.load_executable(kernels.source(c))  # (checks that the kernels fit the shape)
+        # (checks that the kernels fit the shape; kernel_set: see kernels.source)
+        self.exe = device.load_executable(kernels.source(c, kernel_set))
         self.grid = kernels.workgroups(c)
         self.weights = {name: device.upload(np.ascontiguousarray(getattr(weights, name), np.float32))
                         for name in ("embed", "attn_norm", "qkv", "wo", "ffn_norm", "w1", "w3", "w2", "final_norm",

@@ -5,12 +5,17 @@ whatever the number of steps."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import networkx as nx
 import numpy as np
 import pytest
 
 import hal
-from examples.decode import Decoder, random_weights, reference_generate
+from examples.decode import Decoder, kernels, random_weights, reference_generate
 from examples.decode.demo import LOGIT_TOLERANCE, PROMPT
 from tests.conftest import open_device
 
@@ -117,3 +122,35 @@ def test_one_submission_across_several_attention_chunks(decoder, weights):
 
 def test_a_step_is_five_dispatches_a_layer_and_one_more(decoder):
     assert decoder.dispatches_per_step() == 5 * decoder.config.layers + 1
+
+
+INTERPRETED = """
+import hal
+from examples.decode import Decoder, random_weights, reference_generate
+from examples.decode.demo import PROMPT
+weights = random_weights()
+steps = len(PROMPT) + 1  # two tokens chosen after the prompt
+expected, _ = reference_generate(weights, PROMPT, steps)
+with hal.create_device("host") as dev:
+    decoder = Decoder(dev, weights, "triton")
+    decoder.reset(PROMPT)
+    decoder.generate(steps)
+    assert decoder.tokens() == expected, (decoder.tokens(), expected)
+print("tokens match")
+"""
+
+
+def test_the_host_runs_the_triton_kernels_in_triton_s_interpreter():
+    """The Triton set on the host under TRITON_INTERPRET=1 (slow: a few positions) chooses numpy's tokens."""
+    pytest.importorskip("triton", reason="Triton is not installed: pip install 'hal-command-buffers[triton]'")
+    pytest.importorskip("torch", reason="Triton's interpreter takes torch tensors: pip install torch")
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "tokens match" in done.stdout, done.stdout + done.stderr
+
+
+def test_an_unknown_kernel_set_is_refused(weights):
+    with pytest.raises(hal.ValidationError, match="kernel sets are native, triton"):
+        kernels.source(weights.config, "cutlass")
