@@ -60,8 +60,8 @@ def host_checks(dev: hal.Device, flag: hal.Buffer, k: int, loop: hal.CommandBuff
     flag.write(np.array([k], np.uint32))
     checks = []
     wait = dev.wait_for_submission
-    dev.wait_for_submission = lambda value: (threading.current_thread().name == "hal-vulkan-regions" and
-                                             checks.append(value)) or wait(value)
+    dev.wait_for_submission = lambda value, deadline=None: (threading.current_thread().name == "hal-vulkan-regions"
+                                                            and checks.append(value)) or wait(value, deadline)
     try:
         dev.queue_execute(loop)
         dev.synchronize()

@@ -18,6 +18,7 @@ from hal.buffer import Buffer, BufferRef, BufferUsage, bytes_view, ref
 from hal.capabilities import Capabilities
 from hal.command_buffer import MAX_UPDATE_BYTES, CommandBuffer
 from hal.communicator import Communicator, unsupported
+from hal.deadline import Deadline
 from hal.errors import UnsupportedError, ValidationError, integer
 from hal.executable import Executable, ExecutableSource, check_exports
 from hal.failures import Failures
@@ -45,21 +46,18 @@ class Device(abc.ABC):
     def __init__(self, driver: str, name: str, capabilities: Capabilities, index: int = 0) -> None:
         self.driver = driver
         self.name = name
-        self.index = index  # among the driver's devices (create_device("DRIVER:INDEX"))
+        self.index, self.capabilities, self._closed = index, capabilities, False  # index: create_device("cuda:1")
         self.serial = next(_serials)  # which device of the process: two devices of one GPU print apart
-        self.capabilities = capabilities
-        self._closed = False
         self._submit_lock = threading.Lock()
         # The content-keyed executable cache: source key -> Executable, so each source loads once.
         self._executables: dict[Any, Executable] = {}
         # Replaced at every buffer or executable release: what was checked under an older token (binding
         # tables, dispatched executables) is checked again, since it may use the released one.
         self.release_token = object()
-        self._waiters = 0  # threads inside waiting()
-        self._waiters_lock = threading.Lock()
+        self._waiters, self._waiters_lock = 0, threading.Lock()  # threads inside waiting()
         self.failures = Failures()  # of queued work: each reported once (hal.failures)
         self.host_calls = HostCallThread(self)  # runs queue_host_call's functions where the backend's queue is a GPU's
-        self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, and its last value
+        self._reads: tuple[Semaphore, int] | None = None  # queue_read's copy -> host call timeline, its last value
         self._read_lock = threading.Lock()
         self._readbacks = Readbacks(self._readback_buffer)  # queue_read's staging
         self._transients: weakref.WeakSet[Buffer] = weakref.WeakSet()  # queue_alloca's buffers
@@ -522,19 +520,23 @@ class Device(abc.ABC):
                 for sem, _ in later:
                     sem.fail(failure)
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout: float | None = None) -> None:
         """Wait until all submitted work is done.
+
+        Args:
+            timeout: Seconds to wait at most; None waits for as long as it takes (hal.deadline).
 
         Raises:
             DeviceError: Submitted work failed and nothing has raised that failure yet (each failure is reported
                 once, at the first place that observes it: hal.failures).
             DeviceLostError: The device was lost.
-            ValidationError: The device is closed, or this is called inside a `queue_host_call` function (the queue
-                waits for it).
+            TimeoutError: Work was still running after `timeout` seconds (named in the message; nothing is lost).
+            ValidationError: The device is closed, the timeout is not seconds, or this is called inside a
+                `queue_host_call` function (the queue waits for it).
         """
         self.check_open()
         self._refuse_inside_host_call("synchronize()")
-        self._synchronize()
+        self._synchronize(Deadline.of(timeout, "synchronize"))
         self.failures.raise_unreported("a submission failed")
 
     def _refuse_inside_host_call(self, what: str) -> None:
@@ -599,8 +601,7 @@ class Device(abc.ABC):
                 self._waiters -= 1
 
     def buffer_released(self) -> None:
-        """A buffer was released: what was checked with it in use must be checked again."""
-        self.release_token = object()
+        self.release_token = object()  # a buffer was released: what was checked with it in use is checked again
 
     def executable_released(self, executable: Executable) -> None:
         """An executable was released: it leaves the cache, and command buffers using it are checked again."""
@@ -677,9 +678,9 @@ class Device(abc.ABC):
         view), for queue_read."""
 
     @abc.abstractmethod
-    def _synchronize(self) -> None:
+    def _synchronize(self, deadline: Deadline | None = None) -> None:
         """Block until the work queued so far is done (its failures reach synchronize() through `failures`;
-        DeviceLostError if the device is lost)."""
+        DeviceLostError if the device is lost; `deadline.error` once it has passed)."""
 
     @abc.abstractmethod
     def _close(self) -> None:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hal.errors import DeviceError, ValidationError, integer
+from hal.errors import DeviceError, TimeoutError, ValidationError, integer
 
 if TYPE_CHECKING:
     from hal.failures import Failures
@@ -166,6 +166,14 @@ def check_host_signal(value: int, current: int, pending: int | None = None, why:
     if pending is not None and value >= pending:
         raise ValidationError(f"signal: a submitted queue_execute will still signal {pending}; {why}signal at most "
                               f"{pending - 1} from the host until that submission has run")
+
+
+def wait_timed_out(value: int, current: int, timeout: float, due: int | None) -> TimeoutError:
+    """The error of a semaphore wait that timed out, naming what would move it on: `due`, the smallest value queued
+    work still signals (None: none does)."""
+    what = ("no queued submission signals it, so only a host signal can" if due is None else
+            f"queued work that signals it (next {due}) is still waiting or running")
+    return TimeoutError(f"semaphore wait: the value is {current}, still below {value} after {timeout} s; {what}")
 
 
 def queue_deadlock(value: int, current: int) -> ValidationError:

@@ -40,7 +40,9 @@ def fail(result: Any, what: str) -> DeviceError:
     message = f"{what} failed: {error_name(result)}"
     code = int(result)
     if code in LOST_CODES:
-        return DeviceLostError(f"{message}; a kernel faulted and the CUDA context is lost, create a new device")
+        return DeviceLostError(f"{message}; a kernel faulted, and CUDA keeps such a fault until the process ends: "
+                               f"close this device and restart the process to use CUDA again (run GPU work in a "
+                               f"child process to keep the rest alive); Vulkan devices are not affected")
     if any(code == int(r) for r in _OUT_OF_MEMORY):
         return OutOfMemoryError(message)
     return DeviceError(message)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver
 
+from backends.cuda_graph import context
 from backends.cuda_graph.api import NOT_READY, SUCCESS, call, fail
 from backends.cuda_graph.buffer import CudaBuffer, host_alloc
 from backends.cuda_graph.clock import EventClock
@@ -30,6 +31,7 @@ from backends.cuda_graph.semaphore import CudaSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
+from hal.deadline import Deadline
 from hal.device import Device
 from hal.drivers import DeviceInfo, Driver
 from hal.errors import DeviceLostError, HalError, UnsupportedError, ValidationError
@@ -128,10 +130,15 @@ class CudaDevice(Device):
         caps.check_within(real, name)
         super().__init__("cuda", name, caps, ordinal)
         self.driver_version = int(call(driver.cuDriverGetVersion))  # e.g. 12040 for 12.4
-        self.context = call(driver.cuDevicePrimaryCtxRetain, self.cu_device)
+        self.context = context.acquire(self.cu_device, ordinal)  # (backends.cuda_graph.context: after a fault)
         self.context_handle = int(self.context)
-        self.activate()
-        self.stream = call(driver.cuStreamCreate, driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        _current.device = self
+        try:
+            self.stream = call(driver.cuStreamCreate, driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        except BaseException:
+            _current.device = None
+            context.release(self.cu_device)
+            raise
         self.stream_handle = int(self.stream)
         self.pool = call(driver.cuDeviceGetDefaultMemPool, self.cu_device)
         call(driver.cuMemPoolSetAttribute, self.pool, driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
@@ -505,7 +512,10 @@ class CudaDevice(Device):
         raise error
 
     def _remember_lost(self, error: HalError) -> HalError:
-        """Fail every later call with `error`; returns it."""
+        """Fail every later call with `error`, and create no CUDA device in this process from now on
+        (backends.cuda_graph.context); returns it."""
+        if isinstance(error, DeviceLostError):
+            context.lost(str(error).split(";")[0])
         self._lost = error
         self.resubmission.revoke()
         return error
@@ -525,14 +535,14 @@ class CudaDevice(Device):
         values = [v for _, _, signals in self._unfinished() for s, v in signals if s is sem]
         return min(values) if values else None
 
-    def _wait_stream(self) -> None:
-        """Wait for everything on the stream. While a submission waits for a semaphore, poll instead of
-        blocking, and refuse to wait for a host signal no other thread could give."""
+    def _wait_stream(self, deadline: Deadline | None = None) -> None:
+        """Wait for everything on the stream. While a submission waits for a semaphore, or until a deadline, poll
+        instead of blocking, and refuse to wait for a host signal no other thread could give."""
         with self.waiting():
             while True:
                 self.check_lost()
                 unfinished = self._unfinished()
-                if not any(s.value < v for _, waits, _ in unfinished for s, v in waits):
+                if deadline is None and not any(s.value < v for _, waits, _ in unfinished for s, v in waits):
                     err, = driver.cuStreamSynchronize(self.stream)
                     if err != SUCCESS:
                         raise self._remember_lost(fail(err, "cuStreamSynchronize"))
@@ -543,6 +553,9 @@ class CudaDevice(Device):
                 if err != NOT_READY:
                     raise self._remember_lost(fail(err, "cuStreamQuery"))
                 self._refuse_certain_deadlock(unfinished)
+                if deadline is not None and deadline.passed():
+                    raise deadline.error(self, f"the work queued on its stream ({len(unfinished)} submission(s) with "
+                                               f"semaphores among it unfinished)")
                 time.sleep(POLL_S)
         self.collect()
 
@@ -557,9 +570,9 @@ class CudaDevice(Device):
             if not sem.internal:  # a host call's gate opens once the calls' own waits are met
                 raise queue_deadlock(value, sem.value)
 
-    def _synchronize(self) -> None:
+    def _synchronize(self, deadline: Deadline | None = None) -> None:
         self.activate()
-        self._wait_stream()
+        self._wait_stream(deadline)
         if self._faults is not None:
             raise_fault(self._faults[2].view(np.uint32), self.capabilities.max_workgroup_count)
 
@@ -581,7 +594,7 @@ class CudaDevice(Device):
 
     def check_lost(self) -> None:
         if self._lost is not None:
-            raise DeviceLostError(f"the CUDA device {self.name!r} is lost ({self._lost}); create a new one")
+            raise DeviceLostError(f"the CUDA device {self.name!r} is lost ({self._lost})")
 
     def _close(self) -> None:
         with self._submit_lock:  # a general submission under way ends first
@@ -605,7 +618,9 @@ class CudaDevice(Device):
         self._staging = self._faults = None
         driver.cuStreamSynchronize(self.stream)
         driver.cuStreamDestroy(self.stream)
-        driver.cuDevicePrimaryCtxRelease(self.cu_device)
+        if _current.device is self:
+            _current.device = None
+        context.release(self.cu_device)
 
 
 class _Current(threading.local):

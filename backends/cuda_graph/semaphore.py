@@ -16,9 +16,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from backends.cuda_graph.buffer import host_alloc
-from hal.errors import DeviceLostError, TimeoutError
+from hal.errors import DeviceLostError
 from hal.lifetime import Release
-from hal.semaphore import Semaphore, check_host_signal
+from hal.semaphore import Semaphore, check_host_signal, wait_timed_out
 
 SPIN_S = 50e-6  # poll without sleeping this long first: waits on a GPU are often short
 SLEEP_S = 100e-6  # then poll this often (a host signal wakes the waiters at once)
@@ -78,8 +78,7 @@ class CudaSemaphore(Semaphore):
                 device.check_lost()
                 elapsed = time.monotonic() - start
                 if timeout is not None and elapsed >= timeout:
-                    raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} after "
-                                       f"{timeout} s")
+                    raise wait_timed_out(value, self.value, timeout, device.pending_signal(self))
                 if elapsed > SPIN_S:  # host signals wake the sleep at once; the stream's writes are polled
                     with device.host_signalled:
                         if self._cell[0] < value and self.failure is None:

@@ -23,6 +23,7 @@ from backends.host.semaphore import HostSemaphore
 from hal.buffer import Buffer, BufferUsage
 from hal.capabilities import Capabilities
 from hal.command_buffer import CommandBuffer
+from hal.deadline import Deadline
 from hal.device import Device
 from hal.drivers import DeviceInfo, Driver
 from hal.errors import DeviceError, DeviceLostError, UnsupportedError, ValidationError
@@ -150,7 +151,7 @@ class HostDevice(Device):
                 self._worker.start()
             self.condition.notify_all()
 
-    def _wait_idle(self) -> None:
+    def _wait_idle(self, deadline: Deadline | None = None) -> None:
         if threading.current_thread() is self._worker:
             raise ValidationError("a host kernel or queue_host_call function cannot wait for its own queue (a "
                                   "buffer read or write, or synchronize, inside it); pass data through the "
@@ -159,7 +160,10 @@ class HostDevice(Device):
             while self._pending or self._running:
                 if not self._running:
                     self._refuse_certain_deadlock()
-                self.condition.wait()
+                if deadline is not None and deadline.passed():
+                    running = "a kernel or host call" if self._running else "a submission not started yet"
+                    raise deadline.error(self, f"{running}, the first of {len(self._pending)} queued submission(s),")
+                self.condition.wait(None if deadline is None else deadline.remaining())
 
     def _refuse_certain_deadlock(self) -> None:
         """Under the lock, the queue idle: if its head waits for a value that only the host can signal
@@ -173,8 +177,14 @@ class HostDevice(Device):
         sem, value = unmet[0]
         raise queue_deadlock(value, sem.value)
 
-    def _synchronize(self) -> None:
-        self._wait_idle()
+    def pending_signal(self, sem: HostSemaphore) -> int | None:
+        """The smallest value a queued or running submission will still signal on `sem`."""
+        with self.condition:
+            values = [v for submission in self._pending for s, v in submission.signals if s is sem]
+        return min(values) if values else None
+
+    def _synchronize(self, deadline: Deadline | None = None) -> None:
+        self._wait_idle(deadline)
 
     def _close(self) -> None:
         with self.condition:

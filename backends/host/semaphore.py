@@ -6,8 +6,8 @@ import threading
 import time
 from typing import Protocol
 
-from hal.errors import DeviceLostError, TimeoutError
-from hal.semaphore import Semaphore, check_host_signal
+from hal.errors import DeviceLostError
+from hal.semaphore import Semaphore, check_host_signal, wait_timed_out
 
 
 class TimelineDevice(Protocol):
@@ -42,8 +42,7 @@ class HostSemaphore(Semaphore):
                     raise DeviceLostError(f"semaphore wait: the device was closed while waiting for {value}")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"semaphore wait: the value is {self.value}, still below {value} "
-                                       f"after {timeout} s")
+                    raise wait_timed_out(value, self.value, timeout, self.device.pending_signal(self))
                 cv.wait(None if remaining is None else min(remaining, threading.TIMEOUT_MAX))
 
     def _signal(self, value: int) -> None:

@@ -44,7 +44,7 @@ def check(result: int, call: str) -> int:
     if result in _OUT_OF_MEMORY:
         raise OutOfMemoryError(message)
     if result == lib.VK_ERROR_DEVICE_LOST:
-        raise DeviceLostError(f"{message}; the device is lost, create a new one")
+        raise DeviceLostError(f"{message}; the device is lost: close it, then create a new device")
     raise DeviceError(message)
 
 

@@ -10,7 +10,8 @@ from libc.string cimport memset
 
 from backends.vulkan.driver_calls cimport entry
 from backends.vulkan.khronos cimport (
-    VkAccessFlags, VkConditionalRenderingBeginInfoEXT, VkDevice, VkMemoryBarrier, VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+    VkAccessFlags, VkConditionalRenderingBeginInfoEXT, VkDevice, VkFence, VkMemoryBarrier, VkQueue, VkResult,
+    VkSubmitInfo, VK_ERROR_DEVICE_LOST, VK_STRUCTURE_TYPE_MEMORY_BARRIER,
     VK_STRUCTURE_TYPE_CONDITIONAL_RENDERING_BEGIN_INFO_EXT, VK_ACCESS_SHADER_READ_BIT, VK_ACCESS_SHADER_WRITE_BIT,
     VK_ACCESS_TRANSFER_READ_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_INDIRECT_COMMAND_READ_BIT,
     VK_ACCESS_HOST_READ_BIT, VK_ACCESS_CONDITIONAL_RENDERING_READ_BIT_EXT
@@ -54,6 +55,16 @@ cdef class DeviceCommands:
                         VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT)
         _global_barrier(&self.condition_barrier, VK_ACCESS_SHADER_WRITE_BIT,
                         VK_ACCESS_CONDITIONAL_RENDERING_READ_BIT_EXT)
+
+
+    def lose(self) -> None:
+        """A test hook (VulkanDevice.inject_device_lost): every later vkQueueSubmit reports VK_ERROR_DEVICE_LOST."""
+        self.queue_submit = _lost_queue_submit
+
+
+cdef VkResult _lost_queue_submit(VkQueue queue, uint32_t count, const VkSubmitInfo* submits,
+                                  VkFence fence) noexcept nogil:
+    return VK_ERROR_DEVICE_LOST
 
 
 cdef void _global_barrier(VkMemoryBarrier* barrier, VkAccessFlags source, VkAccessFlags target) noexcept:

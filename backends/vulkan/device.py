@@ -36,6 +36,7 @@ from backends.vulkan.submitter import Submitter
 from backends.vulkan.timestamps import TimestampClock
 from hal.buffer import Buffer, BufferUsage
 from hal.command_buffer import CommandBuffer
+from hal.deadline import Deadline
 from hal.device import Device
 from hal.drivers import DeviceInfo, Driver
 from hal.errors import DeviceError, DeviceLostError, HalError, UnsupportedError, ValidationError
@@ -392,22 +393,25 @@ class VulkanDevice(Device):
         values += [v for _, _, signals in self._driver.entries() for s, v in signals if s is sem]
         return min(values) if values else None
 
-    def wait_for_submission(self, value: int) -> None:
-        """Block until the timeline reaches `value`; refuse to wait forever for a host signal only this
-        thread could give."""
+    def wait_for_submission(self, value: int, deadline: Deadline | None = None) -> None:
+        """Block until the timeline reaches `value` (or `deadline` passes); refuse to wait forever for a host signal
+        only this thread could give."""
         values = ffi.new("uint64_t[1]", [value])
         info = ffi.new("VkSemaphoreWaitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, "semaphoreCount": 1,
                                                 "pSemaphores": self._timeline_array, "pValues": values})
         with self.waiting():
             while True:
                 self.check_lost()
+                slice_ns = WAIT_SLICE_NS if deadline is None else min(WAIT_SLICE_NS, int(deadline.remaining() * 1e9))
                 try:
-                    result = check(self.fn.vkWaitSemaphores(self.handle, info, WAIT_SLICE_NS), "vkWaitSemaphores")
+                    result = check(self.fn.vkWaitSemaphores(self.handle, info, slice_ns), "vkWaitSemaphores")
                 except DeviceLostError as e:
                     self.raise_failure(e)
                 if result != TIMEOUT:
                     break
                 self._refuse_certain_deadlock()
+                if deadline is not None and deadline.passed():
+                    raise deadline.error(self, f"submissions {self._completed() + 1} to {value} of its queue")
         self.lifetime.collect()
 
     def _refuse_certain_deadlock(self) -> None:
@@ -423,9 +427,13 @@ class VulkanDevice(Device):
         sem, value = unmet[0]
         raise queue_deadlock(value, self._value(sem.handle))
 
-    def _synchronize(self) -> None:
-        self._driver.wait_idle(self._refuse_driver_deadlock)
-        self.wait_for_submission(self._submitter.submitted)
+    def _synchronize(self, deadline: Deadline | None = None) -> None:
+        def check() -> None:
+            self._refuse_driver_deadlock()
+            if deadline is not None and deadline.passed():
+                raise deadline.error(self, "a command buffer with regions, submitted step by step,")
+        self._driver.wait_idle(check)
+        self.wait_for_submission(self._submitter.submitted, deadline)
         error = self._driver.take_error()
         if error is not None:
             raise error if isinstance(error, HalError) else DeviceError(f"a region's submission failed: {error!r}")
@@ -452,7 +460,16 @@ class VulkanDevice(Device):
 
     def check_lost(self) -> None:
         if self._lost is not None:
-            raise DeviceLostError(f"the Vulkan device {self.name!r} is lost ({self._lost}); create a new one")
+            raise DeviceLostError(f"the Vulkan device {self.name!r} is lost ({self._lost}); close it, then create a "
+                                  f"new device")
+
+    def inject_device_lost(self) -> None:
+        """A test hook: from now on the calls that report on the device (vkQueueSubmit; the timelines' waits, reads
+        and signals) return VK_ERROR_DEVICE_LOST, as a driver's do once its device is lost, so that the paths a real
+        loss takes (DeviceLostError, close, a new device) run on any driver (tests/vulkan/test_device_lost.py)."""
+        self.commands.lose()
+        for name in ("vkGetSemaphoreCounterValue", "vkWaitSemaphores", "vkSignalSemaphore"):
+            setattr(self.fn, name, _lost_call)
 
     # Host access through staging.
     def staging_copy(self, buffer: VulkanBuffer, offset: int, host: np.ndarray, to_device: bool) -> None:
@@ -543,6 +560,11 @@ class VulkanDevice(Device):
         for sem, value in waits_for_the_host(list(self._pending) + self._driver.entries(), current):
             with contextlib.suppress(Exception):
                 sem.host_signal(value)
+
+
+def _lost_call(*arguments: Any) -> int:
+    """A device-level call of a lost device (inject_device_lost)."""
+    return lib.VK_ERROR_DEVICE_LOST
 
 
 def _addressed(pairs: tuple[tuple[VulkanSemaphore, int], ...]) -> tuple[tuple[int, int], ...]:

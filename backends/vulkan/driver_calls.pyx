@@ -25,5 +25,5 @@ cdef void check(VkResult result, str call) except *:
     if result in (VK_ERROR_OUT_OF_HOST_MEMORY, VK_ERROR_OUT_OF_DEVICE_MEMORY):
         raise OutOfMemoryError(message)
     if result == VK_ERROR_DEVICE_LOST:
-        raise DeviceLostError(f"{message}; the device is lost, create a new one")
+        raise DeviceLostError(f"{message}; the device is lost: close it, then create a new device")
     raise DeviceError(message)

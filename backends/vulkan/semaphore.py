@@ -8,9 +8,9 @@ import time
 from typing import Any, Protocol
 
 from backends.vulkan.api import TIMEOUT, check, ffi, lib, vk
-from hal.errors import DeviceLostError, TimeoutError
+from hal.errors import DeviceLostError
 from hal.lifetime import Lifetime
-from hal.semaphore import Semaphore, check_host_signal
+from hal.semaphore import Semaphore, check_host_signal, wait_timed_out
 
 WAIT_SLICE_S = 0.1  # long waits are cut in slices, so that closing the device ends them
 
@@ -90,8 +90,7 @@ class VulkanSemaphore(Semaphore):
                 if result != TIMEOUT:
                     return
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"semaphore wait: the value is {self._query()}, still below {value} "
-                                       f"after {timeout} s")
+                    raise wait_timed_out(value, self._query(), timeout, device.pending_signal(self))
 
     def _signal(self, value: int) -> None:
         current = self._query()

@@ -37,8 +37,8 @@ def flag_checks(dev, monkeypatch) -> list[int]:
     submits regions."""
     checks: list[int] = []
     wait = dev.wait_for_submission
-    monkeypatch.setattr(dev, "wait_for_submission", lambda value: (
-        threading.current_thread().name == "hal-vulkan-regions" and checks.append(value)) or wait(value))
+    monkeypatch.setattr(dev, "wait_for_submission", lambda value, deadline=None: (
+        threading.current_thread().name == "hal-vulkan-regions" and checks.append(value)) or wait(value, deadline))
     return checks
 
 
