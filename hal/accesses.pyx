@@ -5,7 +5,7 @@ read a command's accesses through these; at end() the recorder finds here which 
 constant slot."""
 
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
-from hal.commands cimport Collective, Command, Copy, Dispatch, Fill, Region, Update
+from hal.commands cimport Call, Collective, Command, Copy, Dispatch, Fill, Region, Update
 
 
 cpdef tuple access_range(BufferRef ref, tuple table=None):
@@ -37,6 +37,8 @@ cpdef tuple refs_and_writes(Command command):
         return (<Region>command).refs, (<Region>command).writes
     if kind is Collective:
         return collective_accesses(<Collective>command)
+    if kind is Call:
+        return (<Call>command).bindings, (<Call>command).writes
     return ((<Update>command).target,), (True,)
 
 

@@ -42,6 +42,8 @@ class Capabilities:
     # A kernel node may launch while the kernels it waits for finish, for exports marked early_launch
     # (CUDA's programmatic dependent launch: compute capability 9.0 and driver 12.3 or newer).
     supports_early_launch: bool = False
+    # CommandBuffer.call records foreign work (a library's) with the backend's own recording context (hal.calls).
+    supports_foreign_calls: bool = False
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> Capabilities:
         """A copy with `overrides` applied; unknown names or wrongly typed values raise ValidationError."""

@@ -94,6 +94,12 @@ cdef class Collective(Command):
     cdef readonly int source_peer  # send_recv: where it receives from (-1 otherwise)
 
 
+cdef class Call(Command):
+    cdef readonly object function  # fn(ctx): foreign work, recorded with the backend's own context (hal.calls)
+    cdef readonly tuple bindings  # BufferRef per binding
+    cdef readonly tuple writes  # per binding: does fn write it?
+
+
 cdef class Segment:
     cdef readonly Py_ssize_t index  # the barriers recorded before its commands
     cdef readonly list commands
@@ -112,6 +118,7 @@ cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRe
                        tuple writes)
 cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object communicator, str operation,
                                BufferRef source, BufferRef target, BufferRef order, tuple details)
+cdef Call new_call(Py_ssize_t index, Py_ssize_t segment, object function, tuple bindings, tuple writes)
 cdef Segment new_segment(Py_ssize_t index)
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF

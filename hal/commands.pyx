@@ -54,6 +54,7 @@ class CommandKind(str, enum.Enum):
     SEND = "send"
     RECV = "recv"
     SEND_RECV = "send_recv"
+    CALL = "call"
 
     def __str__(self) -> str:
         return self.value
@@ -142,6 +143,16 @@ cdef class Collective(Command):
         accessed = () if self.source is None else ((self.source, READ),)
         accessed += () if self.target is None else ((self.target, WRITE),)
         return accessed + ((self.order, WRITE),)
+
+
+cdef class Call(Command):
+    """Foreign work (a library's): `function(ctx)` records it with the backend's own recording context, over
+    `bindings`, of which it writes those `writes` says (hal.calls)."""
+
+    kind = CommandKind.CALL
+
+    def accesses(self):
+        return tuple(zip(self.bindings, self.writes))
 
 
 cdef class Entry:
@@ -246,6 +257,13 @@ cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object comm
     c.index, c.segment = index, segment
     c.communicator, c.operation, c.source, c.target, c.order = communicator, operation, source, target, order
     c.dtype, c.count, c.reduction, c.rank, c.peer, c.source_peer = details
+    return c
+
+
+cdef Call new_call(Py_ssize_t index, Py_ssize_t segment, object function, tuple bindings, tuple writes):
+    cdef Call c = Call.__new__(Call)
+    c.index, c.segment = index, segment
+    c.function, c.bindings, c.writes = function, bindings, writes
     return c
 
 

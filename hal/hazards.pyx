@@ -14,7 +14,7 @@ from libcpp.utility cimport move
 
 from hal.accesses cimport OPEN_END, collective_accesses
 from hal.buffer cimport BufferRef
-from hal.commands cimport Collective, Copy, Dispatch, Fill, Region, Update
+from hal.commands cimport Call, Collective, Copy, Dispatch, Fill, Region, Update
 
 SEARCH_BUDGET = 256  # commands a transitive-reduction search may visit per new command
 
@@ -561,6 +561,9 @@ cdef int _accesses(Command command, vector[Touch]& into, Py_ssize_t first) excep
         refs, writes = collective_accesses(<Collective>command)
         for i in range(len(refs)):
             _add_access(into, first, <BufferRef>refs[i], writes[i])
+    elif kind is Call:
+        for i in range(len((<Call>command).bindings)):
+            _add_access(into, first, <BufferRef>(<Call>command).bindings[i], (<Call>command).writes[i])
     else:
         _add_access(into, first, (<Update>command).target, True)
     return 0

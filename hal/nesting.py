@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hal.buffer import Buffer, BufferRef, ref, slot
-from hal.commands import Collective, Command, Copy, Dispatch, Fill, Region, Update
+from hal.commands import Call, Collective, Command, Copy, Dispatch, Fill, Region, Update
 from hal.errors import ValidationError
 
 
@@ -136,4 +136,10 @@ def _collective(cb: Any, c: Collective, table: Resolver) -> None:
         cb.send_recv(c.communicator, source, c.peer, target, c.source_peer)
 
 
-_REPLAY = {Fill: _fill, Update: _update, Copy: _copy, Dispatch: _dispatch, Region: _region, Collective: _collective}
+def _call(cb: Any, c: Call, table: Resolver) -> None:
+    cb.call(c.function, [table(b) for b in c.bindings], writes=[i for i, w in enumerate(c.writes) if w],
+            reads=[i for i, w in enumerate(c.writes) if not w])
+
+
+_REPLAY = {Fill: _fill, Update: _update, Copy: _copy, Dispatch: _dispatch, Region: _region, Collective: _collective,
+           Call: _call}

@@ -10,7 +10,7 @@ from libcpp.vector cimport vector
 
 from hal.accesses cimport OPEN_END, refs_and_writes
 from hal.buffer cimport Buffer, BufferRef
-from hal.commands cimport Collective, Command, Copy, Dispatch, Region
+from hal.commands cimport Call, Collective, Command, Copy, Dispatch, Region
 
 from hal.errors import ValidationError
 
@@ -222,6 +222,8 @@ cdef str _reference_name(Command command, Py_ssize_t position):
         name = "condition" if r is (<Region>command).condition else "body's reference"
     elif kind is Collective:
         name = "source" if r is (<Collective>command).source else "target"
+    elif kind is Call:
+        name = f"bindings[{position}]"
     else:
         name = "target"
     return name if r.buffer is not None else f"{name} = slot {r.slot}"

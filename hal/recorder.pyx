@@ -1,4 +1,4 @@
-"""Recorder: the recording of the plain commands (fill, update, copy, barrier, dispatch, dispatch_indirect) and
+"""Recorder: the recording of the plain commands (fill, update, copy, barrier, dispatch, dispatch_indirect, call) and
 their record-time checks (compiled: this is the hot path), over the state every command buffer keeps.
 
 Recording appends one typed record per command to one list and notes where the current segment (the commands between
@@ -13,20 +13,20 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport uint32_t
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hal.accesses cimport refs_and_writes
 from hal.argument_checks cimport int_within, plain_word
 from hal.buffer cimport (Buffer, BufferRef, USAGE_ANY, USAGE_DISPATCH_STORAGE, USAGE_TRANSFER_SOURCE,
                          USAGE_TRANSFER_TARGET)
-from hal.commands cimport (Command, Dispatch, Entries, Entry, hide_from_collector, new_copy, new_dispatch, new_fill,
-                           new_update, with_arguments)
+from hal.commands cimport (Command, Dispatch, Entries, Entry, hide_from_collector, new_call, new_copy, new_dispatch,
+                           new_fill, new_update, with_arguments)
 
 from hal.argument_checks import (as_sequence, bad_export, binding_name, check_constants, check_range, fill_pattern,
                                  foreign, refuse, typed_constants, workgroup_counts)
 from hal.buffer import bytes_view
-from hal.errors import ValidationError
+from hal.errors import UnsupportedError, ValidationError
 from hal.executable import Executable
 
 MAX_UPDATE_BYTES = 65536
@@ -338,6 +338,51 @@ cdef class Recorder:
             return True
         return False
 
+    def call(self, fn: Callable[[Any], None], bindings: Sequence[Buffer | BufferRef] = (), reads: Sequence[int] = (),
+             writes: Sequence[int] | None = None) -> None:
+        """Record foreign work: `fn(ctx)` records a library's work with the backend's own context (hal.calls says what
+        `ctx` holds), over `bindings`, which take part in dependency and race analysis as a dispatch's do.
+
+        Args:
+            fn: Called with the context when the backend takes the command (the host: each time it runs; Vulkan:
+                each time the command buffer is encoded, into the VkCommandBuffer being recorded).
+            bindings: The buffers the work touches, or references to them from `hal.ref` or `hal.slot`.
+            reads: The indices of the bindings `fn` only reads.
+            writes: The indices of the bindings it writes; None: every binding not in `reads`.
+
+        Raises:
+            UnsupportedError: The device records no foreign work (its capabilities' supports_foreign_calls).
+            ValidationError: The command buffer is not recording; `fn` is not callable; a binding is wrong; an index
+                is out of range, in both `reads` and `writes`, or a binding is in neither; or (validate=True) the
+                call races another command of its segment. Nothing is recorded.
+
+        Example:
+            >>> with dev.create_command_buffer() as cb:
+            ...     cb.call(lambda ctx: ctx.binding(0, np.float32).fill(1.0), bindings=(buf,))
+        """
+        if self.phase != RECORDING:
+            self.not_recording("call")
+        cdef Py_ssize_t index = self.count, i
+        try:
+            if not self.caps.supports_foreign_calls:
+                raise UnsupportedError(f"command {index} (call): the {self.device.driver} device records no foreign "
+                                       f"calls (capabilities.supports_foreign_calls is False)")
+            if not callable(fn):
+                raise ValidationError(f"command {index} (call): fn must be callable, got {type(fn).__name__}")
+            given = _sequence(bindings, index, "bindings")
+            refs = tuple([self.check_ref(given[i], index, "call", None, i, USAGE_ANY) for i in range(len(given))])
+            read = set(_indices(reads, len(refs), index, "reads"))
+            written = set(range(len(refs))) - read if writes is None else set(_indices(writes, len(refs), index,
+                                                                                        "writes"))
+            if read & written or len(read | written) != len(refs):
+                raise ValidationError(f"command {index} (call): each binding is in reads or in writes, once; got "
+                                      f"reads {sorted(read)} and writes {sorted(written)} for {len(refs)} bindings")
+        except BaseException:
+            self.uses_slot = False
+            raise
+        flags = tuple([i in written for i in range(len(refs))])
+        self.record(new_call(index, self.barriers, fn, refs, flags), refs, flags)
+
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage):
         """Check reference `r` for use as `name` of command `index` (None: as its bindings[binding]); returns it as a
         BufferRef. Each refusal is raised by `refuse` (or `check_range`), off the common path."""
@@ -400,3 +445,19 @@ cdef class Recorder:
         hint = "call begin() first" if self.phase == INITIAL else "call reset() to record it again"
         raise ValidationError(f"command {self.count} ({what}): the command buffer is {self.state}, "
                               f"not recording; {hint}")
+
+
+cdef tuple _sequence(object given, Py_ssize_t index, str what):
+    """call's `bindings`, `reads` or `writes` as a tuple."""
+    if not isinstance(given, Sequence) or isinstance(given, (str, bytes)):
+        raise ValidationError(f"command {index} (call): {what} must be a sequence, got {type(given).__name__}")
+    return tuple(given)
+
+
+cdef list _indices(object given, Py_ssize_t n, Py_ssize_t index, str what):
+    """call's `reads` or `writes`: binding indices below n."""
+    items = _sequence(given, index, what)
+    for i in items:
+        if type(i) is not int or not 0 <= i < n:
+            raise ValidationError(f"command {index} (call): {what} holds {i!r}, not an index of its {n} bindings")
+    return list(items)

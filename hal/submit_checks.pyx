@@ -9,7 +9,7 @@ from libcpp.vector cimport vector
 from hal.accesses cimport access_range, refs_and_writes
 from hal.buffer cimport (Buffer, BufferRef, USAGE_ANY, USAGE_DISPATCH_STORAGE, USAGE_TRANSFER_SOURCE,
                          USAGE_TRANSFER_TARGET)
-from hal.commands cimport Collective, Command, Copy, Dispatch, Fill, Region
+from hal.commands cimport Call, Collective, Command, Copy, Dispatch, Fill, Region
 from hal.program cimport Program
 from hal.races cimport RaceDetector
 
@@ -152,7 +152,7 @@ def check_slot_command(Command c, tuple table, caps) -> None:
         if r.buffer is None:
             if type(c) is Dispatch:
                 usage = USAGE_DISPATCH_STORAGE
-            elif type(c) is Collective:
+            elif type(c) is Collective or type(c) is Call:
                 usage = USAGE_ANY
             else:
                 usage = USAGE_TRANSFER_TARGET if write else USAGE_TRANSFER_SOURCE

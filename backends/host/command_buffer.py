@@ -6,7 +6,8 @@ missing dependency shows up as a wrong result in the tests rather than hiding be
 A dispatch_indirect reads its workgroup counts when the submission starts (static) or when it runs (dynamic);
 a zero count runs nothing, a count above the device's max_workgroup_count fails the submission. A region runs its
 body's commands (in the body's own order) while, or if, its condition is non-zero, read before each iteration.
-A collective meets the other ranks through its communicator (backends.host.communicator).
+A collective meets the other ranks through its communicator (backends.host.communicator); a call runs its function
+with numpy views of its bindings (hal.calls).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from backends.host.executable import DispatchContext
 from hal.buffer import Buffer, BufferRef, ConstantSlot
-from hal.commands import Collective, Command, Copy, Dispatch, Fill, Region, Update
+from hal.commands import Call, Collective, Command, Copy, Dispatch, Fill, Region, Update
 from hal.errors import DeviceError, DeviceLostError
 from hal.program import Emitter, Program
 
@@ -130,6 +131,12 @@ def _dispatch(c: Dispatch, workgroups: tuple, table: tuple[Buffer, ...], slot_va
         DispatchContext(views, export.readonly, constants, workgroups, export.workgroup_size))
 
 
+def _call(c: Call, table: tuple[Buffer, ...]) -> None:
+    """Foreign work (hal.calls): its function with numpy views of its bindings (read-only those it only reads)."""
+    readonly = tuple(i for i, writes in enumerate(c.writes) if not writes)
+    c.function(DispatchContext([_view(r, table) for r in c.bindings], readonly, (), (1, 1, 1), (1, 1, 1)))
+
+
 def _collective(c: Collective, table: tuple[Buffer, ...]) -> None:
     """Run a collective for its rank: the communicator (backends.host.communicator) meets the other ranks."""
     if c.communicator.closed:
@@ -138,4 +145,4 @@ def _collective(c: Collective, table: tuple[Buffer, ...]) -> None:
                        None if c.target is None else _view(c.target, table))
 
 
-_RUN = {Fill: _fill, Update: _update, Copy: _copy, Collective: _collective}
+_RUN = {Fill: _fill, Update: _update, Copy: _copy, Collective: _collective, Call: _call}

@@ -58,6 +58,7 @@ HOST_CAPABILITIES = Capabilities(
     fill_buffer_alignment=1,
     update_buffer_alignment=1,
     copy_buffer_alignment=1,
+    supports_foreign_calls=True,
 )
 
 

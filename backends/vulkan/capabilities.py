@@ -128,6 +128,7 @@ def query(device: PhysicalDevice) -> DeviceFeatures:
         fill_buffer_alignment=4,  # vkCmdFillBuffer: offset and size multiples of 4
         update_buffer_alignment=4,  # vkCmdUpdateBuffer: offset and size multiples of 4
         copy_buffer_alignment=1,
+        supports_foreign_calls=True,
     )
     return DeviceFeatures(caps, push_descriptor, limits.maxMemoryAllocationCount, int(v11p.maxMemoryAllocationSize),
                           int(v12p.maxTimelineSemaphoreValueDifference), chain.maintenance4,

@@ -35,7 +35,7 @@ from libcpp.vector cimport vector
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.command_buffer cimport CommandBuffer
 from hal.commands cimport (
-    Command, Copy, Dispatch, DispatchArguments, Fill, Range, Region, Update, argument_ranges, argument_words,
+    Call, Command, Copy, Dispatch, DispatchArguments, Fill, Range, Region, Update, argument_ranges, argument_words,
     arguments_size, checked_word, new_dispatch
 )
 from hal.program cimport Emitter, Program
@@ -52,11 +52,12 @@ from backends.vulkan.recording cimport Recording
 from backends.vulkan.submitter cimport Submitter
 
 from backends.vulkan.buffer import HostVisibleBuffer, VulkanBuffer
+from backends.vulkan.call_context import VulkanCallContext
 from backends.vulkan.gated_transfers import GatedTransfers
 from backends.vulkan.indirect import IndirectGuard
 from backends.vulkan.regions import Steps
 from hal.buffer import BufferUsage
-from hal.errors import DeviceLostError
+from hal.errors import DeviceError, DeviceLostError
 
 TABLE_CACHE = 8  # binding tables (with constant values) whose encodings a command buffer keeps
 # A gated loop's chunks: the host checks its flag before the first and after each, and the next chunk is the next
@@ -128,6 +129,8 @@ cdef class Encoder:
         cdef bytes data
         if kind is Dispatch:
             self.dispatch(<Dispatch>c)
+        elif kind is Call:
+            self.foreign(<Call>c)
         elif kind is Fill:
             r = (<Fill>c).target
             b = self.resolve(r)
@@ -147,6 +150,26 @@ cdef class Encoder:
             b = self.resolve(r)
             region.dstOffset = r.offset
             self.calls.copy_buffer(<VkBuffer><uintptr_t>s.handle, <VkBuffer><uintptr_t>b.handle, &region)
+
+    cdef void foreign(self, Call c) except *:
+        """A call (hal.calls): its function records into this VkCommandBuffer itself, after every call made so far
+        (a single_pass encoding's worker drained first). What it binds is unknown afterwards, so the next dispatch
+        sets its pipeline, descriptors and push constants again."""
+        cdef Bound* bound = self.calls.bound
+        if isinstance(self.calls, StreamedCalls):
+            (<StreamedCalls>self.calls).stream.drain()
+        buffers = []
+        for r in c.bindings:
+            b = self.resolve(<BufferRef>r)
+            buffers.append((b.handle, (<BufferRef>r).offset, self.length(<BufferRef>r, b)))
+        try:
+            c.function(VulkanCallContext(<uintptr_t>self.calls.cb, tuple(buffers)))
+        except Exception as e:
+            raise DeviceError(f"command {c.index} (call): its function raised {e!r} while recording into the "
+                              f"VkCommandBuffer") from e
+        bound.pipeline = NULL
+        bound.descriptors_set = bound.words_set = False
+        self.kind = None
 
     cdef void conditional(self, Region region) except *:
         """A region's body, once (an if_nonzero, or an iteration of a loop), on the device: its dispatches, fills and
