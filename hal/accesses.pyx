@@ -65,7 +65,8 @@ cdef tuple slot_users(list slot_commands, list constant_commands):
         if type(c) is Region:
             constant_uses.extend([(slot, (<Command>c).index) for slot in sorted((<Region>c).body.constant_users)])
         else:
-            constant_uses.extend([((<ConstantSlot>v).index, (<Command>c).index) for v in (<Dispatch>c).constants
+            values = (<Call>c).constants if type(c) is Call else (<Dispatch>c).constants
+            constant_uses.extend([((<ConstantSlot>v).index, (<Command>c).index) for v in values
                                   if type(v) is ConstantSlot])
     return _by_slot(slot_uses), _by_slot(constant_uses)
 

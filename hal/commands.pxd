@@ -98,6 +98,7 @@ cdef class Call(Command):
     cdef readonly object function  # fn(ctx): foreign work, recorded with the backend's own context (hal.calls)
     cdef readonly tuple bindings  # BufferRef per binding
     cdef readonly tuple writes  # per binding: does fn write it?
+    cdef readonly tuple constants  # as given: values, or ConstantSlots resolved at each submit
 
 
 cdef class Segment:
@@ -118,7 +119,8 @@ cdef Region new_region(Py_ssize_t index, Py_ssize_t segment, bint loop, BufferRe
                        tuple writes)
 cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object communicator, str operation,
                                BufferRef source, BufferRef target, BufferRef order, tuple details)
-cdef Call new_call(Py_ssize_t index, Py_ssize_t segment, object function, tuple bindings, tuple writes)
+cdef Call new_call(Py_ssize_t index, Py_ssize_t segment, object function, tuple bindings, tuple writes,
+                   tuple constants)
 cdef Segment new_segment(Py_ssize_t index)
 
 cpdef unsigned int constant_word(object value) except? 0xFFFFFFFF

@@ -147,7 +147,7 @@ cdef class Collective(Command):
 
 cdef class Call(Command):
     """Foreign work (a library's): `function(ctx)` records it with the backend's own recording context, over
-    `bindings`, of which it writes those `writes` says (hal.calls)."""
+    `bindings`, of which it writes those `writes` says, with `constants` (hal.calls)."""
 
     kind = CommandKind.CALL
 
@@ -260,10 +260,11 @@ cdef Collective new_collective(Py_ssize_t index, Py_ssize_t segment, object comm
     return c
 
 
-cdef Call new_call(Py_ssize_t index, Py_ssize_t segment, object function, tuple bindings, tuple writes):
+cdef Call new_call(Py_ssize_t index, Py_ssize_t segment, object function, tuple bindings, tuple writes,
+                   tuple constants):
     cdef Call c = Call.__new__(Call)
     c.index, c.segment = index, segment
-    c.function, c.bindings, c.writes = function, bindings, writes
+    c.function, c.bindings, c.writes, c.constants = function, bindings, writes, constants
     return c
 
 

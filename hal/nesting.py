@@ -138,7 +138,7 @@ def _collective(cb: Any, c: Collective, table: Resolver) -> None:
 
 def _call(cb: Any, c: Call, table: Resolver) -> None:
     cb.call(c.function, [table(b) for b in c.bindings], writes=[i for i, w in enumerate(c.writes) if w],
-            reads=[i for i, w in enumerate(c.writes) if not w])
+            reads=[i for i, w in enumerate(c.writes) if not w], constants=c.constants)
 
 
 _REPLAY = {Fill: _fill, Update: _update, Copy: _copy, Dispatch: _dispatch, Region: _region, Collective: _collective,

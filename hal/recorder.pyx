@@ -339,7 +339,7 @@ cdef class Recorder:
         return False
 
     def call(self, fn: Callable[[Any], None], bindings: Sequence[Buffer | BufferRef] = (), reads: Sequence[int] = (),
-             writes: Sequence[int] | None = None) -> None:
+             writes: Sequence[int] | None = None, constants: Sequence[Any] = ()) -> None:
         """Record foreign work: `fn(ctx)` records a library's work with the backend's own context (hal.calls says what
         `ctx` holds), over `bindings`, which take part in dependency and race analysis as a dispatch's do.
 
@@ -349,12 +349,14 @@ cdef class Recorder:
             bindings: The buffers the work touches, or references to them from `hal.ref` or `hal.slot`.
             reads: The indices of the bindings `fn` only reads.
             writes: The indices of the bindings it writes; None: every binding not in `reads`.
+            constants: 32-bit values, or `hal.constant_slot(i)`s, which `ctx.constants` gives `fn` as the values of
+                the submission (on Vulkan a new value encodes the command buffer again, as for a dispatch).
 
         Raises:
             UnsupportedError: The device records no foreign work (its capabilities' supports_foreign_calls).
-            ValidationError: The command buffer is not recording; `fn` is not callable; a binding is wrong; an index
-                is out of range, in both `reads` and `writes`, or a binding is in neither; or (validate=True) the
-                call races another command of its segment. Nothing is recorded.
+            ValidationError: The command buffer is not recording; `fn` is not callable; a binding or a constant is
+                wrong; an index is out of range, in both `reads` and `writes`, or a binding is in neither; or
+                (validate=True) the call races another command of its segment. Nothing is recorded.
 
         Example:
             >>> with dev.create_command_buffer() as cb:
@@ -377,11 +379,16 @@ cdef class Recorder:
             if read & written or len(read | written) != len(refs):
                 raise ValidationError(f"command {index} (call): each binding is in reads or in writes, once; got "
                                       f"reads {sorted(read)} and writes {sorted(written)} for {len(refs)} bindings")
+            values = _sequence(constants, index, "constants")
+            constant_slots = check_constants(values, index, "fn", self.constant_capacity, "call")
         except BaseException:
             self.uses_slot = False
             raise
         flags = tuple([i in written for i in range(len(refs))])
-        self.record(new_call(index, self.barriers, fn, refs, flags), refs, flags)
+        c = new_call(index, self.barriers, fn, refs, flags, values)
+        self.record(c, refs, flags)
+        if constant_slots:
+            self.constant_commands.append(c)
 
     cdef BufferRef check_ref(self, object r, Py_ssize_t index, str command, str name, Py_ssize_t binding, int usage):
         """Check reference `r` for use as `name` of command `index` (None: as its bindings[binding]); returns it as a

@@ -81,6 +81,8 @@ def _run(order: list[Command], counts: dict, bodies: dict, limit: tuple[int, int
                     if workgroups is None:
                         continue
                 _dispatch(c, workgroups, table, constants)
+            elif type(c) is Call:
+                _call(c, table, constants)
             else:
                 _RUN[type(c)](c, table)
         except DeviceError:
@@ -131,10 +133,12 @@ def _dispatch(c: Dispatch, workgroups: tuple, table: tuple[Buffer, ...], slot_va
         DispatchContext(views, export.readonly, constants, workgroups, export.workgroup_size))
 
 
-def _call(c: Call, table: tuple[Buffer, ...]) -> None:
-    """Foreign work (hal.calls): its function with numpy views of its bindings (read-only those it only reads)."""
+def _call(c: Call, table: tuple[Buffer, ...], slot_values: tuple) -> None:
+    """Foreign work (hal.calls): its function with numpy views of its bindings (read-only those it only reads) and
+    its constants' values."""
     readonly = tuple(i for i, writes in enumerate(c.writes) if not writes)
-    c.function(DispatchContext([_view(r, table) for r in c.bindings], readonly, (), (1, 1, 1), (1, 1, 1)))
+    constants = tuple(slot_values[v.index] if type(v) is ConstantSlot else v for v in c.constants)
+    c.function(DispatchContext([_view(r, table) for r in c.bindings], readonly, constants, (1, 1, 1), (1, 1, 1)))
 
 
 def _collective(c: Collective, table: tuple[Buffer, ...]) -> None:
@@ -145,4 +149,4 @@ def _collective(c: Collective, table: tuple[Buffer, ...]) -> None:
                        None if c.target is None else _view(c.target, table))
 
 
-_RUN = {Fill: _fill, Update: _update, Copy: _copy, Collective: _collective, Call: _call}
+_RUN = {Fill: _fill, Update: _update, Copy: _copy, Collective: _collective}

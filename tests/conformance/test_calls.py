@@ -142,3 +142,18 @@ def test_a_function_that_raises_fails_where_the_backend_calls_it(dev, calls):
         cb.fill_buffer(x, np.uint32(7))
     dev.queue_execute(cb)
     np.testing.assert_array_equal(x.read(np.uint32), np.full(WORDS, 7))
+
+
+def test_constant_slots_reach_the_function_as_the_submission_s_values(dev, calls):
+    seen = []
+    x = dev.upload(np.arange(WORDS, dtype=np.uint32))
+    cb = dev.create_command_buffer(mode="reusable", constant_capacity=1)
+    with cb:
+        cb.call(lambda ctx: seen.append(ctx.constants), (x,), reads=(0,), constants=(7, hal.constant_slot(0)))
+    for value in (1.5, 2, 2):
+        dev.queue_execute(cb, constants=(value,))
+    dev.synchronize()
+    assert seen[-1] == (7, 2) and (7, 1.5) in seen  # (Vulkan calls it per encoding: once for each new value)
+    with pytest.raises(hal.ValidationError, match="constant slot 3, but the command buffer's constant_capacity is 1"):
+        with dev.create_command_buffer(constant_capacity=1) as bad:
+            bad.call(calls, (x, dev.allocate(4 * WORDS)), reads=(0,), constants=(hal.constant_slot(3),))
