@@ -38,6 +38,13 @@ def matmul(a, b, c, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.co
     tl.store(c + rm[:, None] * N + rn[None, :], acc)
 
 
+@triton.jit
+def described(x, out, BLOCK: tl.constexpr):
+    """A device-side tensor descriptor: Triton then needs global scratch, which hal does not give."""
+    tl.store(out + tl.arange(0, BLOCK), tl.make_tensor_descriptor(x, shape=[1024], strides=[1],
+                                                                 block_shape=[BLOCK]).load([0]))
+
+
 BLOCK = 256
 SCALE = hal.Export("scale", bindings=2, constants=("uint32", "float32"), workgroup_size=128, readonly=(0,))
 COUNTDOWN = hal.Export("countdown", bindings=2, constants=("uint32",), workgroup_size=128)

@@ -71,7 +71,7 @@ class CudaExecutable(Executable):
 
     def _triton(self, kernel: Any, export: Export) -> triton.Loaded:
         def use(compiled: triton.Compiled) -> triton.Loaded:
-            loaded = triton.load(compiled, export.name, lambda f: _parameters(f, export, trailing_pointers=True))
+            loaded = triton.load(compiled, lambda f: _parameters(f, export, trailing_pointers=True))
             self._finalizers.append(self.device.track(self, "module", int(loaded.module)))
             return loaded
         return triton.compiled_kernel(kernel, export, self.device.compute_capability, use)

@@ -38,7 +38,7 @@ class Compiled:
     cubin: bytes
     name: str
     shared: int  # bytes of dynamic shared memory a launch needs
-    global_scratch: int  # bytes a program needs of each
+    global_scratch: int  # bytes a program needs of each (0: compile_kernel refuses others)
     profile_scratch: int
 
     def to_bytes(self) -> bytes:
@@ -70,11 +70,16 @@ def compile_kernel(kernel: TritonKernel, export: Export, capability: tuple[int, 
     constants and readonly bindings (backends.cuda_graph.ptx)."""
     compiled = kernel.compile(capability)
     m = compiled.metadata
+    scratch, profile = int(getattr(m, "global_scratch_size", 0)), int(getattr(m, "profile_scratch_size", 0))
+    if scratch or profile:
+        raise UnsupportedError(f"Triton kernel {export.name!r} needs {scratch} bytes of global scratch and {profile} "
+                               f"of profile scratch a program (device-side tensor descriptors, or Triton's "
+                               f"instrumentation); hal passes no scratch: create tensor descriptors on the host, or "
+                               f"turn the instrumentation off")
     entry = ptx.entries(compiled.asm["ptx"]).get(str(m.name))
     if entry is not None:
         ptx.check_entry(entry, export)
-    return Compiled(bytes(compiled.asm["cubin"]), str(m.name), int(m.shared),
-                    int(getattr(m, "global_scratch_size", 0)), int(getattr(m, "profile_scratch_size", 0)))
+    return Compiled(bytes(compiled.asm["cubin"]), str(m.name), int(m.shared), scratch, profile)
 
 
 def compiled_kernel(kernel: TritonKernel, export: Export, capability: tuple[int, int], use: Callable[[Compiled], T]) \
@@ -87,14 +92,10 @@ def compiled_kernel(kernel: TritonKernel, export: Export, capability: tuple[int,
                        lambda content: use(Compiled.from_bytes(content)))
 
 
-def load(compiled: Compiled, export_name: str, parameter_sizes: Callable[[Any], int]) -> Loaded:
+def load(compiled: Compiled, parameter_sizes: Callable[[Any], int]) -> Loaded:
     """Load `compiled` (cuModuleLoadData), its function's shared memory set and its parameters checked by
-    `parameter_sizes(function, trailing)`; the module is unloaded again if anything fails."""
-    if compiled.global_scratch or compiled.profile_scratch:
-        raise UnsupportedError(f"Triton kernel {export_name!r} needs {compiled.global_scratch} bytes of global "
-                               f"scratch and {compiled.profile_scratch} of profile scratch a program (device-side "
-                               f"tensor descriptors, or Triton's instrumentation); hal passes no scratch: create "
-                               f"tensor descriptors on the host, or turn the instrumentation off")
+    `parameter_sizes(function)` (which returns how many null pointers follow hal's); the module is unloaded again
+    if anything fails."""
     module = call(driver.cuModuleLoadData, compiled.cubin)
     try:
         function = call(driver.cuModuleGetFunction, module, compiled.name.encode())

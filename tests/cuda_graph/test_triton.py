@@ -25,6 +25,13 @@ def test_a_kernel_compiles_to_a_cubin_for_a_named_architecture_without_a_device(
     assert matmul.shared > cuda_triton.STATIC_SHARED_LIMIT
 
 
+def test_a_kernel_that_needs_global_scratch_is_refused_at_compile():
+    export = hal.Export("described", bindings=2, workgroup_size=128)
+    source = hal.ExecutableSource.triton({"described": tk.described}, [export], constexprs={"described": {"BLOCK": 64}})
+    with pytest.raises(hal.UnsupportedError, match="needs 128 bytes of global scratch .* hal passes no scratch"):
+        cuda_triton.compile_kernel(source.payload["described"], export, (9, 0))
+
+
 def test_a_readonly_binding_the_kernel_stores_through_is_refused_at_compile():
     export = hal.Export("scale", bindings=2, constants=("uint32", "float32"), workgroup_size=128, readonly=(0, 1))
     source = hal.ExecutableSource.triton({"scale": tk.scale}, [export], constexprs={"scale": {"BLOCK": 64}})
