@@ -98,7 +98,7 @@ def run() -> dict:
         equal = bool(np.array_equal(bufs[last].read(np.float32), tensors[last].cpu().numpy()))
         rows = [dict(kernels=k, competitor=name, host_us=statistics.median(host[name, k][1:]),
                      gpu_us=statistics.median(gpu[name, k][1:])) for k in LENGTHS for name in competitors]
-        meta = dict(device=dev.name, triton=__import__("triton").__version__, torch=torch.__version__,
+        meta = dict(device=dev.name, triton=__import__("triton").__version__, torch=torch.__version__, block=tk.BLOCK,
                     hal_first_s=hal_first_s, triton_first_s=triton_first_s, results_equal=equal,
                     floors=measure_floors(dev))
     finally:
@@ -127,7 +127,8 @@ def report(result: dict) -> str:
     names = list(dict.fromkeys(r["competitor"] for r in rows))
     lines = [f"## Triton kernels on {meta['device']}: Triton's launcher against hal (Triton {meta['triton']}, "
              f"torch {meta['torch']})", "",
-             f"A chain of k `scale` kernels over {ELEMENTS} float32 ({ELEMENTS // 1024} programs of 1024); µs per "
+             f"A chain of k `scale` kernels over {ELEMENTS} float32 ({ELEMENTS // meta['block']} programs of "
+             f"{meta['block']}); µs per "
              f"kernel, median of {RUNS}. hal's result equal to Triton's launcher's: {meta['results_equal']}.", "",
              "| k | " + " | ".join(f"{n} host | {n} GPU" for n in names) + " | hal host / launcher host |",
              "|---:|" + "---:|---:|" * len(names) + "---:|"]

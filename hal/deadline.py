@@ -1,7 +1,7 @@
-"""The end in time of `synchronize(timeout=...)`: what the backends' waits check, and the error naming what still
-runs when it passes. A timeout loses nothing: the work keeps running, a later synchronize() waits for it again, and
-what is queued after it runs once it ends (a device runs its submissions in order; another device on the same GPU
-runs meanwhile)."""
+"""The end in time of `synchronize(timeout=...)`: what the backends' waits check, and the error naming what still runs
+when it passes (`Deadline.of` also checks a semaphore wait's timeout). A timeout loses nothing: the work keeps
+running, a later synchronize() waits for it again, and what is queued after it runs once it ends (a device runs its
+submissions in order; another device on the same GPU runs meanwhile)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class Deadline:
 
     __slots__ = ("seconds", "at")
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float) -> None:  # (as given: an int prints as one)
         self.seconds = seconds
         self.at = time.monotonic() + seconds
 
@@ -28,7 +28,7 @@ class Deadline:
             return None
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
             raise ValidationError(f"{what}: timeout must be None or seconds >= 0, got {timeout!r}")
-        return None if math.isinf(timeout) else cls(float(timeout))
+        return None if math.isinf(timeout) else cls(timeout)
 
     def remaining(self) -> float:
         return max(0.0, self.at - time.monotonic())

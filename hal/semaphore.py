@@ -10,10 +10,10 @@ the cause) instead of hanging, and work that waits on it fails the same way. Bac
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hal.deadline import Deadline
 from hal.errors import DeviceError, TimeoutError, ValidationError, integer
 
 if TYPE_CHECKING:
@@ -82,13 +82,9 @@ class Semaphore(abc.ABC):
             ValidationError: The value or timeout is not a number in range.
         """
         value = check_value(value, "wait")
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-                raise ValidationError(f"wait: timeout must be None or seconds >= 0, got {timeout!r}")
-            if math.isinf(timeout):
-                timeout = None
+        deadline = Deadline.of(timeout, "wait")
         if self.failure is None:
-            self._wait(value, timeout)
+            self._wait(value, None if deadline is None else deadline.seconds)
         if self.failure is not None:
             self.raise_failure()
 
