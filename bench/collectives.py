@@ -11,7 +11,8 @@ of the machine; side by side in one process (or, for the data-parallel step, in 
 3. A data-parallel step, one process per GPU (hal's rank/world form, a rendezvous file): per layer a matmul kernel
    makes a gradient and an all_reduce sums it across ranks, the next layer's matmul overlapping this all_reduce
    (hazards mode); against PyTorch distributed (NCCL) running the same step eagerly and as a captured CUDA graph.
-   hal's matmul is a plain tiled kernel and torch's is cuBLAS: the kernels alone are timed too.
+   hal's matmul is a plain tiled kernel and torch's is cuBLAS: the kernels alone are timed too, and hal's step runs
+   a second time with cuBLAS's matmul through torch in its command buffer (cb.call, bench.calls).
 
     python -m bench.collectives [--max-bytes N] [--json PATH]
 """
@@ -221,7 +222,9 @@ def _dp_worker(rank: int, world: int, directory: str, results) -> None:
     import torch
     import torch.distributed as dist
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S - 20, exit=True)  # where a stuck worker is, before it is dropped
+    from bench.calls import torch_matmul
     os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
+    torch.cuda.set_device(rank)
     dev = hal.create_device(f"cuda:{rank}")
     comm = hal.create_communicator([dev], rank=rank, world=world, rendezvous=os.path.join(directory, "hal-id"))
     rng = np.random.default_rng(rank)
@@ -233,13 +236,16 @@ def _dp_worker(rank: int, world: int, directory: str, results) -> None:
     grads = [dev.allocate(WIDTH * WIDTH * 4) for _ in range(LAYERS)]
     groups = (WIDTH // 16, WIDTH // 16, 1)
 
-    def record(with_collectives: bool) -> hal.CommandBuffer:
+    def record(with_collectives: bool, cublas: bool = False) -> hal.CommandBuffer:
         cb = dev.create_command_buffer(mode="reusable", dependencies="hazards")
         with cb:
             for layer in range(LAYERS):
                 if layer:
                     cb.execution_barrier()
-                cb.dispatch(exe, "matmul", groups, (WIDTH,), (a[layer], b[layer], grads[layer]))
+                if cublas:
+                    cb.call(torch_matmul(WIDTH), (a[layer], b[layer], grads[layer]), reads=(0, 1))
+                else:
+                    cb.dispatch(exe, "matmul", groups, (WIDTH,), (a[layer], b[layer], grads[layer]))
                 if layer and with_collectives:
                     cb.all_reduce(comm, grads[layer - 1], grads[layer - 1], np.float32)
             if with_collectives:
@@ -247,7 +253,7 @@ def _dp_worker(rank: int, world: int, directory: str, results) -> None:
                 cb.all_reduce(comm, grads[-1], grads[-1], np.float32)
         return cb
 
-    step, kernels_only = record(True), record(False)
+    step, kernels_only, cublas_step = record(True), record(False), record(True, cublas=True)
 
     def hal_time(cb) -> tuple[float, float]:
         dev.queue_execute(cb)
@@ -267,8 +273,10 @@ def _dp_worker(rank: int, world: int, directory: str, results) -> None:
     hal_kernels_us, _ = hal_time(kernels_only)
     dev.queue_execute(step)  # one step from the inputs: the gradients to check
     hal_grads = np.stack([g.read(np.float32).reshape(WIDTH, WIDTH) for g in grads])
+    hal_cublas_step_us, hal_cublas_host_us = hal_time(cublas_step)
+    dev.queue_execute(cublas_step)
+    cublas_grads = np.stack([g.read(np.float32).reshape(WIDTH, WIDTH) for g in grads])
 
-    torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method="file://" + os.path.join(directory, "torch-id"), rank=rank,
                             world_size=world)
     ta = [torch.from_numpy(x).cuda() for x in a_host]
@@ -310,8 +318,10 @@ def _dp_worker(rank: int, world: int, directory: str, results) -> None:
     torch_step()
     torch.cuda.synchronize()
     torch_grads = np.stack([g.cpu().numpy() for g in tg])
-    error = float(np.max(np.abs(hal_grads - torch_grads)) / np.max(np.abs(torch_grads)))
+    error = max(float(np.max(np.abs(ours - torch_grads)) / np.max(np.abs(torch_grads)))
+                for ours in (hal_grads, cublas_grads))
     results.put(dict(rank=rank, hal_step_us=hal_step_us, hal_host_us=hal_host_us, hal_kernels_us=hal_kernels_us,
+                     hal_cublas_step_us=hal_cublas_step_us, hal_cublas_host_us=hal_cublas_host_us,
                      torch_eager_us=eager_us, torch_eager_host_us=eager_host_us, torch_graph_us=graph_us,
                      torch_graph_host_us=graph_host_us, torch_kernels_us=torch_kernels_us, relative_error=error))
     del graph  # its captured NCCL work would keep the process group's communicator from closing
@@ -386,6 +396,8 @@ def report(result: dict) -> str:
                   "| | step µs | host µs per submit | kernels alone µs |", "|---|---:|---:|---:|",
                   f"| hal (one command buffer) | {r['hal_step_us']:.1f} | {r['hal_host_us']:.1f} | "
                   f"{r['hal_kernels_us']:.1f} |",
+                  f"| hal, cuBLAS through torch in its command buffer (cb.call) | {r['hal_cublas_step_us']:.1f} | "
+                  f"{r['hal_cublas_host_us']:.1f} | |",
                   f"| PyTorch eager | {r['torch_eager_us']:.1f} | {r['torch_eager_host_us']:.1f} | "
                   f"{r['torch_kernels_us']:.1f} |",
                   f"| PyTorch CUDA graph | {r['torch_graph_us']:.1f} | {r['torch_graph_host_us']:.1f} | |", "",

@@ -16,7 +16,7 @@
 # devices (their reports and JSON in $OUT): one call that fits a small lease. `cuda` runs the CUDA tests, bench.cuda
 # for 10 kernels (its rebind and new-values rows are the same as at any size), bench.indirect, bench.regions,
 # bench.nested, bench.host_calls, bench.transients, bench.decode (with hal on Vulkan and PyTorch beside it), the
-# Triton tests of the host's interpreter and bench.triton: the CUDA backend, in about three minutes. `decode` runs
+# Triton tests of the host's interpreter, bench.triton and bench.calls: the CUDA backend, in about four minutes. `decode` runs
 # the decode example's and early launch's tests on CUDA and Vulkan, bench.decode (hal against PyTorch at its best
 # and the GPU's floors), bench.early_launch, `python -m hal trace decode` and `python -m hal demo decode`: about
 # three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives
@@ -116,6 +116,7 @@ if [ "$PART" = cuda ]; then
     run tests-cuda.log "Triton on the host (Triton's interpreter)" python3 -m pytest -q -p no:cacheprovider \
         tests/host/test_triton.py
     TIMEOUT=120 run bench.log "python -m bench.triton" python3 -m bench.triton --json "$OUT/triton.json"
+    TIMEOUT=180 run bench.log "python -m bench.calls" python3 -m bench.calls --json "$OUT/calls.json"
     exit $status
 fi
 if [ "$PART" != bench ]; then

@@ -4,10 +4,14 @@ One Triton kernel (tests.triton_kernels.scale: out = x * factor over ELEMENTS fl
 in a chain (each reads what the one before wrote), three ways on one GPU, in turns:
 - Triton's launcher: `scale[grid](...)` k times from Python on torch tensors (how Triton kernels are called);
 - the same k launches captured once in a torch CUDA graph and replayed (the expert's way to cut launch costs);
-- hal: a reusable command buffer of k dispatches of the same kernel (ExecutableSource.triton), resubmitted.
+- hal: a reusable command buffer of k dispatches of the same kernel (ExecutableSource.triton), resubmitted;
+- the driver alone: the graph hal builds for that command buffer, built and launched by compiled code through
+  cydriver (bench/native/cuda_reference.pyx), cuGraphLaunch each time: the floor of hal's resubmission.
 Host µs per kernel: the time of the calls that queue the k kernels, over k (no synchronization inside); GPU µs per
-kernel: CUDA events around them, over k. The median of RUNS after a warm-up; first-use costs (Triton's compilation
-and launcher build; hal's compilation and load, cached on disk afterwards) apart. The floor beside: the GPU time per
+kernel: CUDA events around them, over k. A lone kernel is timed twice: queued once after the GPU went idle, and
+queued BACK_TO_BACK times in a row (as a runtime resubmits in its loop), per kernel. The median of RUNS after a
+warm-up; first-use costs (Triton's compilation and launcher build; hal's compilation and load, cached on disk
+afterwards) apart. The floor beside: the GPU time per
 dependent node of a chain of empty kernels in a graph (bench.decode.measure_floors).
 Target (issue 46): hal's host µs per resubmitted kernel <= 0.1x Triton's launcher's.
 
@@ -18,14 +22,18 @@ from __future__ import annotations
 
 import statistics
 import time
+from array import array
 from collections.abc import Callable
 
 import numpy as np
 
 import hal
 from bench import Events, plain_main
+from bench.native import reference
 
-LENGTHS = (1, 10, 100)
+BACK_TO_BACK = 100
+CASES = ((1, 1), (1, BACK_TO_BACK), (10, 1), (100, 1))  # (kernels in the chain, times queued in a row)
+LENGTHS = sorted({k for k, _ in CASES})
 ELEMENTS = 1 << 16
 RUNS = 15
 TARGET = 0.1
@@ -74,21 +82,26 @@ def run() -> dict:
             "hal, one command buffer": lambda k: (lambda: dev.queue_execute(chains[k]),
                                                   hal_events.mark, lambda: hal_events.seconds()),
         }
-        host = {(name, k): [] for name in competitors for k in LENGTHS}
-        gpu = {(name, k): [] for name in competitors for k in LENGTHS}
+        drivers = driver_graphs(dev, exe, bufs, grid)
+        if drivers:
+            competitors[DRIVER] = lambda k: (lambda: drivers[k].launch(dev.stream_handle), hal_events.mark,
+                                             lambda: hal_events.seconds())
+        host = {(name, case): [] for name in competitors for case in CASES}
+        gpu = {(name, case): [] for name in competitors for case in CASES}
         for _ in range(RUNS + 1):  # the first round warms up
-            for k in LENGTHS:
+            for k, times in CASES:
                 for name, make in competitors.items():
                     work, mark, seconds = make(k)
                     torch.cuda.synchronize()
                     dev.synchronize()
                     mark()
                     t0 = time.perf_counter()
-                    work()
+                    for _ in range(times):
+                        work()
                     t1 = time.perf_counter()
                     mark()
-                    gpu[name, k].append(seconds() / k * 1e6)
-                    host[name, k].append((t1 - t0) / k * 1e6)
+                    gpu[name, (k, times)].append(seconds() / (k * times) * 1e6)
+                    host[name, (k, times)].append((t1 - t0) / (k * times) * 1e6)
         for buffer, tensor in zip(bufs, tensors):  # the same chain from the same data, both ways: the same result
             buffer.write(np.ones(ELEMENTS, np.float32))
             tensor.fill_(1.0)
@@ -96,14 +109,40 @@ def run() -> dict:
         launch(LENGTHS[-1])
         last = LENGTHS[-1] % 2
         equal = bool(np.array_equal(bufs[last].read(np.float32), tensors[last].cpu().numpy()))
-        rows = [dict(kernels=k, competitor=name, host_us=statistics.median(host[name, k][1:]),
-                     gpu_us=statistics.median(gpu[name, k][1:])) for k in LENGTHS for name in competitors]
+        rows = [dict(kernels=k, submissions=times, competitor=name,
+                     host_us=statistics.median(host[name, (k, times)][1:]),
+                     gpu_us=statistics.median(gpu[name, (k, times)][1:])) for k, times in CASES for name in competitors]
         meta = dict(device=dev.name, triton=__import__("triton").__version__, torch=torch.__version__, block=tk.BLOCK,
                     hal_first_s=hal_first_s, triton_first_s=triton_first_s, results_equal=equal,
                     floors=measure_floors(dev))
     finally:
         dev.close()
     return dict(meta=meta, rows=rows)
+
+
+DRIVER = "the driver alone (cuGraphLaunch, compiled)"
+
+
+def driver_graphs(dev: hal.Device, exe: hal.Executable, bufs: list[hal.Buffer], grid: tuple) -> dict | None:
+    """Per chain length, the chain's graph built and instantiated by bench.cuda's compiled reference (the same
+    kernel nodes and parameters as hal's, null pointers for Triton's trailing scratch); None without the
+    reference, or for a kernel that needs dynamic shared memory (the reference sets none)."""
+    from tests import triton_kernels as tk
+    native = reference("cuda_reference")
+    if native is None or exe.shared_memory[0]:
+        return None
+    trailing = exe.trailing_parameters[0]
+    factor = int(np.float32(1.0001).view(np.uint32))
+    graphs = {}
+    dev.activate()
+    for k in LENGTHS:
+        params = array("Q", [w for i in range(k) for w in
+                             [bufs[i % 2].address, bufs[(i + 1) % 2].address, ELEMENTS, factor] + [0] * trailing])
+        graph = graphs[k] = native.Graph(exe.functions[0], grid, (tk.SCALE.workgroup_size[0], 1, 1), params,
+                                         4 + trailing)
+        graph.build(array("q", range(k)), array("q", [0] + list(range(k))), array("q", range(k - 1)))
+        graph.instantiate()
+    return graphs
 
 
 def torch_events(torch) -> tuple[Callable[[], None], Callable[[], float]]:
@@ -130,13 +169,18 @@ def report(result: dict) -> str:
              f"A chain of k `scale` kernels over {ELEMENTS} float32 ({ELEMENTS // meta['block']} programs of "
              f"{meta['block']}); µs per "
              f"kernel, median of {RUNS}. hal's result equal to Triton's launcher's: {meta['results_equal']}.", "",
-             "| k | " + " | ".join(f"{n} host | {n} GPU" for n in names) + " | hal host / launcher host |",
-             "|---:|" + "---:|---:|" * len(names) + "---:|"]
-    for k in LENGTHS:
-        by = {r["competitor"]: r for r in rows if r["kernels"] == k}
-        ratio = by["hal, one command buffer"]["host_us"] / by["Triton's launcher"]["host_us"]
+             "| k | queued | " + " | ".join(f"{n} host | {n} GPU" for n in names) + " | hal host / launcher host |" +
+             (" driver alone host / launcher host |" if DRIVER in names else ""),
+             "|---:|---|" + "---:|---:|" * len(names) + "---:|" + ("---:|" if DRIVER in names else "")]
+    for k, times in CASES:
+        by = {r["competitor"]: r for r in rows if (r["kernels"], r["submissions"]) == (k, times)}
+        launcher = by["Triton's launcher"]["host_us"]
+        ratio = by["hal, one command buffer"]["host_us"] / launcher
         cells = " | ".join(f"{by[n]['host_us']:.2f} | {by[n]['gpu_us']:.2f}" for n in names)
-        lines.append(f"| {k} | {cells} | {ratio:.3f} ({'met' if ratio <= TARGET else 'MISSED'} <= {TARGET}) |")
+        queued = "once, GPU idle" if times == 1 else f"{times} times in a row"
+        floor = f" {by[DRIVER]['host_us'] / launcher:.3f} |" if DRIVER in by else ""
+        lines.append(f"| {k} | {queued} | {cells} | {ratio:.3f} ({'met' if ratio <= TARGET else 'MISSED'} <= "
+                     f"{TARGET}) |{floor}")
     floors = meta["floors"]
     lines += ["", f"Floor: a dependent node of a chain of empty kernels in a graph takes {floors['node_us']:.2f} µs of "
                   f"GPU time. First use: Triton's compilation and launcher {meta['triton_first_s']:.2f} s; hal's "

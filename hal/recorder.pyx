@@ -345,12 +345,14 @@ cdef class Recorder:
 
         Args:
             fn: Called with the context when the backend takes the command (the host: each time it runs; Vulkan:
-                each time the command buffer is encoded, into the VkCommandBuffer being recorded).
+                each time the command buffer is encoded, into the VkCommandBuffer being recorded; CUDA: once per
+                set of buffer addresses and constants, its stream captured into the command buffer's graph).
             bindings: The buffers the work touches, or references to them from `hal.ref` or `hal.slot`.
             reads: The indices of the bindings `fn` only reads.
             writes: The indices of the bindings it writes; None: every binding not in `reads`.
             constants: 32-bit values, or `hal.constant_slot(i)`s, which `ctx.constants` gives `fn` as the values of
-                the submission (on Vulkan a new value encodes the command buffer again, as for a dispatch).
+                the submission (on Vulkan a new value encodes the command buffer again, as for a dispatch; on CUDA
+                it is captured again unless kept).
 
         Raises:
             UnsupportedError: The device records no foreign work (its capabilities' supports_foreign_calls).

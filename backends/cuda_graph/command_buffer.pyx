@@ -32,11 +32,16 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
 - Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
   new table captures the work of a collective whose buffers moved again and sets it on the exec's node
   (cuGraphExecChildGraphNodeSetParams); never instantiated again.
+- Calls (CommandBuffer.call; hal.calls): a child graph node each, the function's work captured from the device's
+  capture stream, once per set of buffer addresses and constant values (kept per call, CALL_CAPTURES at most); a new
+  table or new values set the exec's node to the capture for them (capturing again only for a set not kept). A
+  one-shot command buffer holding a call builds a graph too (the function's work is captured the same way), and a
+  single_pass one builds at end() (a function that fails leaves the recording as it was).
 - Nested command buffers (cb.execute_commands): the commands one call recorded (Program.nested) become one child
   graph node, built from their layout nodes; a new table or new constant values set the changed nodes of hal's copy
   of the child graph, then the exec's child node once (cuGraphExecChildGraphNodeSetParams); never instantiated
-  again. A nested block holding a region, a dispatch_indirect or a collective is emitted inline instead, and so are
-  those recorded inside a region or by a single_pass command buffer building as it records.
+  again. A nested block holding a region, a dispatch_indirect, a collective or a call is emitted inline instead, and
+  so are those recorded inside a region or by a single_pass command buffer building as it records.
 - The resubmission of an unchanged command buffer (hal.resubmission.queue_execute) is `CudaEmitter.resubmitted`:
   one cuGraphLaunch after a few identity checks.
 """
@@ -48,11 +53,11 @@ from libcpp.vector cimport vector
 from cuda.bindings cimport cydriver
 from cuda.bindings.cydriver cimport CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream
 
-from backends.cuda_graph.graph_builder cimport GraphBuilder
+from backends.cuda_graph.graph_builder cimport GraphBuilder, call_key, has_calls
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, SlotWord, address, check, check_at,
                                         collective_address, constant_words_of, node_of, resolve)
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
-from hal.commands cimport Collective, Command, Dispatch, Region, Update
+from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Program
 
 import contextlib
@@ -61,6 +66,7 @@ import networkx as nx
 from cuda.bindings import driver
 
 from backends.cuda_graph.api import call
+from backends.cuda_graph.call_context import CallFailed
 from hal.errors import DeviceError, DeviceLostError, HalError, OutOfMemoryError, UnsupportedError
 
 PROGRAMMATIC = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
@@ -71,7 +77,8 @@ cdef class CudaEmitter(GraphBuilder):
     """The CUDA side of one command buffer (hal.program.Emitter): its graph, exec and pinned update data.
 
     `instantiations` counts the graphs instantiated (a re-recording that updates the exec adds none),
-    `updates` the re-recordings absorbed by cuGraphExecUpdate, `patched` the nodes the latest submit patched.
+    `updates` the re-recordings absorbed by cuGraphExecUpdate, `patched` the nodes the latest submit patched,
+    `calls_captured` the captures of calls' functions (hal.calls).
     `token`: the device's resubmit token while a resubmission is one launch (see `resubmitted`), given with the
     table it was last submitted with.
     """
@@ -91,7 +98,8 @@ cdef class CudaEmitter(GraphBuilder):
         self.exec = NULL
         self.exec_no_update = self.upload = False
         self.early_launch = device.capabilities.supports_early_launch
-        self.instantiations = self.updates = self.patched = 0
+        self.instantiations = self.updates = self.patched = self.calls_captured = 0
+        self.captures = {}
         self.forget()
 
     cdef void forget(self):
@@ -116,12 +124,13 @@ cdef class CudaEmitter(GraphBuilder):
         self.constant_words.clear()
         self.slot_transfers.clear()
         self.slot_setters.clear()
-        self.slot_collectives.clear()
+        self.slot_captured.clear()
+        self.constant_calls.clear()
         self.slot_in_region.clear()
         self.constant_in_region.clear()
         self.setters = {}
         self.conditions = {}
-        self.last_static = NULL
+        self.last_static = self.last_call = NULL
         self.looked_at.clear()
         for finalizer in self.block_finalizers or ():
             finalizer()
@@ -152,6 +161,9 @@ cdef class CudaEmitter(GraphBuilder):
             self.new_graph()
 
     cpdef void command(self, Program program, object command) except *:
+        if self.graph != NULL and type(command) is Call:  # built at end(), where a failing function leaves no trace
+            self.drop_graph()
+            self.forget_nodes()
         if self.graph != NULL:
             self.device.activate()
             if type(command) is Update:
@@ -171,7 +183,8 @@ cdef class CudaEmitter(GraphBuilder):
         if self.graph != NULL:  # single_pass: the nodes are there
             self.instantiate()
             self.built = True
-        elif self.one_shot and not self.single_pass and not program.indirect and not program.regions:
+        elif self.one_shot and not self.single_pass and not program.indirect and not program.regions and \
+                not has_calls(program):
             self.stream_launch = True  # launched in order at submit: no graph for a single run
         elif not self.at_submit:
             self.build((), ())
@@ -182,25 +195,39 @@ cdef class CudaEmitter(GraphBuilder):
             self.arena.release()
         self.forget()
         self.program = None
+        for kept in self.captures.values():  # the calls recorded next are others
+            for _, release in kept.values():
+                release()
+        self.captures = {}
 
-    cdef void set_collective(self, Py_ssize_t index, tuple table) except *:
-        """Point collective `index`'s child graph node of the exec at the buffers `table` binds now, when they
-        moved: its work is captured again and the exec's node takes the new graph (same topology: same operation,
-        sizes and communicator), with the references NCCL's work keeps."""
-        cdef Collective c = <Collective>self.program.commands[index]
-        addresses = (collective_address(c.source, table), collective_address(c.target, table))
-        if addresses == self.given[index]:
+    cdef void set_captured(self, Py_ssize_t index, tuple table, tuple constants) except *:
+        """Point collective or call `index`'s child graph node of the exec at the work for the buffers `table` binds
+        now and the values `constants` holds, when they changed: a collective's work is captured again, a call's
+        taken from its captures (captured again if not kept); the exec's node takes the new graph (the same
+        topology, else the driver refuses and follow() builds anew)."""
+        c = self.program.commands[index]
+        if type(c) is Collective:
+            given = (collective_address((<Collective>c).source, table),
+                     collective_address((<Collective>c).target, table))
+        else:
+            given = call_key(<Call>c, table, constants)
+        if given == self.given[index]:
             return
-        cdef CUgraphNode node
-        cdef CUgraph child = self.capture(c, table)
-        try:
-            node = self.exec_nodes[self.program.node_of_command(index)]
+        cdef CUgraphNode node = self.exec_nodes[self.program.node_of_command(index)]
+        cdef CUgraph child
+        if type(c) is Call:
+            child = self.captured(<Call>c, given)
             check_at(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, node, child),
                       "cuGraphExecChildGraphNodeSetParams", index)
-        finally:
-            cydriver.cuGraphDestroy(child)
-        self.given[index] = addresses
-        self.collectives_set += 1
+        else:
+            child = self.capture(<Collective>c, table)
+            try:
+                check_at(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, node, child),
+                          "cuGraphExecChildGraphNodeSetParams", index)
+            finally:
+                cydriver.cuGraphDestroy(child)
+        self.given[index] = given
+        self.captures_set += 1
 
     cdef void build(self, tuple table, tuple constants) except *:
         """The whole graph from the Program, resolved through `table` and `constants`; instantiated (or the old
@@ -300,7 +327,7 @@ cdef class CudaEmitter(GraphBuilder):
             with contextlib.suppress(HalError):  # the failure that got here is the one to report
                 self.drop_graph()
             self.forget_nodes()
-            if isinstance(e, (DeviceLostError, OutOfMemoryError)):
+            if isinstance(e, (DeviceLostError, OutOfMemoryError, CallFailed)):
                 raise
             self.build(table, constants)
             self.patched = 0
@@ -377,8 +404,9 @@ cdef class CudaEmitter(GraphBuilder):
         self.slot_words.resize(program.slots_needed)
         self.slot_transfers.resize(program.slots_needed)
         self.slot_setters.resize(program.slots_needed)
-        self.slot_collectives.resize(program.slots_needed)
+        self.slot_captured.resize(program.slots_needed)
         self.constant_words.resize(program.constants_needed)
+        self.constant_calls.resize(program.constants_needed)
         self.slot_in_region.assign(program.slots_needed, 0)
         self.constant_in_region.assign(program.constants_needed, 0)
         for slot, users in program.slot_users.items():
@@ -388,8 +416,8 @@ cdef class CudaEmitter(GraphBuilder):
                 if type(c) is Region:
                     self.slot_in_region[slot] = 1
                     continue
-                if type(c) is Collective:
-                    self.slot_collectives[slot].push_back(index)
+                if type(c) is Collective or type(c) is Call:
+                    self.slot_captured[slot].push_back(index)
                     continue
                 if type(c) is not Dispatch:
                     self.slot_transfers[slot].push_back(index)
@@ -407,6 +435,9 @@ cdef class CudaEmitter(GraphBuilder):
             for index in users:
                 if type(program.commands[index]) is Region:
                     self.constant_in_region[slot] = 1
+                    continue
+                if type(program.commands[index]) is Call:
+                    self.constant_calls[slot].push_back(index)
                     continue
                 d = <Dispatch?>program.commands[index]
                 node = <Node>self.given[index]
@@ -432,7 +463,7 @@ cdef class CudaEmitter(GraphBuilder):
         kernel.executable = NULL
         self.epoch += 1
         self.touched.clear()
-        self.collectives_set = 0
+        self.captures_set = 0
         for i in range(len(table)):
             if table[i] is self.table_seen[i]:
                 continue
@@ -443,10 +474,10 @@ cdef class CudaEmitter(GraphBuilder):
                     self.touch(w.command)
             for index in self.slot_setters[i]:
                 self.set_setter(index, (<Buffer>table[i]).handle)
-            for index in self.slot_collectives[i]:
+            for index in self.slot_captured[i]:
                 if self.looked_at[index] != self.epoch:
                     self.looked_at[index] = self.epoch
-                    self.set_collective(index, table)
+                    self.set_captured(index, table, constants)
             for index in self.slot_transfers[i]:
                 if self.looked_at[index] != self.epoch:
                     node = <Node>self.given[index]
@@ -462,6 +493,10 @@ cdef class CudaEmitter(GraphBuilder):
                 if w.word[0] != value:
                     w.word[0] = value
                     self.touch(w.command)
+            for index in self.constant_calls[i]:
+                if self.looked_at[index] != self.epoch:
+                    self.looked_at[index] = self.epoch
+                    self.set_captured(index, table, constants)
         for index in self.touched:
             self.set_node(index, <Node>self.given[index])
             if self.setters and index in self.setters:  # (most command buffers have no dispatch_indirect)
@@ -471,7 +506,7 @@ cdef class CudaEmitter(GraphBuilder):
                 self.block_changed[i] = 0
                 check(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, self.exec_block_nodes[i], self.blocks[i]),
                        "cuGraphExecChildGraphNodeSetParams (a nested command buffer)")
-        self.patched = self.touched.size() + self.collectives_set
+        self.patched = self.touched.size() + self.captures_set
         self.table_seen = table
         self.words_seen = words
 

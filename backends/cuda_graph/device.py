@@ -114,6 +114,7 @@ def query_capabilities(device: Any) -> Capabilities:
         copy_buffer_alignment=1,
         supports_early_launch=attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) >= 9 and
         int(call(driver.cuDriverGetVersion)) >= EARLY_LAUNCH_DRIVER,
+        supports_foreign_calls=True,  # captured from a stream (CommandBuffer.call)
     )
 
 
@@ -140,6 +141,7 @@ class CudaDevice(Device):
             context.release(self.cu_device)
             raise
         self.stream_handle = int(self.stream)
+        self._capture_stream: Any = None  # made at the first call's capture (capture_stream)
         self.pool = call(driver.cuDeviceGetDefaultMemPool, self.cu_device)
         call(driver.cuMemPoolSetAttribute, self.pool, driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
              driver.cuuint64_t(0xFFFFFFFFFFFFFFFF))  # keep freed memory for reuse instead of returning it
@@ -179,6 +181,15 @@ class CudaDevice(Device):
     def resubmit_token(self) -> object:
         """The token a command buffer's emitter holds while its resubmission is one launch."""
         return self.resubmission.token
+
+    @property
+    def capture_stream(self) -> int:
+        """The stream calls' functions are captured from (CommandBuffer.call), one per device: a library that keeps
+        state per stream (torch's cuBLAS workspace) keeps one."""
+        if self._capture_stream is None:
+            self.activate()
+            self._capture_stream = call(driver.cuStreamCreate, driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        return int(self._capture_stream)
 
     @property
     def graph_lanes(self) -> int:
@@ -618,6 +629,8 @@ class CudaDevice(Device):
         self._staging = self._faults = None
         driver.cuStreamSynchronize(self.stream)
         driver.cuStreamDestroy(self.stream)
+        if self._capture_stream is not None:
+            driver.cuStreamDestroy(self._capture_stream)
         if _current.device is self:
             _current.device = None
         context.release(self.cu_device)

@@ -4,7 +4,7 @@ from cuda.bindings.cydriver cimport CUcontext, CUgraph, CUgraphExec, CUgraphNode
 
 from backends.cuda_graph.nodes cimport SlotWord
 from backends.cuda_graph.resubmission cimport Resubmission
-from hal.commands cimport Collective, Command, Dispatch, Region, Update
+from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Emitter, Program
 
 
@@ -38,10 +38,13 @@ cdef class GraphBuilder(Emitter):
     cdef vector[vector[SlotWord]] slot_words, constant_words
     cdef vector[vector[Py_ssize_t]] slot_transfers
     cdef vector[vector[Py_ssize_t]] slot_setters  # per slot, the dispatch_indirect commands whose counts it holds
-    cdef vector[vector[Py_ssize_t]] slot_collectives  # per slot, the collectives that use it
+    cdef vector[vector[Py_ssize_t]] slot_captured  # per slot, the collectives and calls that use it
+    cdef vector[vector[Py_ssize_t]] constant_calls  # per constant slot, the calls that use it
+    cdef dict captures  # call command -> its captures, an OrderedDict: call_key -> (CUgraph, its release)
     cdef vector[char] slot_in_region, constant_in_region  # per slot and constant slot: a region uses it
     cdef dict setters  # dispatch_indirect command -> its setter's Node, and its node (in `graph`)
     cdef CUgraphNode last_static  # the latest static setter of the graph being built (NULL: none yet)
+    cdef CUgraphNode last_call  # the latest call (or region holding one) of the graph being built (CALL_ORDER)
     cdef dict conditions  # region command -> the node setting its condition (top level)
     # Nested command buffers emitted as child graphs ("blocks"), of the graph being built (see find_blocks).
     cdef vector[Py_ssize_t] block_of  # per layout node: its block (-1: the command buffer's own graph)
@@ -56,8 +59,8 @@ cdef class GraphBuilder(Emitter):
     cdef vector[Py_ssize_t] looked_at  # per command, the last patch that looked at it
     cdef vector[Py_ssize_t] touched  # the commands the current patch changed
     cdef Py_ssize_t epoch
-    cdef Py_ssize_t collectives_set  # by the current patch
-    cdef readonly Py_ssize_t instantiations, updates, patched
+    cdef Py_ssize_t captures_set  # child graph nodes of collectives and calls set by the current patch
+    cdef readonly Py_ssize_t instantiations, updates, patched, calls_captured
     cdef public object token
     cdef object __weakref__  # the device frees the graph and exec once the emitter is gone
 
@@ -79,5 +82,11 @@ cdef class GraphBuilder(Emitter):
     cdef CUgraphNode add_collective(self, CUgraph graph, Collective c, vector[CUgraphNode]& deps,
                                     tuple table) except *
     cdef CUgraph capture(self, Collective c, tuple table) except NULL
+    cdef CUgraph captured(self, Call c, tuple key) except NULL
+    cdef CUgraph capture_call(self, Call c, tuple key) except NULL
     cdef void add_setter(self, CUgraph graph, Dispatch c, CUgraphNode target, vector[CUgraphNode]& deps, tuple table,
                          bint top) except *
+
+
+cdef tuple call_key(Call c, tuple table, tuple constants)
+cdef bint has_calls(Program program)

@@ -1,7 +1,8 @@
 """How a Program's layout becomes CUDA graph nodes (compiled): kernel, memset and memcpy nodes, nested command buffers
-as child graphs, regions as conditional nodes, collectives as captured child graphs, dispatch_indirect's setters,
-and the programmatic edges of early launch. hal's CUDA emitter (backends.cuda_graph.command_buffer.CudaEmitter) is
-the one subclass: it decides when to build, instantiates, patches and launches.
+as child graphs, regions as conditional nodes, collectives and calls as captured child graphs, dispatch_indirect's
+setters, and the programmatic edges of early launch. hal's CUDA emitter
+(backends.cuda_graph.command_buffer.CudaEmitter) is the one subclass: it decides when to build, instantiates,
+patches and launches.
 """
 
 from libc.stdint cimport uintptr_t
@@ -13,11 +14,14 @@ from cuda.bindings.cydriver cimport (CUfunction, CUgraph, CUgraphConditionalHand
                                      CUgraphNodeParams, CUkernelNodeAttrValue, CUresult, CUstream)
 
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, add_once, address, check, check_at,
-                                        collective_address, node_of, resolve, setter_node)
-from hal.buffer cimport BufferRef
-from hal.commands cimport Collective, Command, Dispatch, Region, Update
+                                        collective_address, node_of, ref_length, resolve, setter_node)
+from hal.buffer cimport Buffer, BufferRef, ConstantSlot
+from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Emitter, Program
 
+from collections import OrderedDict
+
+from backends.cuda_graph.call_context import CAPTURE_ERRORS, CallFailed, CudaCallContext
 from backends.cuda_graph.indirect import SETTER
 from backends.cuda_graph.pinned import PinnedArena
 from backends.cuda_graph.regions import SET_CONDITION
@@ -83,7 +87,7 @@ cdef class GraphBuilder(Emitter):
         cdef vector[CUgraphNode] deps, early  # early: the kernel nodes it waits for through programmatic edges
         cdef CUgraphNode node
         cdef CUgraphEdgeData programmatic
-        cdef bint launches_early
+        cdef bint launches_early, calls_inside
         cdef Node params, scratch = Node.__new__(Node)
         cdef Kernel kernel
         cdef bint keep = top and self.at_submit
@@ -132,13 +136,30 @@ cdef class GraphBuilder(Emitter):
                 nodes[k] = node
                 continue
             if type(c) is Region:
+                calls_inside = has_calls((<Region>c).body)
+                if calls_inside and self.last_call != NULL:
+                    add_once(deps, self.last_call)
                 nodes[k] = self.add_region(graph, <Region>c, deps, table, constants, top)
+                if calls_inside:
+                    self.last_call = nodes[k]
                 continue
             if type(c) is Collective:
                 nodes[k] = self.add_collective(graph, <Collective>c, deps, table)
                 if keep:  # what a patch compares: its addresses
                     self.given[command] = (collective_address((<Collective>c).source, table),
                                            collective_address((<Collective>c).target, table))
+                continue
+            if type(c) is Call:  # after the call before it (see CALL_ORDER)
+                if self.last_call != NULL:
+                    add_once(deps, self.last_call)
+                key = call_key(<Call>c, table, constants)
+                check_at(cydriver.cuGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(),
+                                                            self.captured(<Call>c, key)), "cuGraphAddChildGraphNode",
+                          command)
+                nodes[k] = node
+                self.last_call = node
+                if keep:  # what a patch compares: the buffers and constants its function saw
+                    self.given[command] = key
                 continue
             # The driver copies the parameters: one Node serves every command, unless patches need them kept.
             params = node_of(c, table, constants, self.staging, &kernel, None if keep else scratch)
@@ -169,7 +190,7 @@ cdef class GraphBuilder(Emitter):
         created empty."""
         cdef CUgraph child
         ranges = [(start, stop) for start, stop in program.nested
-                  if not any([type(c) is Region or type(c) is Collective or
+                  if not any([type(c) is Region or type(c) is Collective or type(c) is Call or
                               (type(c) is Dispatch and (<Dispatch>c).parameters is not None)
                               for c in program.commands[start:stop]])]
         if not ranges:
@@ -231,10 +252,10 @@ cdef class GraphBuilder(Emitter):
         body = params.conditional.phGraph_out[0]
         body_nodes.resize(n)
         body_kernels.resize(n)
-        outer_static = self.last_static  # static setters chain within one graph
-        self.last_static = NULL
+        outer_static, outer_call = self.last_static, self.last_call  # each chains within one graph
+        self.last_static = self.last_call = NULL
         self.add_layout(body, program, body_nodes, body_kernels, table, constants, 0, n, None, False)
-        self.last_static = outer_static
+        self.last_static, self.last_call = outer_static, outer_call
         if r.loop:  # the flag the body leaves decides the next iteration
             for k in program.sinks():
                 sinks.push_back(body_nodes[k])
@@ -283,6 +304,49 @@ cdef class GraphBuilder(Emitter):
         cydriver.cuStreamDestroy(stream)
         return child
 
+    cdef CUgraph captured(self, Call c, tuple key) except NULL:
+        """Call `c`'s work for `key` (call_key: its buffers and constants), captured once and kept in the emitter's
+        cache (CALL_CAPTURES per call, the least recently used dropped first); the graph stays hal's (a child graph
+        node holds a copy)."""
+        cdef CUgraph child
+        kept = self.captures.setdefault(c.index, OrderedDict())
+        if key in kept:
+            kept.move_to_end(key)
+            return <CUgraph><uintptr_t>kept[key][0]
+        child = self.capture_call(c, key)
+        if len(kept) == CALL_CAPTURES:
+            kept.popitem(last=False)[1][1]()
+        kept[key] = (<uintptr_t>child, self.device.track(self, "graph", <uintptr_t>child))
+        self.calls_captured += 1
+        return child
+
+    cdef CUgraph capture_call(self, Call c, tuple key) except NULL:
+        """Call `c`'s function, its stream captured (the device's capture stream): a new graph of its work. The
+        capture is relaxed: a library may allocate and initialise itself lazily meanwhile (torch's and CuPy's cuBLAS
+        handles are created at their first use, with cudaMalloc); what conflicts with the capture (synchronizing the
+        stream or its events, querying them) still fails it."""
+        cdef CUstream stream = <CUstream><uintptr_t>self.device.capture_stream
+        cdef CUgraph child = NULL
+        cdef CUresult ended
+        buffers, constants = key
+        self.device.activate()
+        check_at(cydriver.cuStreamBeginCapture(stream, cydriver.CU_STREAM_CAPTURE_MODE_RELAXED),
+                  "cuStreamBeginCapture", c.index)
+        raised = None
+        try:
+            c.function(CudaCallContext(<uintptr_t>stream, self.device.ordinal, buffers, constants))
+        except Exception as e:
+            raised = e
+        finally:  # also after a failure: the stream leaves capture mode
+            ended = cydriver.cuStreamEndCapture(stream, &child)
+        if ended == cydriver.CUDA_SUCCESS and raised is None:
+            return child
+        if child != NULL:
+            cydriver.cuGraphDestroy(child)
+        if raised is None and <int>ended not in CAPTURE_ERRORS:
+            check_at(ended, "cuStreamEndCapture (the call's capture)", c.index)
+        raise CallFailed.of(c.index, raised, <int>ended)
+
     cdef void add_setter(self, CUgraph graph, Dispatch c, CUgraphNode target, vector[CUgraphNode]& deps, tuple table,
                          bint top) except *:
         """Make dispatch_indirect `c`'s kernel node `target` device-updatable and add its setter node before it.
@@ -314,3 +378,32 @@ cdef class GraphBuilder(Emitter):
         check_at(cydriver.cuGraphAddDependencies(graph, &node, &target, NULL, 1), "cuGraphAddDependencies", c.index)
         if top:
             self.setters[c.index] = (params, <uintptr_t>node)
+
+
+CALL_CAPTURES = 16  # captures kept per call (as XLA keeps a traced command's): one per set of buffers and constants
+# CALL_ORDER: a command buffer's calls run in their recording order, each after the one before (a region holding
+# calls counts as one), as work queued on one stream would: every call is captured from the device's one capture
+# stream, and a library reuses what it keeps per stream (cuBLAS's workspace through torch) from call to call, so
+# two calls running at once would share it. hal's own commands run beside them as their dependencies allow.
+
+
+cdef bint has_calls(Program program):
+    """Does `program` hold a call, also inside its regions?"""
+    for c in program.commands:
+        if type(c) is Call or (type(c) is Region and has_calls((<Region>c).body)):
+            return True
+    return False
+
+
+cdef tuple call_key(Call c, tuple table, tuple constants):
+    """What call `c`'s function sees, resolved through `table` and the submission's `constants`: per binding its
+    address and length, and its constants' values. A capture is for one key."""
+    cdef BufferRef r
+    cdef Buffer b
+    buffers = []
+    for ref in c.bindings:
+        r = <BufferRef>ref
+        b = resolve(r, table)
+        buffers.append((address(r, b), ref_length(r, b)))
+    values = tuple([constants[(<ConstantSlot>v).index] if type(v) is ConstantSlot else v for v in c.constants])
+    return (tuple(buffers), values)

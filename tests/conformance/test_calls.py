@@ -1,9 +1,9 @@
-"""Foreign work in command buffers (issue 50, items 1 and 3; hal.calls), on every backend that records it: a call's
-function gets the backend's own context (host: numpy views; Vulkan: the VkCommandBuffer and the VkBuffers, here
-recording vkCmdCopyBuffer as a library would), runs in order between hal's commands, through binding tables, nested
-command buffers and regions; its bindings race and depend like a dispatch's; bad arguments are refused and leave
-the command buffer usable; a function that raises fails where the backend called it. CUDA does not record calls
-yet: refused when recorded."""
+"""Foreign work in command buffers (issue 50, items 1 and 3; hal.calls), on every backend: a call's function gets the
+backend's own context (host: numpy views; Vulkan: the VkCommandBuffer and the VkBuffers, here recording
+vkCmdCopyBuffer as a library would; CUDA: a stream being captured and device addresses, here cuMemcpyDtoDAsync),
+runs in order between hal's commands, through binding tables, nested command buffers and regions; its bindings race
+and depend like a dispatch's; bad arguments are refused and leave the command buffer usable; a function that raises
+fails where the backend called it."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ def copier(dev: hal.Device):
         def copy(ctx):
             ctx.binding(1, np.uint32)[:] = ctx.binding(0, np.uint32)
         return copy
+    if dev.driver == "cuda":
+        from cuda.bindings import driver
+
+        def enqueue(ctx):  # as a CUDA library would: its own driver calls on the stream hal captures
+            result, = driver.cuMemcpyDtoDAsync(ctx.pointer(1), ctx.pointer(0), ctx.size(0), driver.CUstream(ctx.stream))
+            assert result == driver.CUresult.CUDA_SUCCESS, result
+        return enqueue
     import vulkan as vk
 
     def record(ctx):  # as a Vulkan library would: its own vkCmd* calls into hal's VkCommandBuffer
@@ -134,7 +141,7 @@ def test_a_function_that_raises_fails_where_the_backend_calls_it(dev, calls):
     cb.begin()
     cb.call(broken, (x,))
     with pytest.raises(hal.DeviceError, match=r"command 0 \(call\).*the library refused"):
-        cb.end()  # Vulkan encodes at end()
+        cb.end()  # Vulkan encodes at end(), CUDA captures there
         dev.queue_execute(cb)
         dev.synchronize()  # the host runs it
     cb.reset()
@@ -153,7 +160,7 @@ def test_constant_slots_reach_the_function_as_the_submission_s_values(dev, calls
     for value in (1.5, 2, 2):
         dev.queue_execute(cb, constants=(value,))
     dev.synchronize()
-    assert seen[-1] == (7, 2) and (7, 1.5) in seen  # (Vulkan calls it per encoding: once for each new value)
+    assert seen[-1] == (7, 2) and (7, 1.5) in seen  # (Vulkan and CUDA call it once for each new value)
     with pytest.raises(hal.ValidationError, match="constant slot 3, but the command buffer's constant_capacity is 1"):
         with dev.create_command_buffer(constant_capacity=1) as bad:
             bad.call(calls, (x, dev.allocate(4 * WORDS)), reads=(0,), constants=(hal.constant_slot(3),))
