@@ -268,7 +268,7 @@ cdef class CommandBuffer(Recorder):
             op: "sum", "prod", "max", "min" or "avg" (floating types only).
 
         Raises:
-            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+            ValidationError: The command buffer is not recording; the communicator is closed
                 or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
                 another collective of the communicator is in this segment (put an execution barrier between them).
         """
@@ -285,7 +285,7 @@ cdef class CommandBuffer(Recorder):
             dtype: The elements' type (as for `all_reduce`).
 
         Raises:
-            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+            ValidationError: The command buffer is not recording; the communicator is closed
                 or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
                 another collective of the communicator is in this segment (put an execution barrier between them).
         """
@@ -303,7 +303,7 @@ cdef class CommandBuffer(Recorder):
             op: "sum", "prod", "max", "min" or "avg".
 
         Raises:
-            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+            ValidationError: The command buffer is not recording; the communicator is closed
                 or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
                 another collective of the communicator is in this segment (put an execution barrier between them).
         """
@@ -320,7 +320,7 @@ cdef class CommandBuffer(Recorder):
             root: The rank whose `source` is sent.
 
         Raises:
-            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+            ValidationError: The command buffer is not recording; the communicator is closed
                 or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
                 another collective of the communicator is in this segment (put an execution barrier between them).
         """
@@ -337,7 +337,7 @@ cdef class CommandBuffer(Recorder):
             peer: The receiving rank (not this one).
 
         Raises:
-            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+            ValidationError: The command buffer is not recording; the communicator is closed
                 or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
                 another collective of the communicator is in this segment (put an execution barrier between them).
         """
@@ -352,7 +352,7 @@ cdef class CommandBuffer(Recorder):
             peer: The sending rank (not this one).
 
         Raises:
-            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+            ValidationError: The command buffer is not recording; the communicator is closed
                 or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
                 another collective of the communicator is in this segment (put an execution barrier between them).
         """
@@ -371,7 +371,7 @@ cdef class CommandBuffer(Recorder):
             source_peer: The rank whose bytes `target` receives.
 
         Raises:
-            ValidationError: The command buffer is not recording, or is recording a region; the communicator is closed
+            ValidationError: The command buffer is not recording; the communicator is closed
                 or lacks this device; a range, the dtype or the counts do not agree with the communicator's size; or
                 another collective of the communicator is in this segment (put an execution barrier between them).
         """
@@ -384,9 +384,6 @@ cdef class CommandBuffer(Recorder):
         cdef Py_ssize_t index = self.count
         cdef BufferRef s = None, t = None, order
         try:
-            if self.levels:
-                raise ValidationError(f"command {index} ({operation}): collectives cannot be recorded inside "
-                                      f"while_nonzero or if_nonzero yet; record them outside the region")
             if source is not None:
                 s = self.check_ref(source, index, operation, "source", -1, USAGE_ANY)
             if target is not None:
@@ -562,12 +559,12 @@ cdef class CommandBuffer(Recorder):
         self.execution_barrier()
         self.levels.append((self.sequence, self.segment_start, self.count, self.barriers, self.races,
                             self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands,
-                            self.nested_commands, loop, condition))
+                            self.nested_commands, self.collective_commands, loop, condition))
         self.sequence = []
         self.count = self.barriers = self.segment_start = 0
         self.races = RaceDetector()
         self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands = [], [], [], []
-        self.nested_commands = []
+        self.nested_commands, self.collective_commands = [], []
         return len(self.levels)
 
     def _close_region(self, bint keep) -> None:
@@ -576,12 +573,12 @@ cdef class CommandBuffer(Recorder):
         if not self.levels:
             raise ValidationError("no region is open here (the command buffer was reset or ended inside it)")
         cdef tuple commands = tuple(self.sequence)
-        body_slots, body_constants, body_indirect, body_regions, body_nested = (
+        body_slots, body_constants, body_indirect, body_regions, body_nested, body_collectives = (
             self.slot_commands, self.constant_commands, self.indirect_commands, self.region_commands,
-            self.nested_commands)
+            self.nested_commands, self.collective_commands)
         (self.sequence, self.segment_start, self.count, self.barriers, self.races, self.slot_commands,
-         self.constant_commands, self.indirect_commands, self.region_commands, self.nested_commands, loop,
-         condition) = self.levels.pop()
+         self.constant_commands, self.indirect_commands, self.region_commands, self.nested_commands,
+         self.collective_commands, loop, condition) = self.levels.pop()
         what = "while_nonzero" if loop else "if_nonzero"
         if not keep:
             return
@@ -592,7 +589,7 @@ cdef class CommandBuffer(Recorder):
         planner.plan(commands)
         slots, constants = slot_users(body_slots, body_constants)
         body = planner.finish(commands, slots, needed(slots), constants, needed(constants),
-                              tuple(body_indirect), tuple(body_regions), (), tuple(body_nested))
+                              tuple(body_indirect), tuple(body_regions), tuple(body_collectives), tuple(body_nested))
         accessed = {(condition, False): None}
         for c in commands:
             refs, writes = refs_and_writes(c)
@@ -603,6 +600,8 @@ cdef class CommandBuffer(Recorder):
         self.uses_slot = any([(<BufferRef>r).buffer is None for r in refs])
         self.record(region, refs, writes)
         self.region_commands.append(region.index)
+        if body_collectives:  # (the released-communicator check looks into its body)
+            self.collective_commands.append(region.index)
         if constants:
             self.constant_commands.append(region)
         self.execution_barrier()

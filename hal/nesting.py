@@ -43,9 +43,9 @@ def check_nested(cb: Any, other: Any, binding_table: Sequence[Any]) -> tuple:
             raise ValidationError(f"execute_commands: binding_table[{i}] must be a hal.Buffer, hal.ref() or "
                                   f"hal.slot(), got {type(entry).__name__}")
     program = other.program
-    if cb.regions_open and (program.static_indirect or program.collectives):
-        raise ValidationError("execute_commands: inside a region the nested command buffer may hold neither static "
-                              "dispatch_indirect counts nor collectives")
+    if cb.regions_open and program.static_indirect:
+        raise ValidationError("execute_commands: inside a region the nested command buffer may not hold static "
+                              "dispatch_indirect counts")
     return table
 
 

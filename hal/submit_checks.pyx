@@ -112,10 +112,10 @@ cdef class SubmitChecks:
         since then can matter); `token`: the device's release token now."""
         if token is self.live_token:
             return
-        for i in collectives:  # a closed communicator released its order tokens
-            if (<Collective>commands[i]).communicator.closed:
-                raise ValidationError(f"{what}: command {i} ({commands[i].kind}) uses a communicator that was closed "
-                                      f"after recording; record the command buffer again with an open one")
+        closed = closed_communicator(commands, collectives)  # a closed communicator released its order tokens
+        if closed is not None:
+            raise ValidationError(f"{what}: command {closed.index} ({closed.kind}) uses a communicator that was closed "
+                                  f"after recording; record the command buffer again with an open one")
         for b in self.direct(commands):
             if (<Buffer>b).released:
                 user = next(c.index for c in commands for r in refs_and_writes(c)[0] if (<BufferRef>r).buffer is b)
@@ -132,6 +132,21 @@ cdef class SubmitChecks:
         self.live_token = token
 
 
+
+
+cdef Collective closed_communicator(tuple commands, object collectives):
+    """The first collective whose communicator is closed, of the commands at the indices `collectives` (a region
+    among them: of its body's)."""
+    cdef Collective found
+    for i in collectives:
+        c = commands[i]
+        if type(c) is Region:
+            found = closed_communicator((<Region>c).body.commands, (<Region>c).body.collectives)
+            if found is not None:
+                return found
+        elif (<Collective>c).communicator.closed:
+            return <Collective>c
+    return None
 
 
 def check_slot_command(Command c, tuple table, caps) -> None:

@@ -23,6 +23,12 @@ so that no intermediate vector makes a round trip a kernel could avoid. The deco
   gives it; the position moves on, the steps left drop by one (state[4] follows), and x becomes the next token's
   embedding. On the GPUs each workgroup writes its best of 32 rows to `candidates` and the last to finish picks
   among them.
+
+Split over `world` ranks (model.shard; runner.Decoder with a communicator), rank `rank`'s kernels work on its heads
+and hidden units: q, the caches and the partials are its heads' (the attention's width ATTN = dim / world), g its
+ffn / world hidden units, and attn_out and ffn_out leave in x its part of the sum (rank 0 adds the residual), which
+an all_reduce after each completes. logits_argmax runs whole on every rank: each picks the same token. CUDA and the
+host take the split (Vulkan has no collectives; the Triton set is for one device).
 """
 
 from __future__ import annotations
@@ -54,30 +60,34 @@ EXPORTS = (
 )
 
 
-def ffn_split(c: Config) -> int:
+def ffn_split(c: Config, world: int = 1) -> int:
     """Warps per row of ffn_out: a warp sums 256 columns, at most 8 warps (a workgroup) share a row."""
-    return min(c.ffn // 256, 8)
+    return min(c.ffn // world // 256, 8)
 
 
-def check(c: Config) -> None:
-    """ValidationError unless the kernels' work split fits the shape."""
-    split = ffn_split(c)
-    if c.dim % 128 or c.dim != c.heads * c.head_dim or c.head_dim % 32 or c.ffn % 256 or 8 % max(split, 1) or \
-            c.ffn % (128 * max(split, 1)) or c.vocab % 32 or c.max_sequence < 1:
+def check(c: Config, world: int = 1) -> None:
+    """ValidationError unless the kernels' work split fits the shape, split over `world` ranks."""
+    split, attn, ffn = ffn_split(c, world), c.dim // world, c.ffn // world
+    if c.dim % 128 or c.dim != c.heads * c.head_dim or c.head_dim % 32 or c.heads % world or attn % 128 or \
+            c.ffn % world or ffn % 256 or 8 % max(split, 1) or ffn % (128 * max(split, 1)) or c.vocab % 32 or \
+            c.max_sequence < 1:
         raise hal.ValidationError(f"the kernels need a dim that is a multiple of 128 and heads x head_dim, a head_dim "
                                   f"that is a multiple of 32, an ffn of 256, 512, 1024 or a multiple of 1024, and a "
-                                  f"vocab that is a multiple of 32; got {c}")
+                                  f"vocab that is a multiple of 32; split over {world} ranks, each rank's heads x "
+                                  f"head_dim a multiple of 128 and its ffn one of those; got {c}")
 
 
 def chunks(c: Config) -> int:
     return -(-c.max_sequence // CHUNK)
 
 
-def workgroups(c: Config) -> dict[str, tuple[int, int, int]]:
-    """Each export's workgroup counts for the shape: a warp per pair of q | k | v rows, per chunk and head, per row
-    of wo, per row of w1 and w3, FFN_SPLIT warps per row of w2, a warp per four rows of the output projection."""
-    return {"start": (1, 1, 1), "qkv_rope": (3 * c.dim // 8, 1, 1), "attention": (chunks(c), c.heads, 1),
-            "attn_out": (c.dim // 8, 1, 1), "ffn_in": (c.ffn // 8, 1, 1), "ffn_out": (c.dim * ffn_split(c) // 8, 1, 1),
+def workgroups(c: Config, world: int = 1) -> dict[str, tuple[int, int, int]]:
+    """Each export's workgroup counts for the shape, a rank's part of it split over `world`: a warp per pair of
+    q | k | v rows, per chunk and head, per row of wo, per row of w1 and w3, FFN_SPLIT warps per row of w2, a warp
+    per four rows of the output projection."""
+    return {"start": (1, 1, 1), "qkv_rope": (3 * c.dim // world // 8, 1, 1),
+            "attention": (chunks(c), c.heads // world, 1), "attn_out": (c.dim // 8, 1, 1),
+            "ffn_in": (c.ffn // world // 8, 1, 1), "ffn_out": (c.dim * ffn_split(c, world) // 8, 1, 1),
             "logits_argmax": (c.vocab // 32, 1, 1)}
 
 
@@ -86,9 +96,10 @@ def scale(c: Config) -> float:
     return float(np.float32(1.0 / np.sqrt(c.head_dim)))
 
 
-def _shape(c: Config, float_suffix: str) -> str:
+def _shape(c: Config, float_suffix: str, world: int = 1, rank: int = 0) -> str:
     sizes = dict(DIM=c.dim, HEADS=c.heads, HEAD_DIM=c.head_dim, FFN=c.ffn, MAX_SEQUENCE=c.max_sequence, CHUNK=CHUNK,
-                 CHUNKS=chunks(c), SPLIT=ffn_split(c), UNROLL=UNROLL)
+                 CHUNKS=chunks(c), SPLIT=ffn_split(c, world), UNROLL=UNROLL, ATTN=c.dim // world,
+                 LOCAL_HEADS=c.heads // world, LOCAL_FFN=c.ffn // world, RESIDUAL=int(rank == 0))
     lines = [f"#define {name} {value}u" for name, value in sizes.items()]
     lines += [f"#define EPSILON {EPSILON!r}{float_suffix}", f"#define SCALE {scale(c)!r}{float_suffix}"]
     return "\n".join(lines) + "\n"
@@ -97,43 +108,51 @@ def _shape(c: Config, float_suffix: str) -> str:
 KERNEL_SETS = ("native", "triton")
 
 
-@functools.lru_cache(maxsize=8)
-def source(c: Config, kernel_set: str = "native") -> hal.ExecutableSource:
-    """The kernels for shape `c` (checked; the same source object for equal shapes, so a device loads it once):
-    "native", each backend's own (CUDA C, GLSL, numpy), or "triton", the Triton set (kernels_triton.py: CUDA, or the
-    host under TRITON_INTERPRET=1)."""
-    check(c)
+@functools.lru_cache(maxsize=16)
+def source(c: Config, kernel_set: str = "native", world: int = 1, rank: int = 0) -> hal.ExecutableSource:
+    """The kernels for shape `c`, rank `rank` of `world`'s part (checked; the same source object for equal
+    arguments, so a device loads it once): "native", each backend's own (CUDA C, GLSL, numpy), or "triton", the
+    Triton set (kernels_triton.py: CUDA, or the host under TRITON_INTERPRET=1). Split over ranks: CUDA and the host
+    only, native kernels."""
+    check(c, world)
+    if kernel_set not in KERNEL_SETS:
+        raise hal.ValidationError(f"the decoder's kernel sets are {', '.join(KERNEL_SETS)}; got {kernel_set!r}")
+    if world > 1 and kernel_set != "native":
+        raise hal.ValidationError(f"the {kernel_set} kernel set runs on one device; split over {world} ranks, "
+                                  f"the native kernels do")
     if kernel_set == "triton":
         from examples.decode import kernels_triton
         return kernels_triton.source(c, EXPORTS, CHUNK, chunks(c), UNROLL, ffn_split(c), scale(c))
-    if kernel_set != "native":
-        raise hal.ValidationError(f"the decoder's kernel sets are {', '.join(KERNEL_SETS)}; got {kernel_set!r}")
-    return hal.ExecutableSource.multi(
-        host=hal.ExecutableSource.python(host_functions(c, CHUNK, UNROLL), EXPORTS),
-        cuda=hal.ExecutableSource.cuda(_shape(c, "f") + CUDA_CODE, EXPORTS),
-        vulkan=hal.ExecutableSource.glsl(shaders(_shape(c, "")), EXPORTS))
+    host = hal.ExecutableSource.python(host_functions(c, CHUNK, UNROLL, world, rank), EXPORTS)
+    cuda = hal.ExecutableSource.cuda(_shape(c, "f", world, rank) + CUDA_CODE, EXPORTS)
+    if world > 1:  # (Vulkan has no collectives)
+        return hal.ExecutableSource.multi(host=host, cuda=cuda)
+    return hal.ExecutableSource.multi(host=host, cuda=cuda, vulkan=hal.ExecutableSource.glsl(shaders(_shape(c, "")),
+                                                                                           EXPORTS))
 
 
-def bytes_moved(c: Config, export: str, position: int) -> int:
-    """The fewest bytes `export` moves through memory at `position`: each matrix and cache row it reads once,
-    what it writes once (vectors counted once, though several warps read them)."""
+def bytes_moved(c: Config, export: str, position: int, world: int = 1) -> int:
+    """The fewest bytes `export` moves through memory at `position` on a rank of `world`: each matrix and cache row
+    it reads once, what it writes once (vectors counted once, though several warps read them)."""
     f = 4  # bytes per float
     seen = position + 1
-    parts = chunks(c) * c.heads * (c.head_dim + 2)
-    active = -(-seen // CHUNK) * c.heads * (c.head_dim + 2)
+    attn, heads, ffn = c.dim // world, c.heads // world, c.ffn // world
+    parts = chunks(c) * heads * (c.head_dim + 2)
+    active = -(-seen // CHUNK) * heads * (c.head_dim + 2)
     return f * {
         "start": 2 * c.dim + 1,
-        "qkv_rope": 3 * c.dim * c.dim + 2 * c.dim + c.head_dim + 3 * c.dim,
-        "attention": c.dim + 2 * seen * c.dim + active,
-        "attn_out": min(active, parts) + c.dim * c.dim + 2 * c.dim,
-        "ffn_in": 2 * c.ffn * c.dim + 2 * c.dim + c.ffn,
-        "ffn_out": c.dim * c.ffn + c.ffn + 2 * c.dim,
+        "qkv_rope": 3 * attn * c.dim + 2 * c.dim + c.head_dim + 3 * attn,
+        "attention": attn + 2 * seen * attn + active,
+        "attn_out": min(active, parts) + c.dim * attn + 2 * c.dim,
+        "ffn_in": 2 * ffn * c.dim + 2 * c.dim + ffn,
+        "ffn_out": c.dim * ffn + ffn + 2 * c.dim,
         "logits_argmax": c.vocab * c.dim + 2 * c.dim + c.vocab + c.dim + c.dim,
     }[export]
 
 
-def step_bytes(c: Config, position: int) -> int:
-    """The fewest bytes a whole step moves at `position`: its dispatches' bytes_moved, summed."""
-    per_layer = sum(bytes_moved(c, name, position) for name in ("qkv_rope", "attention", "attn_out", "ffn_in",
-                                                                 "ffn_out"))
-    return c.layers * per_layer + bytes_moved(c, "logits_argmax", position)
+def step_bytes(c: Config, position: int, world: int = 1) -> int:
+    """The fewest bytes a whole step moves at `position` on a rank of `world`: its dispatches' bytes_moved,
+    summed."""
+    per_layer = sum(bytes_moved(c, name, position, world) for name in ("qkv_rope", "attention", "attn_out", "ffn_in",
+                                                                        "ffn_out"))
+    return c.layers * per_layer + bytes_moved(c, "logits_argmax", position, world)

@@ -7,7 +7,10 @@ only to add up a row split over warps or to combine pieces of a softmax. With ea
 weights, and whatever the kernels two or more back wrote, while the kernel before it runs; after its wait it makes
 one trip to memory for what that kernel wrote. RMSNorm is computed by every warp that needs it, from the 1 KiB
 vector (cheaper than a kernel of its own), its sum reduced beside the products'. The shape is compiled in (the
-#defines `source` writes), so every loop has a constant trip count and unrolls.
+#defines `source` writes), so every loop has a constant trip count and unrolls. Split over ranks (model.shard), a
+kernel works on its rank's part: ATTN of the attention's DIM columns (LOCAL_HEADS heads), LOCAL_FFN of the hidden
+units; attn_out and ffn_out then leave their rank's part of a sum in x, the residual added by rank 0 alone
+(RESIDUAL), for the all_reduce after them.
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
                                                             const float* rope, const unsigned* state, float* q,
                                                             float* keys, float* values) {
     unsigned r = 2u * (blockIdx.x * 4u + WARP);
-    bool rotates = r < 2u * DIM;  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
+    bool rotates = r < 2u * ATTN;  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
     Slice<DIM> rows[2], h, g;
     rows[0].load(w + r * DIM);
     rows[1].load(w + (r + 1u) * DIM);
@@ -147,12 +150,12 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
         u = ru;
         v = rv;
     }
-    float* out = r < DIM ? q + r : (r < 2u * DIM ? keys : values) + position * DIM + r % DIM;
+    float* out = r < ATTN ? q + r : (r < 2u * ATTN ? keys : values) + position * ATTN + r % ATTN;
     out[0] = u;
     out[1] = v;
 }
 
-// Grid (CHUNKS, HEADS): the keys of chunk blockIdx.x (CHUNK positions) against head blockIdx.y's query. Each warp
+// Grid (CHUNKS, LOCAL_HEADS): the keys of chunk blockIdx.x (CHUNK positions) against head blockIdx.y's query. Each warp
 // scores CHUNK / 4 positions, a lane holding HEAD_DIM / 32 dimensions; the four warps' softmax pieces meet in
 // shared memory, and the chunk's partial (its largest score, its sum of exponentials, its exponential-weighted
 // values) goes to `partials` for attn_out. The position and the cache's rows are read before the wait (the kernels
@@ -172,8 +175,8 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
         unsigned row = min(first + i, MAX_SEQUENCE - 1u);
         #pragma unroll
         for (int d = 0; d < LANE_DIMS; ++d) {
-            k[i][d] = __ldcg(keys + row * DIM + column + d);
-            v[i][d] = __ldcg(values + row * DIM + column + d);
+            k[i][d] = __ldcg(keys + row * ATTN + column + d);
+            v[i][d] = __ldcg(values + row * ATTN + column + d);
         }
     }
     AFTER_PREDECESSORS();
@@ -184,8 +187,8 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
         if (first + i == position) {
             #pragma unroll
             for (int d = 0; d < LANE_DIMS; ++d) {
-                k[i][d] = keys[position * DIM + column + d];
-                v[i][d] = values[position * DIM + column + d];
+                k[i][d] = keys[position * ATTN + column + d];
+                v[i][d] = values[position * ATTN + column + d];
             }
         }
     float m = NEG_INF;
@@ -235,14 +238,14 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
 #define GROUP (CHUNKS < 16u ? CHUNKS : 16u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
-    __shared__ __align__(16) float attended[DIM];
+    __shared__ __align__(16) float attended[ATTN];
     unsigned r = blockIdx.x * 8u + WARP;
-    Slice<DIM> row, a;
-    row.load(wo + r * DIM);
+    Slice<ATTN> row, a;
+    row.load(wo + r * ATTN);
     unsigned last = __ldcg(state) / CHUNK;  // the last chunk with a partial
-    float xr = __ldcg(x + r);
+    float xr = RESIDUAL ? __ldcg(x + r) : 0.0f;
     AFTER_PREDECESSORS();
-    for (unsigned i = threadIdx.x; i < DIM; i += 256u) {
+    for (unsigned i = threadIdx.x; i < ATTN; i += 256u) {
         const float* p = partials + (i / HEAD_DIM) * CHUNKS * ATTENDED;
         unsigned d = 2u + i % HEAD_DIM, base = 0;
         float big = NEG_INF, sum = 0.0f, acc = 0.0f;
@@ -294,14 +297,14 @@ extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const 
     if (LANE == 0u) g[r] = uv[0] / (1.0f + expf(-uv[0])) * uv[1];
 }
 
-// x += w2 @ g: SPLIT warps per row (FFN / SPLIT columns each), 8 / SPLIT rows per block, summed in shared memory.
-// x (written two kernels back) is read before the wait.
+// x += w2 @ g: SPLIT warps per row (LOCAL_FFN / SPLIT columns each), 8 / SPLIT rows per block, summed in shared
+// memory. x (written two kernels back) is read before the wait.
 extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const float* g, float* x) {
     __shared__ float part[8];
-    unsigned r = blockIdx.x * (8u / SPLIT) + WARP / SPLIT, span = (WARP % SPLIT) * (FFN / SPLIT);
-    Slice<FFN / SPLIT> row, a;
-    row.load(w2 + r * FFN + span);
-    float xr = threadIdx.x < 8u / SPLIT ? __ldcg(x + blockIdx.x * (8u / SPLIT) + threadIdx.x) : 0.0f;
+    unsigned r = blockIdx.x * (8u / SPLIT) + WARP / SPLIT, span = (WARP % SPLIT) * (LOCAL_FFN / SPLIT);
+    Slice<LOCAL_FFN / SPLIT> row, a;
+    row.load(w2 + r * LOCAL_FFN + span);
+    float xr = RESIDUAL && threadIdx.x < 8u / SPLIT ? __ldcg(x + blockIdx.x * (8u / SPLIT) + threadIdx.x) : 0.0f;
     AFTER_PREDECESSORS();
     a.load(g + span);
     float u = warp_sum(dot(row, a));

@@ -1,5 +1,6 @@
 """The decoder's kernels for the host backend: numpy, each export once for its whole grid, with the same meaning as
-the CUDA and GLSL kernels (examples/decode/kernels.py), the attention's chunked partials included."""
+the CUDA and GLSL kernels (examples/decode/kernels.py), the attention's chunked partials included, and the same
+split over ranks as the CUDA kernels."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import numpy as np
 from examples.decode.model import Config, rms_norm
 
 
-def functions(c: Config, chunk: int, unroll: int) -> dict[str, Callable]:
+def functions(c: Config, chunk: int, unroll: int, world: int = 1, rank: int = 0) -> dict[str, Callable]:
     """Each export's kernel for the shape `c`, the attention's `chunk` positions per partial and the unrolled loop's
-    `unroll` steps per iteration."""
+    `unroll` steps per iteration; rank `rank` of `world`'s part (kernels.py)."""
     dim, head_dim, chunks = c.dim, c.head_dim, -(-c.max_sequence // chunk)
+    attn, heads, ffn = dim // world, c.heads // world, c.ffn // world  # this rank's
+    residual = np.float32(rank == 0)
     attended = head_dim + 2  # a partial: largest score, sum of exponentials, weighted values
 
     def start(ctx) -> None:
@@ -25,23 +28,23 @@ def functions(c: Config, chunk: int, unroll: int) -> dict[str, Callable]:
 
     def qkv_rope(ctx) -> None:
         position = int(ctx.binding(4, np.uint32)[0])
-        y = ctx.binding(0, np.float32)[:3 * dim * dim].reshape(3 * dim, dim) @ \
+        y = ctx.binding(0, np.float32)[:3 * attn * dim].reshape(3 * attn, dim) @ \
             rms_norm(ctx.binding(1, np.float32)[:dim], ctx.binding(2, np.float32)[:dim])
         pairs = head_dim // 2
         table = ctx.binding(3, np.float32)[position * pairs * 2:(position + 1) * pairs * 2].reshape(pairs, 2)
-        qk = y[:2 * dim].reshape(-1, pairs, 2)
+        qk = y[:2 * attn].reshape(-1, pairs, 2)
         a, b = qk[..., 0].copy(), qk[..., 1].copy()
         qk[..., 0], qk[..., 1] = a * table[:, 0] - b * table[:, 1], a * table[:, 1] + b * table[:, 0]
-        ctx.binding(5, np.float32)[:dim] = y[:dim]
-        ctx.binding(6, np.float32)[position * dim:(position + 1) * dim] = y[dim:2 * dim]
-        ctx.binding(7, np.float32)[position * dim:(position + 1) * dim] = y[2 * dim:]
+        ctx.binding(5, np.float32)[:attn] = y[:attn]
+        ctx.binding(6, np.float32)[position * attn:(position + 1) * attn] = y[attn:2 * attn]
+        ctx.binding(7, np.float32)[position * attn:(position + 1) * attn] = y[2 * attn:]
 
     def attention(ctx) -> None:
         length = int(ctx.binding(3, np.uint32)[0]) + 1
-        q = ctx.binding(0, np.float32)[:dim].reshape(c.heads, head_dim)
-        keys = ctx.binding(1, np.float32)[:length * dim].reshape(length, c.heads, head_dim)
-        values = ctx.binding(2, np.float32)[:length * dim].reshape(length, c.heads, head_dim)
-        partials = ctx.binding(4, np.float32)[:c.heads * chunks * attended].reshape(c.heads, chunks, attended)
+        q = ctx.binding(0, np.float32)[:attn].reshape(heads, head_dim)
+        keys = ctx.binding(1, np.float32)[:length * attn].reshape(length, heads, head_dim)
+        values = ctx.binding(2, np.float32)[:length * attn].reshape(length, heads, head_dim)
+        partials = ctx.binding(4, np.float32)[:heads * chunks * attended].reshape(heads, chunks, attended)
         scale = np.float32(1.0 / np.sqrt(head_dim))
         for first in range(0, length, chunk):
             rows = slice(first, min(first + chunk, length))
@@ -54,22 +57,24 @@ def functions(c: Config, chunk: int, unroll: int) -> dict[str, Callable]:
 
     def attn_out(ctx) -> None:
         chunks_seen = int(ctx.binding(1, np.uint32)[0]) // chunk + 1
-        partials = ctx.binding(0, np.float32)[:c.heads * chunks * attended].reshape(c.heads, chunks, attended)
+        partials = ctx.binding(0, np.float32)[:heads * chunks * attended].reshape(heads, chunks, attended)
         part = partials[:, :chunks_seen]
         scale = np.exp(part[:, :, 0] - part[:, :, 0].max(axis=1, keepdims=True))
-        heads = (part[:, :, 2:] * scale[:, :, None]).sum(axis=1) / (part[:, :, 1] * scale).sum(axis=1)[:, None]
-        ctx.binding(3, np.float32)[:dim] += ctx.binding(2, np.float32)[:dim * dim].reshape(dim, dim) @ \
-            heads.reshape(dim)
+        combined = (part[:, :, 2:] * scale[:, :, None]).sum(axis=1) / (part[:, :, 1] * scale).sum(axis=1)[:, None]
+        x = ctx.binding(3, np.float32)
+        x[:dim] = residual * x[:dim] + ctx.binding(2, np.float32)[:dim * attn].reshape(dim, attn) @ \
+            combined.reshape(attn)
 
     def ffn_in(ctx) -> None:
         h = rms_norm(ctx.binding(2, np.float32)[:dim], ctx.binding(3, np.float32)[:dim])
-        a = ctx.binding(0, np.float32)[:c.ffn * dim].reshape(c.ffn, dim) @ h
-        b = ctx.binding(1, np.float32)[:c.ffn * dim].reshape(c.ffn, dim) @ h
-        ctx.binding(4, np.float32)[:c.ffn] = a / (np.float32(1.0) + np.exp(-a)) * b
+        a = ctx.binding(0, np.float32)[:ffn * dim].reshape(ffn, dim) @ h
+        b = ctx.binding(1, np.float32)[:ffn * dim].reshape(ffn, dim) @ h
+        ctx.binding(4, np.float32)[:ffn] = a / (np.float32(1.0) + np.exp(-a)) * b
 
     def ffn_out(ctx) -> None:
-        ctx.binding(2, np.float32)[:dim] += ctx.binding(0, np.float32)[:dim * c.ffn].reshape(dim, c.ffn) @ \
-            ctx.binding(1, np.float32)[:c.ffn]
+        x = ctx.binding(2, np.float32)
+        x[:dim] = residual * x[:dim] + ctx.binding(0, np.float32)[:dim * ffn].reshape(dim, ffn) @ \
+            ctx.binding(1, np.float32)[:ffn]
 
     def logits_argmax(ctx) -> None:
         """The argmax straight away (one call covers the grid: no candidates to gather)."""

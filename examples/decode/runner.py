@@ -12,7 +12,12 @@ position, the steps left and the first loop's flag (set from constant slot 0 at 
 kernel writes the next token into the token buffer and its embedding into x, which the next position's first kernel
 reads, so no value goes through the host between positions. The attention's grid covers every chunk of positions the
 cache holds and the chunks past the position write nothing: cheaper than counts the GPU sets before each attention
-(a dynamic dispatch_indirect costs CUDA a setter node on the step's path, one per layer)."""
+(a dynamic dispatch_indirect costs CUDA a setter node on the step's path, one per layer).
+
+Tensor parallelism: given a communicator, each rank's Decoder holds its shard of the weights (model.shard: its heads,
+its hidden units) and its heads' part of the cache, and records the same loops, with an all_reduce of x after
+attn_out and after ffn_out (the kernels leave the rank's part of the sum there, kernels.py), inside the loops' bodies:
+one submission per rank runs every position, the collectives on the device. Every rank picks the same token."""
 
 from __future__ import annotations
 
@@ -20,23 +25,28 @@ import numpy as np
 
 import examples.decode.kernels as kernels
 import hal
-from examples.decode.model import Weights
+from examples.decode.model import Weights, shard
 
 
 class Decoder:
     """`reset(prompt)`, then `step()` or `generate(k)` (both only queue work), then `tokens()` and `logits()`;
-    `kernel_set` "native" (each backend's own kernels) or "triton" (examples/decode/kernels_triton.py)."""
+    `kernel_set` "native" (each backend's own kernels) or "triton" (examples/decode/kernels_triton.py);
+    `communicator`: this device's rank of a tensor-parallel group (the module docstring), each rank given the whole
+    weights and keeping its shard."""
 
-    def __init__(self, device: hal.Device, weights: Weights, kernel_set: str = "native") -> None:
+    def __init__(self, device: hal.Device, weights: Weights, kernel_set: str = "native",
+                 communicator: hal.Communicator | None = None) -> None:
         c = weights.config
-        self.device, self.config = device, c
+        self.device, self.config, self.communicator = device, c, communicator
+        self.rank, self.world = (communicator.rank(device), communicator.size) if communicator else (0, 1)
         # (checks that the kernels fit the shape; kernel_set: see kernels.source)
-        self.exe = device.load_executable(kernels.source(c, kernel_set))
-        self.grid = kernels.workgroups(c)
-        self.weights = {name: device.upload(np.ascontiguousarray(getattr(weights, name), np.float32))
+        self.exe = device.load_executable(kernels.source(c, kernel_set, self.world, self.rank))
+        self.grid = kernels.workgroups(c, self.world)
+        part = shard(weights, self.rank, self.world)
+        self.weights = {name: device.upload(np.ascontiguousarray(getattr(part, name), np.float32))
                         for name in ("embed", "attn_norm", "qkv", "wo", "ffn_norm", "w1", "w3", "w2", "final_norm",
                                      "output", "rope")}
-        cache_bytes = 4 * c.layers * c.max_sequence * c.dim
+        cache_bytes = 4 * c.layers * c.max_sequence * c.dim // self.world
         self.keys, self.values = device.allocate(cache_bytes), device.allocate(cache_bytes)
         self.state = device.allocate(4 * kernels.STATE_WORDS)
         self.token_buffer = device.allocate(4 * c.max_sequence)
@@ -55,9 +65,9 @@ class Decoder:
     def record(self, cb: hal.CommandBuffer, loop: bool = True) -> None:
         """Record the steps into `cb` (recording, with a constant slot: the steps to run); `loop` False records one
         step without the while regions (what `python -m hal trace decode` times command by command)."""
-        c, w = self.config, self.weights
-        scratch = dict(x=cb.alloca(4 * c.dim), q=cb.alloca(4 * c.dim), g=cb.alloca(4 * c.ffn),
-                       partials=cb.alloca(4 * c.heads * kernels.chunks(c) * (c.head_dim + 2)),
+        c, w, world = self.config, self.weights, self.world
+        scratch = dict(x=cb.alloca(4 * c.dim), q=cb.alloca(4 * c.dim // world), g=cb.alloca(4 * c.ffn // world),
+                       partials=cb.alloca(4 * c.heads // world * kernels.chunks(c) * (c.head_dim + 2)),
                        candidates=cb.alloca(8 * self.grid["logits_argmax"][0]))
         cb.dispatch(self.exe, "start", self.grid["start"], (hal.constant_slot(0),),
                     (self.state, self.token_buffer, w["embed"], scratch["x"]))
@@ -74,7 +84,8 @@ class Decoder:
             self.record_step(cb, scratch)
 
     def record_step(self, cb: hal.CommandBuffer, scratch: dict[str, hal.BufferRef]) -> None:
-        """One position's 21 dispatches, the intermediate vectors in `scratch` (cb's transients)."""
+        """One position's 21 dispatches (and, split over ranks, 8 all_reduces), the intermediate vectors in
+        `scratch` (cb's transients)."""
         c, exe, w, grid = self.config, self.exe, self.weights, self.grid
         x, q, g, partials = (scratch[name] for name in ("x", "q", "g", "partials"))
         for layer in range(c.layers):
@@ -88,16 +99,24 @@ class Decoder:
             cb.dispatch(exe, "attention", grid["attention"], (), (q, keys, values, self.state, partials))
             cb.execution_barrier()
             cb.dispatch(exe, "attn_out", grid["attn_out"], (), (partials, self.state, self.layer(w["wo"], layer), x))
+            self.sum_ranks(cb, x)
             cb.execution_barrier()
             cb.dispatch(exe, "ffn_in", grid["ffn_in"], (),
                         (self.layer(w["w1"], layer), self.layer(w["w3"], layer), x, self.layer(w["ffn_norm"], layer),
                          g))
             cb.execution_barrier()
             cb.dispatch(exe, "ffn_out", grid["ffn_out"], (), (self.layer(w["w2"], layer), g, x))
+            self.sum_ranks(cb, x)
         cb.execution_barrier()
         cb.dispatch(exe, "logits_argmax", grid["logits_argmax"], (),
                     (w["output"], x, w["final_norm"], self.logit_buffer, scratch["candidates"], self.state,
                      self.token_buffer, w["embed"]))
+
+    def sum_ranks(self, cb: hal.CommandBuffer, x: hal.BufferRef) -> None:
+        """Split over ranks: after a barrier, x becomes the sum of the ranks' parts (nothing on one device)."""
+        if self.communicator is not None:
+            cb.execution_barrier()
+            cb.all_reduce(self.communicator, x, x, np.float32)
 
     def dispatches_per_step(self) -> int:
         """The dispatches of one position: those in the body of the recorded loop of one step an iteration."""

@@ -178,6 +178,37 @@ def test_kernels_around_a_collective_resubmitted(group, dependencies):
     assert list(cbs[0].dependency_graph().edges) == [(0, 1), (1, 2), (2, 3)]
 
 
+def test_collectives_in_a_loop_and_a_branch_on_the_device(group):
+    """The step of a tensor-parallel decode in miniature: a while loop whose body makes each rank's part, sums the
+    parts with all_reduce and counts down a flag every rank computes alike, and an if_nonzero around another
+    all_reduce; every rank runs the same iterations, so their collectives meet (issue 48)."""
+    devices, comm = group
+    size = len(devices)
+    exes = [d.load_executable(kernels.SOURCE) for d in devices]
+    xs = [d.upload(np.full(N, r + 1, np.uint32)) for r, d in enumerate(devices)]
+    flags = [d.upload(np.array([3], np.uint32)) for d in devices]
+    minus_one = [d.upload(np.array([0xFFFFFFFF], np.uint32)) for d in devices]
+    yes = [d.upload(np.array([1], np.uint32)) for d in devices]
+
+    def record(r, d, cb):
+        with cb.while_nonzero(flags[r]):
+            cb.dispatch(exes[r], "scale", workgroups=(2, 1, 1), constants=(N, 2), bindings=(xs[r],))
+            cb.execution_barrier()
+            cb.all_reduce(comm, xs[r], xs[r], np.uint32)
+            cb.execution_barrier()
+            cb.dispatch(exes[r], "add", workgroups=(1, 1, 1), constants=(1,), bindings=(flags[r], minus_one[r],
+                                                                                          flags[r]))
+        with cb.if_nonzero(yes[r]):
+            cb.all_reduce(comm, xs[r], xs[r], np.uint32)
+
+    _run(devices, record, mode="reusable")
+    # The first iteration sums the ranks' doubled values, 2 x (1 + .. + size); each later one doubles that and sums
+    # `size` equal values; the if_nonzero's all_reduce sums `size` again.
+    expected = 2 * sum(range(1, size + 1)) * (2 * size) ** 2 * size
+    for x in xs:
+        np.testing.assert_array_equal(x.read(np.uint32), np.full(N, expected, np.uint32))
+
+
 def test_slots_rebound(group):
     """Collectives through binding-table slots: each submit may bind other buffers."""
     devices, comm = group

@@ -138,14 +138,21 @@ def test_collective_races_with_a_command_of_its_segment(ranks):
         cb.all_reduce(comm, x, x, np.float32)
 
 
-def test_no_collectives_inside_regions(ranks):
+def test_a_collective_in_a_region_races_and_is_checked_as_outside(ranks):
     (dev, _), comm = ranks
     x, flag = dev.allocate(64), dev.upload(np.zeros(1, np.uint32))
     cb = _recording(dev)
-    with pytest.raises(hal.ValidationError, match="inside while_nonzero or if_nonzero"):
+    with pytest.raises(hal.ValidationError, match="race"):
         with cb.while_nonzero(flag):
+            cb.fill_buffer(x, np.float32(0))
             cb.all_reduce(comm, x, x, np.float32)
     assert cb.regions_open == 0
+    with cb.while_nonzero(flag):
+        cb.all_reduce(comm, x, x, np.float32)
+    cb.end()
+    comm.close()
+    with pytest.raises(hal.ValidationError, match=r"command 0 \(all_reduce\) uses a communicator that was closed"):
+        dev.queue_execute(cb)
 
 
 def test_hazards_mode_orders_one_communicators_collectives(ranks):

@@ -109,7 +109,7 @@ def test_released_buffers_and_regions(host, exe):
     with static:
         static.dispatch_indirect(exe, "mark", params, (1,), (host.allocate(64),))
     flag = host.upload(kernels.u32([1]))
-    with pytest.raises(hal.ValidationError, match="inside a region the nested command buffer may hold neither"):
+    with pytest.raises(hal.ValidationError, match="inside a region the nested command buffer may not hold static"):
         with outer.if_nonzero(flag):
             outer.execute_commands(static)
     assert outer.regions_open == 0

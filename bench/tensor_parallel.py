@@ -1,0 +1,145 @@
+"""Tensor-parallel decode across the GPUs of one machine (issue 48, item 3), against PyTorch at its best.
+
+The decode example (examples/decode) on a model large enough for the split to pay, LARGE (about 1.2B parameters,
+float32), split Megatron style over 1, 2, 4 and 8 GPUs (as many as the machine has): one process holds every rank,
+a hal communicator (NCCL) joins them, each rank's Decoder records the whole run once (the collectives inside the
+device-side loops) and a run is one submission per rank. Rows: hal on one GPU without a communicator, and on w GPUs
+with one (w = 1: NCCL with one rank); PyTorch on one GPU, bench.decode_torch's torch.compile with the step captured
+in a CUDA graph per token (torch.distributed rows over several GPUs are not written yet). Each row: tokens/s over
+STEPS positions (the wall from the first queued call to the tokens read back), the median of RUNS after a warm-up,
+the first use apart, and whether its tokens equal numpy's (model.reference_generate on the whole model) on every rank.
+Targets (issue 48): 2 GPUs >= 1.7x one GPU's tokens/s, 4 GPUs >= 3x; >= 1.5x the fastest PyTorch row at the same GPU
+count.
+
+    python -m bench.tensor_parallel [--json PATH] [--layers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import hal
+from bench import emit
+from examples.decode import Config, Decoder, random_weights, reference_generate
+
+LARGE = Config(layers=16, dim=2048, heads=16, ffn=8192, vocab=32000, max_sequence=512)
+PROMPT = [1, 2, 3, 4]
+STEPS, RUNS = 64, 3
+WORLDS = (1, 2, 4, 8)
+SPEEDUP_TARGETS = {2: 1.7, 4: 3.0}
+TORCH_TARGET = 1.5
+
+
+def gpu_count() -> int:
+    try:
+        return len(hal.drivers.get_driver("cuda").devices())
+    except hal.UnsupportedError:
+        return 0
+
+
+def hal_row(weights, world: int, expected: list[int], communicate: bool = True) -> dict:
+    """hal on `world` GPUs (a communicator unless `communicate` is False, on one GPU)."""
+    name = f"hal, {world} GPU{'s' if world > 1 else ''}" + ("" if communicate else ", no communicator")
+    devices = [hal.create_device(f"cuda:{i}") for i in range(world)]
+    try:
+        comm = hal.create_communicator(devices) if communicate else None
+        try:
+            first = time.perf_counter()
+            decoders = [Decoder(d, weights, communicator=comm) for d in devices]
+
+            def run() -> float:
+                for decoder in decoders:
+                    decoder.reset(PROMPT)
+                t0 = time.perf_counter()
+                for decoder in decoders:
+                    decoder.generate(STEPS)
+                for decoder in decoders:
+                    decoder.tokens()
+                return time.perf_counter() - t0
+
+            run()
+            first_s = time.perf_counter() - first
+            wall = statistics.median(run() for _ in range(RUNS))
+            equal = all(decoder.tokens() == expected for decoder in decoders)
+        finally:
+            if comm is not None:
+                comm.close()
+    except hal.HalError as e:
+        return dict(competitor=name, gpus=world, error=f"{type(e).__name__}: {e}")
+    finally:
+        for d in devices:
+            d.close()
+    return dict(competitor=name, gpus=world, tokens_per_s=STEPS / wall, us_per_token=wall / STEPS * 1e6,
+                first_s=first_s, tokens_match=equal)
+
+
+def torch_row(weights, expected: list[int]) -> dict:
+    from bench.decode_torch import COMPILED_GRAPH, torch_rows
+    row = torch_rows(weights, PROMPT, STEPS, expected, RUNS, rows=(COMPILED_GRAPH,))[COMPILED_GRAPH]
+    if row["error"]:
+        return dict(competitor=f"PyTorch: {COMPILED_GRAPH}", gpus=1, error=row["error"])
+    return dict(competitor=f"PyTorch: {COMPILED_GRAPH}", gpus=1, tokens_per_s=row["tokens_per_s"],
+                us_per_token=1e6 / row["tokens_per_s"], first_s=row["compile_s"], tokens_match=row["match"])
+
+
+def run(config: Config) -> dict:
+    import torch
+    weights = random_weights(config, seed=0)
+    expected, _ = reference_generate(weights, PROMPT, STEPS)
+    count = gpu_count()
+    rows = [hal_row(weights, 1, expected, communicate=False)]
+    rows += [hal_row(weights, w, expected) for w in WORLDS if w <= count]
+    rows.append(torch_row(weights, expected))
+    meta = dict(device=torch.cuda.get_device_name(), gpus=count, date=time.strftime("%Y-%m-%d"), config=repr(config),
+                parameters=sum(getattr(weights, n).size for n in ("embed", "qkv", "wo", "w1", "w3", "w2", "output")))
+    return dict(meta=meta, rows=rows)
+
+
+def report(result: dict) -> str:
+    meta, rows = result["meta"], result["rows"]
+    lines = [f"## Tensor-parallel decode on {meta['gpus']} x {meta['device']}, {meta['date']}", "",
+             f"{meta['config']}, {meta['parameters'] / 1e9:.2f}B parameters in float32; {STEPS} positions after a "
+             f"{len(PROMPT)}-token prompt, one submission per rank; median of {RUNS} runs after a warm-up.", "",
+             "| competitor | GPUs | tokens/s | µs/token | first use s | tokens match numpy |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['competitor']} | {r['gpus']} | - | - | - | {r['error']} |")
+            continue
+        first = "-" if r["first_s"] is None else f"{r['first_s']:.2f}"
+        lines.append(f"| {r['competitor']} | {r['gpus']} | {r['tokens_per_s']:.0f} | {r['us_per_token']:.1f} | "
+                     f"{first} | {'yes' if r['tokens_match'] else 'NO'} |")
+    speed = {r["gpus"]: r["tokens_per_s"] for r in rows
+             if r["competitor"].startswith("hal") and "no communicator" not in r["competitor"] and "error" not in r}
+    torch_speed = {r["gpus"]: r["tokens_per_s"] for r in rows if r["competitor"].startswith("PyTorch") and
+                   "error" not in r}
+    lines += ["", "Targets (issue 48):"]
+    for world, target in SPEEDUP_TARGETS.items():
+        if world in speed and 1 in speed:
+            ratio = speed[world] / speed[1]
+            lines.append(f"- {world} GPUs {ratio:.2f}x one GPU's tokens/s: >= {target} "
+                         f"{'met' if ratio >= target else 'MISSED'}")
+        else:
+            lines.append(f"- {world} GPUs: not run ({meta['gpus']} GPU(s) here)")
+    for world, theirs in torch_speed.items():
+        if world in speed:
+            ratio = speed[world] / theirs
+            lines.append(f"- hal on {world} GPU(s) {ratio:.2f}x the fastest PyTorch row there: >= {TORCH_TARGET} "
+                         f"{'met' if ratio >= TORCH_TARGET else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=LARGE.layers, help="fewer layers, for a quick look")
+    parser.add_argument("--json", default=None, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    config = Config(**{**LARGE.__dict__, "layers": args.layers})
+    result = run(config)
+    return emit(result, report(result), args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
