@@ -51,6 +51,12 @@ template <int N> struct Slice {
     }
 };
 
+// A row of DIM floats is held PART columns at a time: whole in a small model; in a wide one (DIM above 512) its
+// first PART columns are loaded before the wait and the rest streamed after it, a part at a time, so that a warp's
+// rows never spill out of its registers.
+#define PART (DIM < 512u ? DIM : 512u)
+#define PARTS (DIM / PART)
+
 // This lane's part of a . b (the warp's sum needs warp_sum).
 template <int N> __device__ __forceinline__ float dot(const Slice<N>& a, const Slice<N>& b) {
     float s = 0.0f;
@@ -60,20 +66,43 @@ template <int N> __device__ __forceinline__ float dot(const Slice<N>& a, const S
     return s;
 }
 
-// A warp's rows of W @ (RMSNorm(x) * gain), x / sqrt(mean(x * x) + EPSILON) * gain: each lane's parts of
-// sum(x * x) and of each row . (x * gain) are reduced at once (independent shuffles), then scaled by the norm.
-template <int ROWS> __device__ __forceinline__ void normed_dots(const Slice<DIM> (&w)[ROWS], const Slice<DIM>& x,
-                                                                const Slice<DIM>& gain, float (&out)[ROWS]) {
-    Slice<DIM> xg;
-    float squares = 0.0f;
+// This lane's parts, over one part of the columns, of sum(x * x) and of each row . (x * gain), added to `squares` and
+// `out`.
+template <int ROWS> __device__ __forceinline__ void add_part(const Slice<PART> (&w)[ROWS], const Slice<PART>& x,
+                                                             const Slice<PART>& gain, float& squares,
+                                                             float (&out)[ROWS]) {
+    Slice<PART> xg;
     #pragma unroll
-    for (int j = 0; j < DIM / 128; ++j) {
+    for (int j = 0; j < PART / 128; ++j) {
         const float4 v = x.v[j], g = gain.v[j];
         squares += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         xg.v[j] = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
     }
     #pragma unroll
-    for (int i = 0; i < ROWS; ++i) out[i] = dot(w[i], xg);
+    for (int i = 0; i < ROWS; ++i) out[i] += dot(w[i], xg);
+}
+
+// A warp's rows of W @ (RMSNorm(x) * gain), x / sqrt(mean(x * x) + EPSILON) * gain: `w`, `x` and `gain` hold the
+// first part of the rows (`row[i]`), of x (`xs`) and of the gain (`gains`); the other parts are loaded here. Each
+// lane's parts of sum(x * x) and of each row . (x * gain) are reduced at once (independent shuffles), then scaled by
+// the norm.
+template <int ROWS> __device__ __forceinline__ void normed_dots(const Slice<PART> (&w)[ROWS], const Slice<PART>& x,
+                                                                const Slice<PART>& gain,
+                                                                const float* const (&row)[ROWS], const float* xs,
+                                                                const float* gains, float (&out)[ROWS]) {
+    float squares = 0.0f;
+    #pragma unroll
+    for (int i = 0; i < ROWS; ++i) out[i] = 0.0f;
+    add_part(w, x, gain, squares, out);
+    #pragma unroll 1
+    for (unsigned p = 1; p < PARTS; ++p) {
+        Slice<PART> wp[ROWS], xp, gp;
+        #pragma unroll
+        for (int i = 0; i < ROWS; ++i) wp[i].load(row[i] + p * PART);
+        xp.load(xs + p * PART);
+        gp.load(gains + p * PART);
+        add_part(wp, xp, gp, squares, out);
+    }
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         squares += __shfl_xor_sync(FULL_MASK, squares, o);
@@ -128,9 +157,10 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
                                                             float* keys, float* values) {
     unsigned r = 2u * (blockIdx.x * 4u + WARP);
     bool rotates = r < 2u * ATTN;  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
-    Slice<DIM> rows[2], h, g;
-    rows[0].load(w + r * DIM);
-    rows[1].load(w + (r + 1u) * DIM);
+    const float* const row[2] = {w + r * DIM, w + (r + 1u) * DIM};
+    Slice<PART> rows[2], h, g;
+    rows[0].load(row[0]);
+    rows[1].load(row[1]);
     g.load(gain);
     AFTER_PREDECESSORS();
     unsigned position = state[0];
@@ -142,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
         s = t[1];
     }
     float uv[2];
-    normed_dots(rows, h, g, uv);
+    normed_dots(rows, h, g, row, x, gain, uv);
     if (LANE != 0u) return;
     float u = uv[0], v = uv[1];
     if (rotates) {
@@ -234,13 +264,15 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
 // x += wo @ attended, a row per warp. Every block first combines the chunks' partials into `attended` (a thread
 // per dimension): GROUP chunks' partials loaded at once, the group's exponentials independent of one another, groups
 // merged by rescaling (one group up to GROUP * CHUNK positions). The position and x (written three kernels back)
-// are read before the wait. Launch bounds of one block per SM: registers for a whole group without spilling.
+// are read before the wait. Launch bounds of one block per SM: registers for a whole group without spilling. A row
+// of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
 #define GROUP (CHUNKS < 16u ? CHUNKS : 16u)
+#define ATTN_PART (ATTN < 512u ? ATTN : 512u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
     __shared__ __align__(16) float attended[ATTN];
     unsigned r = blockIdx.x * 8u + WARP;
-    Slice<ATTN> row, a;
+    Slice<ATTN_PART> row, a;
     row.load(wo + r * ATTN);
     unsigned last = __ldcg(state) / CHUNK;  // the last chunk with a partial
     float xr = RESIDUAL ? __ldcg(x + r) : 0.0f;
@@ -278,7 +310,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
     }
     __syncthreads();
     a.load(attended);
-    float u = warp_sum(dot(row, a));
+    float u = dot(row, a);
+    #pragma unroll 1
+    for (unsigned p = 1; p < ATTN / ATTN_PART; ++p) {
+        row.load(wo + r * ATTN + p * ATTN_PART);
+        a.load(attended + p * ATTN_PART);
+        u += dot(row, a);
+    }
+    u = warp_sum(u);
     if (LANE == 0u) x[r] = xr + u;
 }
 
@@ -286,14 +325,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
 extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const float* w3, const float* x,
                                                           const float* gain, float* g) {
     unsigned r = blockIdx.x * 8u + WARP;
-    Slice<DIM> rows[2], h, n;
-    rows[0].load(w1 + r * DIM);
-    rows[1].load(w3 + r * DIM);
+    const float* const row[2] = {w1 + r * DIM, w3 + r * DIM};
+    Slice<PART> rows[2], h, n;
+    rows[0].load(row[0]);
+    rows[1].load(row[1]);
     n.load(gain);
     AFTER_PREDECESSORS();
     h.load(x);
     float uv[2];
-    normed_dots(rows, h, n, uv);
+    normed_dots(rows, h, n, row, x, gain, uv);
     if (LANE == 0u) g[r] = uv[0] / (1.0f + expf(-uv[0])) * uv[1];
 }
 
@@ -323,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const
 // prompt gives it), moves the position on, counts the step, and writes the next token's embedding into x (every
 // other block has read x by then). What the last block needs of the state and the prompt is read before the wait.
 // Fewer, fuller blocks than the other kernels: each block's count is an atomic on one word.
-#define LOGIT_ROWS 4u
+#define LOGIT_ROWS 4u  // (the rows' pointers below are written out for 4)
 extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, float* x, const float* gain,
                                                                  float* logits, unsigned* candidates,
                                                                  unsigned* state, unsigned* tokens,
@@ -332,9 +372,10 @@ extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, 
     __shared__ unsigned at[8], chosen;
     __shared__ bool last;
     unsigned r = LOGIT_ROWS * (blockIdx.x * 8u + WARP), next = 0, left = 0, forced = NONE;
-    Slice<DIM> rows[LOGIT_ROWS], h, g;
+    const float* const row[LOGIT_ROWS] = {w + r * DIM, w + (r + 1u) * DIM, w + (r + 2u) * DIM, w + (r + 3u) * DIM};
+    Slice<PART> rows[LOGIT_ROWS], h, g;
     #pragma unroll
-    for (unsigned k = 0; k < LOGIT_ROWS; ++k) rows[k].load(w + (r + k) * DIM);
+    for (unsigned k = 0; k < LOGIT_ROWS; ++k) rows[k].load(row[k]);
     g.load(gain);
     if (threadIdx.x == 0) {
         next = __ldcg(state) + 1u;
@@ -345,7 +386,7 @@ extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, 
     h.load(x);
     float u[LOGIT_ROWS], m = 0.0f;
     unsigned k = NONE;
-    normed_dots(rows, h, g, u);
+    normed_dots(rows, h, g, row, x, gain, u);
     #pragma unroll
     for (unsigned i = 0; i < LOGIT_ROWS; ++i) {
         if (LANE == 0u) logits[r + i] = u[i];
