@@ -2,7 +2,8 @@
 
 Every kernel is a few warps working alone: a warp owns whole rows of a matrix-vector product, each lane holding
 columns 4l + 128j of a row as 16-byte loads (coalesced: a warp reads 512 contiguous bytes per load), all of a
-warp's loads issued before the first is used, and its sums reduced by shuffles; workgroups meet in shared memory
+warp's loads issued before the first is used (in a model wider than 512, 512 columns at a time: PART), and its
+sums reduced by shuffles; workgroups meet in shared memory
 only to add up a row split over warps or to combine pieces of a softmax. With early launch a kernel loads its
 weights, and whatever the kernels two or more back wrote, while the kernel before it runs; after its wait it makes
 one trip to memory for what that kernel wrote. RMSNorm is computed by every warp that needs it, from the 1 KiB
