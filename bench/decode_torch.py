@@ -71,13 +71,18 @@ class TorchDecoder:
     """The model's weights and the decode state (tokens, position, KV cache) as torch tensors on one device.
 
     Every tensor is its own allocation (no two inputs of a compiled step alias) and is marked static for
-    torch.compile, so reduce-overhead's CUDA graphs read the weights and update the state in place."""
+    torch.compile, so reduce-overhead's CUDA graphs read the weights and update the state in place. Split over
+    `world` ranks (tensor parallelism, as hal's decoder splits it): `weights` is this rank's shard (model.shard),
+    the cache holds its heads, and the products of wo and w2 are summed over `group` by torch's functional
+    all_reduce (which torch.compile traces and a CUDA graph captures) before their residual is added."""
 
-    def __init__(self, weights: Weights, prompt: list[int], device: str, complex_rope: bool = True) -> None:
+    def __init__(self, weights: Weights, prompt: list[int], device: str, complex_rope: bool = True, world: int = 1,
+                 group: Any = None) -> None:
         import torch
 
         c = self.config = weights.config
         half = c.head_dim // 2
+        self.heads, self.attn, self.ffn, self.group = c.heads // world, c.dim // world, c.ffn // world, group
         self.prompt, self.cuda = list(prompt), torch.device(device).type == "cuda"
 
         def tensor(a: np.ndarray) -> torch.Tensor:
@@ -94,12 +99,12 @@ class TorchDecoder:
         self.w13 = [tensor(np.concatenate([weights.w1[i], weights.w3[i]])) for i in layers]
         self.w2 = [tensor(weights.w2[i]) for i in layers]
         rope = torch.view_as_complex(torch.from_numpy(weights.rope))  # (max_sequence, half): cos + i sin
-        ones = torch.ones(c.max_sequence, c.heads, half, dtype=rope.dtype)
-        rope = torch.cat([rope[:, None].expand(-1, 2 * c.heads, -1), ones], dim=1)  # (max_sequence, 3 heads, half)
+        ones = torch.ones(c.max_sequence, self.heads, half, dtype=rope.dtype)
+        rope = torch.cat([rope[:, None].expand(-1, 2 * self.heads, -1), ones], dim=1)  # (max_sequence, 3 heads, half)
         self.complex_rope = complex_rope
         self.rope = (rope if complex_rope else torch.view_as_real(rope)).contiguous().to(device)
         self.mask = torch.full((c.max_sequence, c.max_sequence), float("-inf"), device=device).triu(1)
-        self.cache = [torch.zeros(2, 1, c.heads, c.max_sequence, c.head_dim, device=device) for _ in layers]
+        self.cache = [torch.zeros(2, 1, self.heads, c.max_sequence, c.head_dim, device=device) for _ in layers]
         length = max(len(prompt), c.max_sequence + 1)
         self.initial = torch.tensor(prompt + [0] * (length - len(prompt)))
         self.tokens = torch.zeros(length, dtype=torch.long, device=device)
@@ -130,9 +135,9 @@ class TorchDecoder:
             rotated = self._rotated(x, layer, rope)
             kv = self.cache[layer]
             kv[:, :, :, position].copy_(rotated[1:].unsqueeze(1))
-            attended = F.scaled_dot_product_attention(rotated[0].view(1, c.heads, 1, c.head_dim),
+            attended = F.scaled_dot_product_attention(rotated[0].view(1, self.heads, 1, c.head_dim),
                                                       kv[0, :, :, :following], kv[1, :, :, :following])
-            x = self._mlp(torch.addmv(x, self.wo[layer], attended.view(c.dim)), layer)
+            x = self._mlp(self._add_product(x, self.wo[layer], attended.view(self.attn)), layer)
         if choose:
             torch.argmax(self._logits(x), out=self.tokens[following])
 
@@ -150,11 +155,12 @@ class TorchDecoder:
         for layer in range(c.layers):
             rotated = self._rotated(x, layer, rope)
             kv = self.cache[layer]
-            kv.index_copy_(3, position, rotated[1:].view(2, 1, c.heads, 1, c.head_dim))
+            kv.index_copy_(3, position, rotated[1:].view(2, 1, self.heads, 1, c.head_dim))
             keys, values = kv[0, 0, :, :length], kv[1, 0, :, :length]
-            scores = torch.baddbmm(mask, rotated[0].view(c.heads, 1, c.head_dim), keys.mT, alpha=c.head_dim ** -0.5)
+            scores = torch.baddbmm(mask, rotated[0].view(self.heads, 1, c.head_dim), keys.mT,
+                                   alpha=c.head_dim ** -0.5)
             attended = torch.bmm(torch.softmax(scores, dim=-1), values)
-            x = self._mlp(torch.addmv(x, self.wo[layer], attended.view(c.dim)), layer)
+            x = self._mlp(self._add_product(x, self.wo[layer], attended.view(self.attn)), layer)
         chosen = self._logits(x).argmax(0, keepdim=True)
         position.add_(1)
         self.tokens.index_copy_(0, position, torch.where(position < self.prompt_length,
@@ -168,19 +174,28 @@ class TorchDecoder:
 
         c = self.config
         qkv = torch.mv(self.qkv[layer], F.rms_norm(x, (c.dim,), self.attn_norm[layer], EPSILON))
-        pairs = qkv.view(3 * c.heads, c.head_dim // 2, 2)
+        pairs = qkv.view(3 * self.heads, c.head_dim // 2, 2)
         if self.complex_rope:
-            return torch.view_as_real(torch.view_as_complex(pairs) * rope).view(3, c.heads, c.head_dim)
+            return torch.view_as_real(torch.view_as_complex(pairs) * rope).view(3, self.heads, c.head_dim)
         (a, b), (cos, sin) = pairs.unbind(-1), rope.unbind(-1)
-        return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).view(3, c.heads, c.head_dim)
+        return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).view(3, self.heads, c.head_dim)
 
     def _mlp(self, x: torch.Tensor, layer: int) -> torch.Tensor:
         import torch
         import torch.nn.functional as F
 
         c = self.config
-        gate, up = torch.mv(self.w13[layer], F.rms_norm(x, (c.dim,), self.ffn_norm[layer], EPSILON)).split(c.ffn)
-        return torch.addmv(x, self.w2[layer], F.silu(gate) * up)
+        gate, up = torch.mv(self.w13[layer], F.rms_norm(x, (c.dim,), self.ffn_norm[layer], EPSILON)).split(self.ffn)
+        return self._add_product(x, self.w2[layer], F.silu(gate) * up)
+
+    def _add_product(self, x: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """x + w @ v, the product summed over the ranks when split."""
+        import torch
+
+        if self.group is None:
+            return torch.addmv(x, w, v)
+        from torch.distributed import _functional_collectives as collectives
+        return x + collectives.all_reduce(torch.mv(w, v), "sum", self.group)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         import torch
@@ -468,9 +483,11 @@ def _float32_only() -> Iterator[None]:
 
 
 def torch_rows(weights: Weights, prompt: list[int], steps: int, expected: list[int], runs: int = 5,
-               device: str = "cuda", rows: tuple[str, ...] | None = None) -> dict[str, dict]:
+               device: str = "cuda", rows: tuple[str, ...] | None = None, world: int = 1,
+               group: Any = None) -> dict[str, dict]:
     """The rows named in `rows` (default: all of ROWS) for `steps` positions forwarded from position 0 of `prompt`;
-    `expected` is reference_generate's token list. A row that cannot run or fails has `error` set, and the others
+    `expected` is reference_generate's token list; split over `world` ranks (TorchDecoder), `weights` is this
+    rank's shard and `group` the ranks' process group. A row that cannot run or fails has `error` set, and the others
     go on. Their kernels per token are left to torch_kernel_counts, called once every timing in the process is
     done: a profiler session slows every launch after it (on an H200, 2026-11-29: an empty kernel's node in a CUDA
     graph from 0.50 to 0.91 µs)."""
@@ -478,7 +495,8 @@ def torch_rows(weights: Weights, prompt: list[int], steps: int, expected: list[i
     if not 1 <= steps <= c.max_sequence or not prompt or len(expected) != max(len(prompt), steps + 1):
         raise ValueError(f"steps must be in 1..{c.max_sequence}, the prompt not empty and expected "
                          f"max(len(prompt), steps + 1) tokens long")
-    found = _each_row(weights, prompt, steps, device, rows, lambda row: _measure(row, steps, expected, runs))
+    found = _each_row(weights, prompt, steps, device, rows, lambda row: _measure(row, steps, expected, runs),
+                      world, group)
     return {name: _error_row(r) if isinstance(r, str) else r for name, r in found.items()}
 
 
@@ -489,7 +507,7 @@ def torch_kernel_counts(weights: Weights, prompt: list[int], steps: int, device:
 
 
 def _each_row(weights: Weights, prompt: list[int], steps: int, device: str, rows: tuple[str, ...] | None,
-              work: Callable[[Row], T]) -> dict[str, T | str]:
+              work: Callable[[Row], T], world: int = 1, group: Any = None) -> dict[str, T | str]:
     """work(row) for each row named (default: all of ROWS), each set up afresh; a row that cannot run or fails
     gives why instead, and the others go on."""
     names = ROWS if rows is None else rows
@@ -511,7 +529,8 @@ def _each_row(weights: Weights, prompt: list[int], steps: int, device: str, rows
                 if compiles:
                     torch._dynamo.reset()  # a fresh compile for each row (Inductor's caches on disk stay)
                 with _stage("setup"):
-                    row = _row(name, TorchDecoder(weights, prompt, device, complex_rope=not compiles), steps)
+                    row = _row(name, TorchDecoder(weights, prompt, device, complex_rope=not compiles, world=world,
+                                                  group=group), steps)
                 with torch._dynamo.config.patch(recompile_limit=max(8, len(row.buckets) + 1)):
                     results[name] = work(row)
             except StageError as e:

@@ -1,0 +1,30 @@
+"""bench.tensor_parallel's report is drawn only on a GPU machine: its code is exercised here on results of the same
+shape."""
+
+from bench import tensor_parallel
+
+
+def _row(name, gpus, speed, match=True):
+    return dict(competitor=name, gpus=gpus, tokens_per_s=speed, us_per_token=1e6 / speed, first_s=1.0,
+                tokens_match=match)
+
+
+def test_the_report_gives_each_target_its_ratio():
+    rows = [_row("hal, 1 GPU, no communicator", 1, 700.0), _row("hal, 1 GPU", 1, 690.0), _row("hal, 2 GPUs", 2, 1300.0),
+            _row("PyTorch: one", 1, 600.0), _row("PyTorch, torch.distributed over 2 GPUs: x", 2, 800.0),
+            dict(competitor="PyTorch, torch.distributed over 4 GPUs: x", gpus=4, error="a rank gave no result")]
+    meta = dict(device="a GPU", gpus=2, date="2026-11-29", config="Config()", parameters=1.2e9)
+    text = tensor_parallel.report(dict(meta=meta, rows=rows))
+    assert "| hal, 2 GPUs | 2 | 1300 | 769.2 | 1.00 | yes |" in text
+    assert "- 2 GPUs 1.88x one GPU's tokens/s: >= 1.7 met" in text
+    assert "- 4 GPUs: not run (2 GPU(s) here)" in text
+    assert "- hal on 1 GPU(s) 1.15x the fastest PyTorch row there: >= 1.5 MISSED" in text
+    assert "- hal on 2 GPU(s) 1.62x the fastest PyTorch row there: >= 1.5 met" in text
+    assert "| PyTorch, torch.distributed over 4 GPUs: x | 4 | - | - | - | a rank gave no result |" in text
+
+
+def test_a_row_from_ranks_is_the_slowest_rank_s():
+    rows = [dict(error=None, tokens_per_s=100.0, compile_s=3.0, match=True),
+            dict(error=None, tokens_per_s=90.0, compile_s=4.0, match=False)]
+    row = tensor_parallel.slowest_rank_row("PyTorch", 2, rows)
+    assert row["tokens_per_s"] == 90.0 and row["first_s"] == 4.0 and not row["tokens_match"]
