@@ -9,7 +9,7 @@
 # libvulkan-dev), .whl (vulkan, cffi, pycparser, and Cython 3 where the machine's is older), .whl-bench
 # (matplotlib, tqdm, where the machine lacks them; the lent machines have both). From the repository root, through the device
 # tool:
-#     bash bench/gpu_check.sh [all|tests|bench|quick|cuda|decode|collectives]   with carry [".gl", ".tools", ".whl"]
+#     bash bench/gpu_check.sh [all|tests|bench|quick|cuda|decode|collectives|parallel]   with carry [".gl", ".tools", ".whl"]
 # `tests` runs the test suites, `bench` the benchmark suite (`python -m bench`, whose JSON, report and
 # figures land in $OUT too); each fits one 10-minute call, `all` (the default) runs both. `quick` runs the
 # test suites, then bench.cuda for 1000 kernels only, bench.vulkan, and bench.indirect and bench.regions on both
@@ -19,13 +19,14 @@
 # Triton tests of the host's interpreter, bench.triton and bench.calls: the CUDA backend, in about four minutes. `decode` runs
 # the decode example's and early launch's tests on CUDA and Vulkan, bench.decode (hal against PyTorch at its best
 # and the GPU's floors), bench.early_launch, `python -m hal trace decode` and `python -m hal demo decode`: about
-# three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives
-# (NCCL through nccl4py's wheel in .whl), for a machine with several GPUs.
+# three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives,
+# `parallel` the split decode's tests and bench.tensor_parallel (NCCL through nccl4py's wheel in .whl): each one
+# call on a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
-case "$PART" in all|tests|bench|quick|cuda|decode|collectives) ;;
-    *) echo "usage: $0 [all|tests|bench|quick|cuda|decode|collectives]" >&2; exit 2 ;;
+case "$PART" in all|tests|bench|quick|cuda|decode|collectives|parallel) ;;
+    *) echo "usage: $0 [all|tests|bench|quick|cuda|decode|collectives|parallel]" >&2; exit 2 ;;
 esac
 OUT=${OUT:-bench/results/gpu-check}
 mkdir -p "$OUT"
@@ -79,9 +80,15 @@ if [ "$PART" = collectives ]; then  # on a machine with several GPUs: the collec
     nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
     run tests-cuda.log "CUDA collectives" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider \
         tests/conformance/test_collectives.py tests/cuda_graph/test_collectives.py
-    if [ -e bench/collectives.py ]; then
-        TIMEOUT=300 run bench.log "python -m bench.collectives" python3 -m bench.collectives --json "$OUT/collectives.json"
-    fi
+    TIMEOUT=300 run bench.log "python -m bench.collectives" python3 -m bench.collectives --json "$OUT/collectives.json"
+    exit $status
+fi
+if [ "$PART" = parallel ]; then  # on a machine with several GPUs: the split decode's tests, then bench.tensor_parallel
+    rm -f "$OUT"/tests-*.log "$OUT"/bench.log
+    run tests-cuda.log "the split decode" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider \
+        tests/examples/test_decode_parallel.py
+    TIMEOUT=500 run bench.log "python -m bench.tensor_parallel" python3 -m bench.tensor_parallel \
+        --json "$OUT/tensor-parallel.json"
     exit $status
 fi
 if [ "$PART" = decode ]; then
