@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import gc
 import itertools
 import re
 import threading
@@ -19,7 +20,7 @@ from hal.capabilities import Capabilities
 from hal.command_buffer import MAX_UPDATE_BYTES, CommandBuffer
 from hal.communicator import Communicator, unsupported
 from hal.deadline import Deadline
-from hal.errors import UnsupportedError, ValidationError, integer
+from hal.errors import OutOfMemoryError, UnsupportedError, ValidationError, integer
 from hal.executable import Executable, ExecutableSource, check_exports
 from hal.failures import Failures
 from hal.host_call import HostCallThread
@@ -36,16 +37,13 @@ class Device(abc.ABC):
     """A device and its queue. The public methods validate; each backend's device implements the abstract `_` hooks
     (and may replace the others), which are called with arguments already checked (see "The backend contract" below).
 
-    Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few
-    plain methods: `check_open()`, `closed`, `order_host_access()`, `wait_for_queue()`, `waiting()`,
-    `buffer_released()`, `executable_released()`, `fail_signals()`, `pass_failure_on()` and `failures` (hal.failures);
-    each backend's device adds its own (its `lifetime`, a hal.lifetime.Lifetime, staging copies, ...). No module
-    reaches into another's private names.
-    """
+    Besides the API, a device offers its backend's other modules (buffers, executables, semaphores) a few plain
+    methods: `check_open()`, `closed`, `order_host_access()`, `wait_for_queue()`, `waiting()`, `buffer_released()`,
+    `executable_released()`, `fail_signals()`, `pass_failure_on()` and `failures` (hal.failures); each backend's
+    device adds its own (its `lifetime`, staging copies, ...). No module reaches into another's private names."""
 
     def __init__(self, driver: str, name: str, capabilities: Capabilities, index: int = 0) -> None:
-        self.driver = driver
-        self.name = name
+        self.driver, self.name = driver, name
         self.index, self.capabilities, self._closed = index, capabilities, False  # index: create_device("cuda:1")
         self.serial = next(_serials)  # which device of the process: two devices of one GPU print apart
         self._submit_lock = threading.Lock()
@@ -75,12 +73,16 @@ class Device(abc.ABC):
 
         Raises:
             ValidationError: The device is closed, or `nbytes` or `usage` is not valid.
-            OutOfMemoryError: The device has no room for it.
+            OutOfMemoryError: The device has no room for it, even once dropped buffers are collected.
         """
         self.check_open()
         nbytes = integer(nbytes, "allocate: nbytes", 0)
         if isinstance(usage, bool) or not isinstance(usage, int) or not 0 < int(usage) <= int(BufferUsage.DEFAULT):
             raise ValidationError(f"allocate: usage must be a combination of hal.BufferUsage flags, got {usage!r}")
+        try:
+            return self._allocate(nbytes, BufferUsage(usage))
+        except OutOfMemoryError:  # buffers dropped unreleased hold themselves (`whole`): the cycle collector frees them
+            gc.collect()
         return self._allocate(nbytes, BufferUsage(usage))
 
     def memory_stats(self) -> dict[str, int]:
@@ -642,14 +644,13 @@ class Device(abc.ABC):
 
     def new_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
                          rendezvous: str | None) -> Communicator:
-        """The backend's communicator for hal.create_communicator, which checked the arguments (`devices`: this
-        process's ranks, from `rank`, of `world`; `rendezvous`: the one-process-per-device form's file)."""
+        """The backend's communicator for hal.create_communicator (`devices`: this process's ranks, from `rank`, of
+        `world`; `rendezvous`: the one-process-per-device form's file; all checked)."""
         return self._create_communicator(devices, world, rank, rendezvous)
 
     def _create_communicator(self, devices: tuple[Device, ...], world: int, rank: int,
                              rendezvous: str | None) -> Communicator:
-        """A communicator (hal.communicator.create_communicator checked the arguments); backends without
-        collectives keep this refusal."""
+        """A communicator (the arguments checked); backends without collectives keep this refusal."""
         raise unsupported(self.driver)
 
     @abc.abstractmethod
@@ -674,8 +675,7 @@ class Device(abc.ABC):
 
     @abc.abstractmethod
     def _readback_buffer(self, nbytes: int) -> tuple[Buffer, np.ndarray]:
-        """A buffer of at least `nbytes` that copies can write and whose bytes the host reads directly (the numpy
-        view), for queue_read."""
+        """A buffer of at least `nbytes` that copies write and the host reads directly (its numpy view)."""
 
     @abc.abstractmethod
     def _synchronize(self, deadline: Deadline | None = None) -> None:
