@@ -28,21 +28,10 @@ import numpy as np
 
 import hal
 from bench import Events, plain_main
+from bench.cublas import torch_matmul
 
 N, SMALL, K, R, RUNS = 512, 64, 8, 50, 7
 GPU_TARGET, HOST_TARGET, STEP_TARGET = 1.05, 1.05, 1.0
-
-
-def torch_matmul(n: int) -> Callable:
-    """A call's function: binding 2 = binding 0 @ binding 1 (n x n float32), cuBLAS through torch on the stream hal
-    captures."""
-    def matmul(ctx) -> None:
-        import torch
-        device = f"cuda:{ctx.device}"
-        a, b, c = (torch.as_tensor(ctx.binding(i, np.float32), device=device).view(n, n) for i in range(3))
-        with torch.cuda.stream(torch.cuda.ExternalStream(ctx.stream, device=device)):
-            torch.matmul(a, b, out=c)
-    return matmul
 
 
 def _median(measure: Callable[[], float]) -> float:

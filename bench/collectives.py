@@ -222,7 +222,7 @@ def _dp_worker(rank: int, world: int, directory: str, results) -> None:
     import torch
     import torch.distributed as dist
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S - 20, exit=True)  # where a stuck worker is, before it is dropped
-    from bench.calls import torch_matmul
+    from bench.cublas import torch_matmul
     os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
     torch.cuda.set_device(rank)
     dev = hal.create_device(f"cuda:{rank}")

@@ -67,7 +67,7 @@ def test_calls_run_in_their_recording_order_as_on_one_stream(dev):
     capture from the device's capture stream shares (at 512 x 512 cuBLAS uses it; running at once, they clobbered
     each other's)."""
     pytest.importorskip("torch", reason="torch is not installed")
-    from bench.calls import torch_matmul
+    from bench.cublas import torch_matmul
     n, count = 512, 6
     rng = np.random.default_rng(2)
     a = rng.standard_normal((n, n)).astype(np.float32)
