@@ -21,12 +21,12 @@ dispatch's are.
   calling `fn` only for a set not kept; an unchanged resubmission is one graph launch. A command buffer's calls run
   in their recording order, each after the one before, as work queued on one stream would (a library reuses what
   it keeps per stream, cuBLAS's workspace, from call to call); hal's own commands run beside them as their
-  dependencies allow. Its work must be asynchronous
-  on `ctx.stream` and write only into the bindings: synchronizing the stream, its events or the device, a blocking
-  copy or a query fail the capture, with a message saying so. The capture is relaxed, so a library may allocate and
-  initialise itself meanwhile (cuBLAS handles are made at their first use); but work it queues on another stream
-  is not captured and runs once, then (torch outside `with torch.cuda.stream(torch.cuda.ExternalStream(ctx.stream))`),
-  and memory it allocates during the capture and frees is not the graph's to keep.
+  dependencies allow. Its work must be asynchronous on `ctx.stream` and write only into the bindings: synchronizing
+  the stream, its events or the device, a blocking copy or a query fail the capture, with a message saying so. The
+  capture is relaxed, so a library may allocate and initialise itself meanwhile (cuBLAS handles are made at their
+  first use); but work it queues on another stream is not captured and runs once, then (torch outside
+  `with torch.cuda.stream(torch.cuda.ExternalStream(ctx.stream))`), and memory it allocates during the capture and
+  frees is not the graph's to keep.
 
 A function that raises fails where the backend called it: the submission (host: DeviceError at the next
 synchronize or read), or the encoding or capture (Vulkan, CUDA: end() or queue_execute raise DeviceError, and the

@@ -1,7 +1,7 @@
 """What a call's function gets on CUDA (CommandBuffer.call; hal.calls): the stream to queue its work on (captured
-into a child graph node of the command buffer's graph, or the queue's own stream for one-shot work), per binding its
-device address and size, its constants' values, and each binding as an array any CUDA library takes
-(`__cuda_array_interface__`: torch.as_tensor, cupy.asarray, numba).
+into a child graph node of the command buffer's graph), per binding its device address and size, its constants'
+values, and each binding as an array any CUDA library takes (`__cuda_array_interface__`: torch.as_tensor,
+cupy.asarray, numba).
 
 A capture forbids what would wait for the captured work: synchronizing the stream, its events or the device, blocking
 copies on it, querying it (hal captures in relaxed mode: a library may allocate and initialise itself meanwhile).
