@@ -4,12 +4,13 @@ The decode example (examples/decode) on a model large enough for the split to pa
 float32), split Megatron style over 1, 2, 4 and 8 GPUs (as many as the machine has): one process holds every rank,
 a hal communicator (NCCL) joins them, each rank's Decoder records the whole run once (the collectives inside the
 device-side loops) and a run is one submission per rank. Rows: hal on one GPU without a communicator, and on w GPUs
-with one (w = 1: NCCL with one rank); PyTorch at its best, bench.decode_torch's torch.compile with the step captured
-in a CUDA graph per token, on one GPU, and split the same way over w GPUs (one process per GPU, torch.distributed
-with NCCL, the all_reduces torch's functional ones, traced by torch.compile and captured in the graph; w = 1: a
-process group of one rank). Each row: tokens/s over
-STEPS positions (the wall from the first queued call to the tokens read back), the median of RUNS after a warm-up,
-the first use apart, and whether its tokens equal numpy's (model.reference_generate on the whole model) on every rank.
+with one (w = 1: NCCL with one rank), and the same with a submission per token (the step recorded without the
+loops, what the decoder falls back to where the loops' collectives are refused); PyTorch at its best,
+bench.decode_torch's torch.compile with the step captured in a CUDA graph per token, on one GPU, and split the same
+way over w GPUs (one process per GPU, torch.distributed with NCCL, the all_reduces torch's functional ones, traced
+by torch.compile and captured in the graph; w = 1: a process group of one rank). Each row: tokens/s over STEPS
+positions (the wall from the first queued call to the tokens read back), the median of RUNS after a warm-up, the
+first use apart, and whether its tokens equal numpy's (model.reference_generate on the whole model) on every rank.
 Targets (issue 48): 2 GPUs >= 1.7x one GPU's tokens/s, 4 GPUs >= 3x; >= 1.5x the fastest PyTorch row at the same GPU
 count.
 
@@ -46,15 +47,17 @@ def gpu_count() -> int:
         return 0
 
 
-def hal_row(weights, world: int, expected: list[int], communicate: bool = True) -> dict:
-    """hal on `world` GPUs (a communicator unless `communicate` is False, on one GPU)."""
-    name = f"hal, {world} GPU{'s' if world > 1 else ''}" + ("" if communicate else ", no communicator")
+def hal_row(weights, world: int, expected: list[int], communicate: bool = True, device_loops: bool = True) -> dict:
+    """hal on `world` GPUs (a communicator unless `communicate` is False, on one GPU); `device_loops` False: a
+    submission per position (what the decoder falls back to where the loops' collectives are refused)."""
+    name = f"hal, {world} GPU{'s' if world > 1 else ''}" + ("" if communicate else ", no communicator") + \
+        ("" if device_loops else ", a submission per token")
     devices = [hal.create_device(f"cuda:{i}") for i in range(world)]
     try:
         comm = hal.create_communicator(devices) if communicate else None
         try:
             first = time.perf_counter()
-            decoders = [Decoder(d, weights, communicator=comm) for d in devices]
+            decoders = [Decoder(d, weights, communicator=comm, device_loops=device_loops) for d in devices]
 
             def run() -> float:
                 for decoder in decoders:
@@ -70,6 +73,7 @@ def hal_row(weights, world: int, expected: list[int], communicate: bool = True) 
             first_s = time.perf_counter() - first
             wall = statistics.median(run() for _ in range(RUNS))
             equal = all(decoder.tokens() == expected for decoder in decoders)
+            refused = decoders[0].loops_refused
         finally:
             if comm is not None:
                 comm.close()
@@ -78,6 +82,8 @@ def hal_row(weights, world: int, expected: list[int], communicate: bool = True) 
     finally:
         for d in devices:
             d.close()
+    if refused:
+        name += f" (its loops refused, so a submission per token: {refused})"
     return dict(competitor=name, gpus=world, tokens_per_s=STEPS / wall, us_per_token=wall / STEPS * 1e6,
                 first_s=first_s, tokens_match=equal)
 
@@ -147,7 +153,7 @@ def run(config: Config) -> dict:
     expected, _ = reference_generate(weights, PROMPT, STEPS)
     count = gpu_count()
     rows = [hal_row(weights, 1, expected, communicate=False)]
-    rows += [hal_row(weights, w, expected) for w in WORLDS if w <= count]
+    rows += [hal_row(weights, w, expected, device_loops=loops) for w in WORLDS if w <= count for loops in (True, False)]
     rows.append(torch_row(weights, expected))
     rows += [torch_parallel_row(config, w, expected) for w in WORLDS if w <= count]
     meta = dict(device=torch.cuda.get_device_name(), gpus=count, date=time.strftime("%Y-%m-%d"), config=repr(config),
@@ -169,8 +175,8 @@ def report(result: dict) -> str:
         first = "-" if r["first_s"] is None else f"{r['first_s']:.2f}"
         lines.append(f"| {r['competitor']} | {r['gpus']} | {r['tokens_per_s']:.0f} | {r['us_per_token']:.1f} | "
                      f"{first} | {'yes' if r['tokens_match'] else 'NO'} |")
-    speed = {r["gpus"]: r["tokens_per_s"] for r in rows
-             if r["competitor"].startswith("hal") and "no communicator" not in r["competitor"] and "error" not in r}
+    speed = {r["gpus"]: r["tokens_per_s"] for r in rows if r["competitor"].startswith("hal") and "error" not in r
+             and "no communicator" not in r["competitor"] and "a submission per token" not in r["competitor"]}
     torch_speed: dict[int, float] = {}
     for r in rows:  # the fastest PyTorch row at each GPU count
         if r["competitor"].startswith("PyTorch") and "error" not in r:

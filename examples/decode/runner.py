@@ -17,7 +17,10 @@ cache holds and the chunks past the position write nothing: cheaper than counts 
 Tensor parallelism: given a communicator, each rank's Decoder holds its shard of the weights (model.shard: its heads,
 its hidden units) and its heads' part of the cache, and records the same loops, with an all_reduce of x after
 attn_out and after ffn_out (the kernels leave the rank's part of the sum there, kernels.py), inside the loops' bodies:
-one submission per rank runs every position, the collectives on the device. Every rank picks the same token."""
+one submission per rank runs every position, the collectives on the device. Every rank picks the same token. Where
+the backend refuses collectives inside a loop (the first submission raises DeviceError), the Decoder records the
+step without the loops and submits once per position (`loops_refused` says why); `device_loops=False` asks for that
+from the start."""
 
 from __future__ import annotations
 
@@ -32,12 +35,14 @@ class Decoder:
     """`reset(prompt)`, then `step()` or `generate(k)` (both only queue work), then `tokens()` and `logits()`;
     `kernel_set` "native" (each backend's own kernels) or "triton" (examples/decode/kernels_triton.py);
     `communicator`: this device's rank of a tensor-parallel group (the module docstring), each rank given the whole
-    weights and keeping its shard."""
+    weights and keeping its shard; `device_loops` False: one submission per position, the step recorded without the
+    while loops."""
 
     def __init__(self, device: hal.Device, weights: Weights, kernel_set: str = "native",
-                 communicator: hal.Communicator | None = None) -> None:
+                 communicator: hal.Communicator | None = None, device_loops: bool = True) -> None:
         c = weights.config
         self.device, self.config, self.communicator = device, c, communicator
+        self.device_loops, self.loops_refused = device_loops, None
         self.rank, self.world = (communicator.rank(device), communicator.size) if communicator else (0, 1)
         # (checks that the kernels fit the shape; kernel_set: see kernels.source)
         self.exe = device.load_executable(kernels.source(c, kernel_set, self.world, self.rank))
@@ -53,7 +58,7 @@ class Decoder:
         self.logit_buffer = device.allocate(4 * c.vocab)
         self.command_buffer = self.device.create_command_buffer(mode="reusable", constant_capacity=1)
         with self.command_buffer:
-            self.record(self.command_buffer)
+            self.record(self.command_buffer, loop=device_loops)
         self.position = 0
         self.prompt_length = 0
 
@@ -119,9 +124,12 @@ class Decoder:
             cb.all_reduce(self.communicator, x, x, np.float32)
 
     def dispatches_per_step(self) -> int:
-        """The dispatches of one position: those in the body of the recorded loop of one step an iteration."""
-        loop = [c for c in self.command_buffer.commands if c.kind == hal.CommandKind.WHILE_NONZERO][-1]
-        return sum(c.kind == hal.CommandKind.DISPATCH for c in loop.body.commands)
+        """The dispatches of one position: those in the body of the recorded loop of one step an iteration (without
+        loops: all but `start`)."""
+        commands = self.command_buffer.commands
+        if self.device_loops:
+            commands = [c for c in commands if c.kind == hal.CommandKind.WHILE_NONZERO][-1].body.commands
+        return sum(c.kind == hal.CommandKind.DISPATCH for c in commands) - (not self.device_loops)
 
     def reset(self, prompt: list[int]) -> None:
         """Start a sequence at `prompt` (at least one token)."""
@@ -144,12 +152,29 @@ class Decoder:
         self.generate(1)
 
     def generate(self, steps: int) -> None:
-        """Queue `steps` positions in one submission."""
+        """Queue `steps` positions in one submission (without device loops: one submission each)."""
         if steps < 1:
             raise hal.ValidationError(f"generate: steps must be at least 1, got {steps}")
         self.check_room(steps)
-        self.device.queue_execute(self.command_buffer, constants=(steps,))
+        if self.device_loops:
+            try:
+                self.device.queue_execute(self.command_buffer, constants=(steps,))
+                self.position += steps
+                return
+            except hal.DeviceError as e:  # (the first submission builds the loops)
+                if self.communicator is None or self.loops_refused is not None:
+                    raise
+                self.without_loops(e)
+        for _ in range(steps):
+            self.device.queue_execute(self.command_buffer, constants=(1,))
         self.position += steps
+
+    def without_loops(self, refusal: hal.DeviceError) -> None:
+        """The backend refused the collectives inside the loops: record the step without them, once per position."""
+        self.device_loops, self.loops_refused = False, f"{type(refusal).__name__}: {refusal}"
+        self.command_buffer.reset()
+        with self.command_buffer:
+            self.record(self.command_buffer, loop=False)
 
     def tokens(self) -> list[int]:
         """The sequence so far: the prompt, then the tokens chosen (waits for the work queued)."""

@@ -69,6 +69,36 @@ def test_every_rank_generates_the_reference_s_tokens(weights, expected, driver, 
             d.close()
 
 
+@pytest.mark.parametrize("refused", [False, True])
+def test_one_submission_per_position_asked_for_or_where_loops_are_refused(weights, expected, refused, monkeypatch):
+    """device_loops=False records the step without the loops; a backend that refuses the collectives inside the
+    loops (here a stand-in refusing any submission holding a loop) gets the same once its first submission fails."""
+    devices = [open_device("host") for _ in range(2)]
+    submit = type(devices[0]).queue_execute
+
+    def refuse_loops(self, cb, *args, **kwargs):
+        if any(c.kind == hal.CommandKind.WHILE_NONZERO for c in cb.commands):
+            raise hal.DeviceError("collectives inside a conditional node are not supported (a stand-in)")
+        return submit(self, cb, *args, **kwargs)
+
+    if refused:
+        monkeypatch.setattr(type(devices[0]), "queue_execute", refuse_loops)
+    try:
+        with hal.create_communicator(devices) as comm:
+            decoders = [Decoder(d, weights, communicator=comm, device_loops=refused) for d in devices]
+            for decoder in decoders:
+                decoder.reset(PROMPT)
+                decoder.generate(len(PROMPT) - 1 + TOKENS)
+            for decoder in decoders:
+                assert decoder.tokens() == expected[0]
+                assert not decoder.device_loops and decoder.dispatches_per_step() == 5 * SMALL.layers + 1
+                assert (decoder.loops_refused is not None) == refused
+    finally:
+        monkeypatch.undo()
+        for d in devices:
+            d.close()
+
+
 def test_the_shards_put_back_together_are_the_weights(weights):
     parts = [shard(weights, r, 4) for r in range(4)]
     for name in ("embed", "attn_norm", "ffn_norm", "final_norm", "output", "rope"):
