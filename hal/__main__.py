@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32, help="decode: tokens to generate after its prompt")
     p.add_argument("--kernels", default=None, help="decode: the kernel set, native (each backend's own, the "
                                                    "default) or triton (CUDA; the host under TRITON_INTERPRET=1)")
+    p.add_argument("--ranks", type=int, default=None, help="decode: split the model over this many devices of the "
+                                                          "driver (host, or cuda: cuda:0, cuda:1 ...)")
     c = sub.add_parser("cache", help="the disk cache of compiled binaries (GLSL's SPIR-V, CUDA's cubins)")
     c.add_argument("action", choices=["clear"], help="clear: remove every entry")
     t = sub.add_parser("trace", help="a Chrome/Perfetto trace of a submission and a picture of its dependencies")
@@ -303,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "trace":
             return trace_command(found.get(args.example), args.device, args.out)
         if args.example is not None:
-            options = {"kernel_set": args.kernels} if args.kernels else {}  # (a demo without kernel sets takes none)
+            options = {"kernel_set": args.kernels} if args.kernels else {}  # (a demo without these options takes none)
+            if args.ranks is not None:
+                options["ranks"] = args.ranks
             return found[args.example].load().run(args.device, max(1, args.tokens), **options)
         return demo(args.device, max(1, args.iterations))
     except hal.HalError as e:

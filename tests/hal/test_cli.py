@@ -54,6 +54,14 @@ def test_demo_decode_checks_its_tokens(capsys):
     assert out.count("8 tokens match numpy") == 2
 
 
+def test_demo_decode_split_over_ranks_checks_every_rank_s_tokens(capsys):
+    assert main(["demo", "decode", "--device", "host", "--tokens", "4", "--ranks", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "x 2 ranks" in out and out.count("4 tokens match numpy") == 2
+    assert main(["demo", "decode", "--device", "vulkan", "--ranks", "2"]) == 2
+    assert "splits over host or CUDA devices" in capsys.readouterr().err
+
+
 def test_trace_writes_a_trace_and_a_picture(capsys, tmp_path):
     assert main(["trace", "--device", "host", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
