@@ -7,8 +7,9 @@ dispatch's are.
 
 - host: each time the command runs, on the queue's thread, with `ctx.binding(i, dtype)`: a numpy view of binding
   i's range (read-only for the bindings given in `reads`), as a host kernel's (backends.host.executable);
-- Vulkan: each time the command buffer is encoded (at end(); at submit where slots or constant slots make the
-  encoding per binding table and constant values, so a new value reaches `fn` by encoding again), with
+- Vulkan: each time the command buffer is encoded (at end(), a single_pass one's too once it holds a call; at
+  submit where slots or constant slots make the encoding per binding table and constant values, so a new value
+  reaches `fn` by encoding again), with
   `ctx.command_buffer`, the VkCommandBuffer being recorded, and `ctx.buffer(i)`: binding i as (VkBuffer, offset,
   size) (backends.vulkan.call_context). hal's barriers around the command order its work as a dispatch's (compute
   and transfer work); hal sets its own state again after it;

@@ -423,7 +423,9 @@ cdef class VulkanEmitter(Emitter):
             self.encoder = Encoder(calls, (), (), self.open.arena)
 
     cpdef void command(self, Program program, object command) except *:
-        if type(command) is Region and self.encoder is not None:  # regions are Steps, encoded at end()
+        # Regions are Steps, encoded at end(); so are calls, whose function fails there cleanly if it fails (end()
+        # raises and the command buffer stays recording), not halfway through a recording.
+        if (type(command) is Region or type(command) is Call) and self.encoder is not None:
             self.drop_open()
         if self.encoder is not None:
             if self.stream.stopping:  # the device closed: encoding would use what it destroyed

@@ -131,13 +131,14 @@ def test_bad_calls_are_refused_and_the_command_buffer_stays_usable(dev, calls, a
     np.testing.assert_array_equal(y.read(np.uint32), np.arange(WORDS))
 
 
-def test_a_function_that_raises_fails_where_the_backend_calls_it(dev, calls):
+@pytest.mark.parametrize("strategy", ["deferred", "single_pass"])
+def test_a_function_that_raises_fails_where_the_backend_calls_it(dev, calls, strategy):
     x = dev.upload(np.arange(WORDS, dtype=np.uint32))
 
     def broken(ctx):
         raise RuntimeError("the library refused")
 
-    cb = dev.create_command_buffer(mode="reusable")
+    cb = dev.create_command_buffer(mode="reusable", strategy=strategy)  # (single_pass: a call is taken at end())
     cb.begin()
     cb.call(broken, (x,))
     with pytest.raises(hal.DeviceError, match=r"command 0 \(call\).*the library refused"):
