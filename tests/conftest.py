@@ -23,6 +23,19 @@ def open_device(spec: str, **kwargs) -> hal.Device:
         pytest.skip(str(e))
 
 
+def open_ranks(driver: str, size: int) -> list[hal.Device]:
+    """The devices of a group of ranks: `size` host devices, or CUDA's first `size` GPUs (0: every GPU, skipped
+    with fewer than two)."""
+    if driver == "cuda" and size == 0:
+        try:
+            size = len(hal.drivers.get_driver("cuda").devices())
+        except hal.UnsupportedError:
+            size = 0
+        if size < 2:
+            pytest.skip(f"needs several GPUs; this machine has {size}")
+    return [open_device(driver if driver == "host" else f"cuda:{i}") for i in range(size)]
+
+
 def backend_or_skip(name: str) -> None:
     """At a test module's top, before it imports backend `name`'s modules: skip the module when the backend
     cannot be imported here (a missing package such as cuda-python or vulkan, or the Vulkan loader; the

@@ -12,7 +12,7 @@ import pytest
 
 import hal
 from tests import kernels
-from tests.conftest import open_device
+from tests.conftest import open_ranks
 
 GROUPS = [
     pytest.param(("host", 1), id="host-1"),
@@ -25,21 +25,9 @@ PAIRS = [g for g in GROUPS if g.values[0][1] != 1]  # point-to-point needs two r
 N = 96  # elements per rank
 
 
-def _cuda_count() -> int:
-    try:
-        return len(hal.drivers.get_driver("cuda").devices())
-    except hal.UnsupportedError:
-        return 0
-
-
 @pytest.fixture(scope="module", params=GROUPS)
 def group(request):
-    driver, size = request.param
-    if driver == "cuda" and size == 0:
-        size = _cuda_count()
-        if size < 2:
-            pytest.skip(f"needs several GPUs; this machine has {size}")
-    devices = [open_device(driver if driver == "host" else f"cuda:{i}") for i in range(size)]
+    devices = open_ranks(*request.param)
     try:
         comm = hal.create_communicator(devices)
     except hal.UnsupportedError as e:

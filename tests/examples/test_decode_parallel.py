@@ -13,17 +13,10 @@ import hal
 from examples.decode import Config, Decoder, kernels, random_weights, reference_generate
 from examples.decode.demo import LOGIT_TOLERANCE, PROMPT
 from examples.decode.model import shard
-from tests.conftest import open_device
+from tests.conftest import open_device, open_ranks
 
 TOKENS = 16
 SMALL = Config(layers=2, dim=512, heads=8, ffn=1024, vocab=512, max_sequence=64)
-
-
-def _cuda_count() -> int:
-    try:
-        return len(hal.drivers.get_driver("cuda").devices())
-    except hal.UnsupportedError:
-        return 0
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +33,7 @@ def expected(weights):
                                            pytest.param("cuda", 1, marks=pytest.mark.cuda),
                                            pytest.param("cuda", 0, marks=[pytest.mark.cuda, pytest.mark.multi_gpu])])
 def test_every_rank_generates_the_reference_s_tokens(weights, expected, driver, world):
-    if driver == "cuda" and world == 0:
-        world = _cuda_count()
-        if world < 2:
-            pytest.skip(f"needs several GPUs; this machine has {world}")
-    devices = [open_device(driver if driver == "host" else f"cuda:{i}") for i in range(world)]
+    devices = open_ranks(driver, world)
     try:
         try:
             comm = hal.create_communicator(devices)
