@@ -42,7 +42,7 @@ class Decoder:
                  communicator: hal.Communicator | None = None, device_loops: bool = True) -> None:
         c = weights.config
         self.device, self.config, self.communicator = device, c, communicator
-        self.device_loops, self.loops_refused = device_loops, None
+        self.device_loops, self.loops_refused, self.loops_built = device_loops, None, False
         self.rank, self.world = (communicator.rank(device), communicator.size) if communicator else (0, 1)
         # (checks that the kernels fit the shape; kernel_set: see kernels.source)
         self.exe = device.load_executable(kernels.source(c, kernel_set, self.world, self.rank))
@@ -160,9 +160,11 @@ class Decoder:
             try:
                 self.device.queue_execute(self.command_buffer, constants=(steps,))
                 self.position += steps
+                self.loops_built = True
                 return
-            except hal.DeviceError as e:  # (the first submission builds the loops)
-                if self.communicator is None or self.loops_refused is not None:
+            except hal.DeviceError as e:  # the first submission builds the loops: the one that may refuse them
+                if self.communicator is None or self.loops_built or isinstance(e, (hal.DeviceLostError,
+                                                                                   hal.OutOfMemoryError)):
                     raise
                 self.without_loops(e)
         for _ in range(steps):
