@@ -24,6 +24,8 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport isinf
 from libc.string cimport memcpy
 
+from hal.buffer cimport ConstantSlot
+
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op) noexcept
 
@@ -153,6 +155,11 @@ cdef class Call(Command):
 
     def accesses(self):
         return tuple(zip(self.bindings, self.writes))
+
+    def constant_values(self, tuple slot_values) -> tuple:
+        """Its constants as its function sees them: each constant slot replaced by the submission's value in
+        `slot_values`."""
+        return tuple([slot_values[(<ConstantSlot>v).index] if type(v) is ConstantSlot else v for v in self.constants])
 
 
 cdef class Entry:

@@ -15,7 +15,7 @@ from cuda.bindings.cydriver cimport (CUfunction, CUgraph, CUgraphConditionalHand
 
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, add_once, address, check, check_at,
                                         collective_address, node_of, ref_length, resolve, setter_node)
-from hal.buffer cimport Buffer, BufferRef, ConstantSlot
+from hal.buffer cimport Buffer, BufferRef
 from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Emitter, Program
 
@@ -405,5 +405,4 @@ cdef tuple call_key(Call c, tuple table, tuple constants):
         r = <BufferRef>ref
         b = resolve(r, table)
         buffers.append((address(r, b), ref_length(r, b)))
-    values = tuple([constants[(<ConstantSlot>v).index] if type(v) is ConstantSlot else v for v in c.constants])
-    return (tuple(buffers), values)
+    return (tuple(buffers), c.constant_values(constants))

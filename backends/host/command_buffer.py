@@ -137,8 +137,8 @@ def _call(c: Call, table: tuple[Buffer, ...], slot_values: tuple) -> None:
     """Foreign work (hal.calls): its function with numpy views of its bindings (read-only those it only reads) and
     its constants' values."""
     readonly = tuple(i for i, writes in enumerate(c.writes) if not writes)
-    constants = tuple(slot_values[v.index] if type(v) is ConstantSlot else v for v in c.constants)
-    c.function(DispatchContext([_view(r, table) for r in c.bindings], readonly, constants, (1, 1, 1), (1, 1, 1)))
+    c.function(DispatchContext([_view(r, table) for r in c.bindings], readonly, c.constant_values(slot_values),
+                               (1, 1, 1), (1, 1, 1)))
 
 
 def _collective(c: Collective, table: tuple[Buffer, ...]) -> None:

@@ -162,10 +162,9 @@ cdef class Encoder:
         for r in c.bindings:
             b = self.resolve(<BufferRef>r)
             buffers.append((b.handle, (<BufferRef>r).offset, self.length(<BufferRef>r, b)))
-        constants = tuple([self.slot_constants[(<ConstantSlot>v).index] if type(v) is ConstantSlot else v
-                           for v in c.constants])
+        context = VulkanCallContext(<uintptr_t>self.calls.cb, tuple(buffers), c.constant_values(self.slot_constants))
         try:
-            c.function(VulkanCallContext(<uintptr_t>self.calls.cb, tuple(buffers), constants))
+            c.function(context)
         except Exception as e:
             raise DeviceError(f"command {c.index} (call): its function raised {e!r} while recording into the "
                               f"VkCommandBuffer") from e
