@@ -13,7 +13,9 @@ calls captured by torch itself and against hal's own kernels, on one GPU, in one
 4. The data-parallel step of bench.collectives (LAYERS matmuls, each gradient all-reduced), one process per GPU
    (every GPU of the machine, or one: world size 1 all-reduces through NCCL with one rank), with cuBLAS through
    cb.call in hal's command buffer against PyTorch's step captured in a CUDA graph. Target: >= 1.0x its speed.
-Each row is the median of RUNS after a warm-up.
+Each row is the median of RUNS after a warm-up; beside them the floors measured on the same GPU
+(bench.decode.measure_floors): a dependent node of a chain of empty kernels in a graph, and the copy bandwidth, at
+which an N x N matmul's three matrices take what they take.
 
     python -m bench.calls [--json PATH]
 """
@@ -149,13 +151,25 @@ def data_parallel_step() -> list[dict] | str:
 
 def run() -> dict:
     import torch
+
+    from bench.decode import measure_floors
     dev = hal.create_device("cuda")
     try:
-        gpu, host = gpu_per_call(dev), host_resubmission(dev)
+        gpu, host, floors = gpu_per_call(dev), host_resubmission(dev), measure_floors(dev)
     finally:
         dev.close()
-    meta = dict(device=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d"), torch=torch.__version__)
+    meta = dict(device=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d"), torch=torch.__version__,
+                floors=floors)
     return dict(meta=meta, gpu=gpu, host=host, data_parallel=data_parallel_step())
+
+
+def floors_line(floors: dict, n: int) -> str:
+    """The floors beside the rows: a dependent node, and an n x n matmul's matrices at the copy bandwidth."""
+    matrices = 3 * 4 * n * n
+    return (f"Floors: a dependent node of a chain of empty kernels in a graph takes {floors['node_us']:.2f} µs of GPU "
+            f"time; a {n}x{n} matmul reads and writes at least {matrices / 1e6:.1f} MB, "
+            f"{matrices / floors['copy_gb_per_s'] / 1e3:.2f} µs at the copy bandwidth measured here "
+            f"({floors['copy_gb_per_s']:.0f} GB/s, read + write).")
 
 
 def _verdict(ok: bool) -> str:
@@ -176,7 +190,7 @@ def report(result: dict) -> str:
              f"{h['rebind_us']:.2f} | {h['first_capture_us']:.1f} | {h['rebind_us'] / h['first_capture_us']:.3f} | |",
              "", f"Largest difference between hal's and torch's products: {g['max_difference']:.1e}; the rebound "
                  f"command buffer captured {h['captures']} times ({h['calls']} calls x 2 tables) and was "
-                 f"instantiated {h['instantiations']} time(s)."]
+                 f"instantiated {h['instantiations']} time(s).", "", floors_line(meta["floors"], g["n"])]
     if isinstance(rows, str):
         lines += ["", f"Data-parallel step: {rows}"]
         return "\n".join(lines)

@@ -10,7 +10,8 @@ wrote):
 Each runs as its export is marked, early_launch, on the device as it is and on the same GPU opened with
 supports_early_launch off (plain edges; the kernel's wait then returns at once); and an unmarked twin (no
 griddepcontrol) beside them. GPU µs per node: CUDA events around one launch, the median of RUNS, the competitors in
-turns. Target (issue 47): early launch <= 0.7x plain edges.
+turns, beside the floor: a dependent node of a chain of empty kernels in a graph (bench.decode.measure_floors, plain
+edges). Target (issue 47): early launch <= 0.7x plain edges.
 
     python -m bench.early_launch [--json PATH]
 """
@@ -114,7 +115,9 @@ def run() -> dict:
                         times[kernel, name, k].append(events[name].seconds() / k * 1e6)
         rows = [dict(kernel=kernel, kernels=k, competitor=name, gpu_us=statistics.median(times[kernel, name, k][1:]))
                 for kernel in KERNELS for k in LENGTHS for name in competitors]
-        meta = dict(device=devices["early launch"].name, supported=supported)
+        from bench.decode import measure_floors
+        meta = dict(device=devices["early launch"].name, supported=supported,
+                    node_us=measure_floors(devices["plain edges"])["node_us"])
     finally:
         for dev in devices.values():
             dev.close()
@@ -124,7 +127,8 @@ def run() -> dict:
 def report(result: dict) -> str:
     meta, rows = result["meta"], result["rows"]
     lines = [f"## Early launch on {meta['device']} (supports_early_launch: {meta['supported']})", "",
-             f"Chains of small dependent kernels, GPU µs per node, median of {RUNS} launches."]
+             f"Chains of small dependent kernels, GPU µs per node, median of {RUNS} launches; the floor, a dependent "
+             f"node of a chain of empty kernels in a graph: {meta['node_us']:.2f} µs."]
     for kernel, (_, what) in KERNELS.items():
         lines += ["", f"`{kernel}`: {what}.", "",
                   "| kernels | early launch | plain edges | unmarked kernel | early / plain |",

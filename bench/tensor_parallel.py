@@ -156,8 +156,13 @@ def run(config: Config) -> dict:
     rows += [hal_row(weights, w, expected, device_loops=loops) for w in WORLDS if w <= count for loops in (True, False)]
     rows.append(torch_row(weights, expected))
     rows += [torch_parallel_row(config, w, expected) for w in WORLDS if w <= count]
+    from bench.decode import bytes_per_token, measure_floors
+    with hal.create_device("cuda") as dev:
+        floors = measure_floors(dev)
     meta = dict(device=torch.cuda.get_device_name(), gpus=count, date=time.strftime("%Y-%m-%d"), config=repr(config),
-                parameters=sum(getattr(weights, n).size for n in ("embed", "qkv", "wo", "w1", "w3", "w2", "output")))
+                parameters=sum(getattr(weights, n).size for n in ("embed", "qkv", "wo", "w1", "w3", "w2", "output")),
+                floors=floors, bytes_per_token=bytes_per_token(config, STEPS),
+                dispatches_per_token=5 * config.layers + 1)
     return dict(meta=meta, rows=rows)
 
 
@@ -175,6 +180,13 @@ def report(result: dict) -> str:
         first = "-" if r["first_s"] is None else f"{r['first_s']:.2f}"
         lines.append(f"| {r['competitor']} | {r['gpus']} | {r['tokens_per_s']:.0f} | {r['us_per_token']:.1f} | "
                      f"{first} | {'yes' if r['tokens_match'] else 'NO'} |")
+    floors, moved = meta["floors"], meta["bytes_per_token"]
+    lines += ["", f"Floors on one GPU: a token moves at least {moved / 1e9:.2f} GB, "
+                  f"{moved / floors['copy_gb_per_s'] / 1e3:.0f} µs at the copy bandwidth measured here "
+                  f"({floors['copy_gb_per_s']:.0f} GB/s, read + write; split over w GPUs, each moves about 1/w of it); "
+                  f"its {meta['dispatches_per_token']} dependent dispatches take at least "
+                  f"{meta['dispatches_per_token'] * floors['node_us']:.1f} µs ({floors['node_us']:.2f} µs a node of a "
+                  f"chain of empty kernels in a graph)."]
     speed = {r["gpus"]: r["tokens_per_s"] for r in rows if r["competitor"].startswith("hal") and "error" not in r
              and "no communicator" not in r["competitor"] and "a submission per token" not in r["competitor"]}
     torch_speed: dict[int, float] = {}

@@ -13,7 +13,9 @@ def test_the_report_gives_each_target_its_ratio():
     rows = [_row("hal, 1 GPU, no communicator", 1, 700.0), _row("hal, 1 GPU", 1, 690.0), _row("hal, 2 GPUs", 2, 1300.0),
             _row("PyTorch: one", 1, 600.0), _row("PyTorch, torch.distributed over 2 GPUs: x", 2, 800.0),
             dict(competitor="PyTorch, torch.distributed over 4 GPUs: x", gpus=4, error="a rank gave no result")]
-    meta = dict(device="a GPU", gpus=2, date="2026-11-29", config="Config()", parameters=1.2e9)
+    meta = dict(device="a GPU", gpus=2, date="2026-11-29", config="Config()", parameters=1.2e9,
+                floors=dict(node_us=0.5, copy_gb_per_s=4000.0, loop_iteration_us=15.0), bytes_per_token=4.6e9,
+                dispatches_per_token=81)
     text = tensor_parallel.report(dict(meta=meta, rows=rows))
     assert "| hal, 2 GPUs | 2 | 1300 | 769.2 | 1.00 | yes |" in text
     assert "- 2 GPUs 1.88x one GPU's tokens/s: >= 1.7 met" in text
@@ -21,6 +23,8 @@ def test_the_report_gives_each_target_its_ratio():
     assert "- hal on 1 GPU(s) 1.15x the fastest PyTorch row there: >= 1.5 MISSED" in text
     assert "- hal on 2 GPU(s) 1.62x the fastest PyTorch row there: >= 1.5 met" in text
     assert "| PyTorch, torch.distributed over 4 GPUs: x | 4 | - | - | - | a rank gave no result |" in text
+    assert "a token moves at least 4.60 GB, 1150 µs at the copy bandwidth" in text
+    assert "its 81 dependent dispatches take at least 40.5 µs" in text
 
 
 def test_a_row_from_ranks_is_the_slowest_rank_s():
