@@ -262,52 +262,66 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
     if (threadIdx.x == 0) { out[0] = big; out[1] = sum; }
 }
 
-// x += wo @ attended, a row per warp. Every block first combines the chunks' partials into `attended` (a thread
-// per dimension): GROUP chunks' partials loaded at once, the group's exponentials independent of one another, groups
-// merged by rescaling (one group up to GROUP * CHUNK positions). The position and x (written three kernels back)
-// are read before the wait. Launch bounds of one block per SM: registers for a whole group without spilling. A row
-// of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
-#define GROUP (CHUNKS < 16u ? CHUNKS : 16u)
+// x += wo @ attended, a row per warp. Every block first combines the chunks' partials into `attended`, in one trip to
+// memory: a warp per head takes its chunks' largest scores and sums of exponentials (a lane per chunk: LANE_CHUNKS
+// each) and leaves each chunk's weight, e^(m - largest) / the rescaled sum, in shared memory; a thread per dimension
+// has meanwhile loaded its first GROUP chunks' weighted values (more chunks, or more dimensions than threads, are
+// loaded after), and sums them by those weights. So each exponential is taken once per block, not once per dimension.
+// The position and x (written three kernels back) are read before the wait. Launch bounds of one block per SM:
+// registers for a whole group. A row of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
+#define GROUP (CHUNKS < 32u ? CHUNKS : 32u)
+#define LANE_CHUNKS ((CHUNKS + 31u) / 32u)
 #define ATTN_PART (ATTN < 512u ? ATTN : 512u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
     __shared__ __align__(16) float attended[ATTN];
+    __shared__ float weight[LOCAL_HEADS][CHUNKS];
     unsigned r = blockIdx.x * 8u + WARP;
     Slice<ATTN_PART> row, a;
     row.load(wo + r * ATTN);
     unsigned last = __ldcg(state) / CHUNK;  // the last chunk with a partial
     float xr = RESIDUAL ? __ldcg(x + r) : 0.0f;
     AFTER_PREDECESSORS();
-    for (unsigned i = threadIdx.x; i < ATTN; i += 256u) {
-        const float* p = partials + (i / HEAD_DIM) * CHUNKS * ATTENDED;
-        unsigned d = 2u + i % HEAD_DIM, base = 0;
-        float big = NEG_INF, sum = 0.0f, acc = 0.0f;
-        do {
-            float m[GROUP], l[GROUP], o[GROUP], top = NEG_INF, group_sum = 0.0f, group_acc = 0.0f;
+    const unsigned i = threadIdx.x;  // this thread's first dimension
+    const float* mine = partials + (i / HEAD_DIM) * CHUNKS * ATTENDED + 2u + i % HEAD_DIM;
+    float o[GROUP];
+    #pragma unroll
+    for (unsigned c = 0; c < GROUP; ++c) o[c] = i < ATTN && c <= last ? mine[c * ATTENDED] : 0.0f;
+    for (unsigned h = WARP; h < LOCAL_HEADS; h += 8u) {
+        const float* p = partials + h * CHUNKS * ATTENDED;
+        float m[LANE_CHUNKS], l[LANE_CHUNKS], top = NEG_INF, sum = 0.0f;
+        #pragma unroll
+        for (unsigned j = 0; j < LANE_CHUNKS; ++j) {
+            unsigned c = LANE + 32u * j;
+            m[j] = c <= last ? p[c * ATTENDED] : NEG_INF;
+            l[j] = c <= last ? p[c * ATTENDED + 1u] : 0.0f;
+            top = fmaxf(top, m[j]);
+        }
+        #pragma unroll
+        for (int s = 16; s > 0; s >>= 1) top = fmaxf(top, __shfl_xor_sync(FULL_MASK, top, s));
+        #pragma unroll
+        for (unsigned j = 0; j < LANE_CHUNKS; ++j) {  // (chunk 0 has a score, so `top` is a number)
+            m[j] = LANE + 32u * j <= last ? expf(m[j] - top) : 0.0f;
+            sum += l[j] * m[j];
+        }
+        sum = warp_sum(sum);
+        #pragma unroll
+        for (unsigned j = 0; j < LANE_CHUNKS; ++j)
+            if (LANE + 32u * j < CHUNKS) weight[h][LANE + 32u * j] = m[j] / sum;
+    }
+    __syncthreads();
+    for (unsigned d = i; d < ATTN; d += 256u) {
+        const float* values = partials + (d / HEAD_DIM) * CHUNKS * ATTENDED + 2u + d % HEAD_DIM;
+        const float* w = weight[d / HEAD_DIM];
+        float acc = 0.0f;
+        if (d == i) {
             #pragma unroll
-            for (unsigned k = 0; k < GROUP; ++k) {
-                unsigned c = min(base + k, CHUNKS - 1u);
-                m[k] = p[c * ATTENDED];
-                l[k] = p[c * ATTENDED + 1u];
-                o[k] = p[c * ATTENDED + d];
-            }
-            #pragma unroll
-            for (unsigned k = 0; k < GROUP; ++k)
-                if (base + k <= last) top = fmaxf(top, m[k]);
-            #pragma unroll
-            for (unsigned k = 0; k < GROUP; ++k)
-                if (base + k <= last) {
-                    float e = expf(m[k] - top);
-                    group_sum += l[k] * e;
-                    group_acc += o[k] * e;
-                }
-            float larger = fmaxf(big, top), before = expf(big - larger), now = expf(top - larger);
-            sum = sum * before + group_sum * now;
-            acc = acc * before + group_acc * now;
-            big = larger;
-            base += GROUP;
-        } while (base <= last);
-        attended[i] = acc / sum;
+            for (unsigned c = 0; c < GROUP; ++c) acc += o[c] * w[c];  // (past `last`: 0 x 0)
+        } else {
+            for (unsigned c = 0; c < GROUP && c <= last; ++c) acc += values[c * ATTENDED] * w[c];
+        }
+        for (unsigned c = GROUP; c <= last; ++c) acc += values[c * ATTENDED] * w[c];
+        attended[d] = acc;
     }
     __syncthreads();
     a.load(attended);
