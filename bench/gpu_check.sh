@@ -18,8 +18,8 @@
 # bench.nested, bench.host_calls, bench.transients, bench.decode (with hal on Vulkan and PyTorch beside it), the
 # Triton tests of the host's interpreter, bench.triton and bench.calls: the CUDA backend, in about four minutes. `decode` runs
 # the decode example's and early launch's tests on CUDA and Vulkan, bench.decode (hal against PyTorch at its best
-# and the GPU's floors), bench.early_launch, `python -m hal trace decode` and `python -m hal demo decode`: about
-# three minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives,
+# and the GPU's floors), bench.decode_timeline, bench.early_launch, `python -m hal trace decode` and
+# `python -m hal demo decode`: about four minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives,
 # `parallel` the split decode's tests and bench.tensor_parallel (NCCL through nccl4py's wheel in .whl): each one
 # call on a machine with several GPUs.
 set -uo pipefail
@@ -97,6 +97,8 @@ if [ "$PART" = decode ]; then
         pytest -q -p no:cacheprovider tests/examples tests/bench/test_decode_torch.py \
         tests/conformance/test_early_launch.py tests/cuda_graph/test_early_launch.py
     TIMEOUT=420 run bench.log "python -m bench.decode" python3 -m bench.decode --json "$OUT/decode.json"
+    TIMEOUT=120 run bench.log "python -m bench.decode_timeline" python3 -m bench.decode_timeline \
+        --json "$OUT/decode-timeline.json"
     TIMEOUT=120 run bench.log "python -m bench.early_launch" python3 -m bench.early_launch \
         --json "$OUT/early-launch.json"
     TIMEOUT=60 run bench.log "python -m hal trace decode --device cuda" python3 -m hal trace decode --device cuda \

@@ -106,14 +106,25 @@ def _shape(c: Config, float_suffix: str, world: int = 1, rank: int = 0) -> str:
 
 
 KERNEL_SETS = ("native", "triton")
+STAMP_CAPACITY = 1 << 15  # records of a timeline (`source`'s stamps)
+
+
+def stamp_defines(address: int) -> str:
+    """The #defines that make the CUDA kernels stamp a timeline at device address `address` (kernels_cuda.py):
+    STAMP_CAPACITY records, each kernel's KIND its index in EXPORTS."""
+    lines = [f"#define STAMPS {address}ull", f"#define STAMP_CAPACITY {STAMP_CAPACITY}ull"]
+    lines += [f"#define KIND_{export.name.upper()} {i}u" for i, export in enumerate(EXPORTS)]
+    return "\n".join(lines) + "\n"
 
 
 @functools.lru_cache(maxsize=16)
-def source(c: Config, kernel_set: str = "native", world: int = 1, rank: int = 0) -> hal.ExecutableSource:
+def source(c: Config, kernel_set: str = "native", world: int = 1, rank: int = 0,
+           stamps: int = 0) -> hal.ExecutableSource:
     """The kernels for shape `c`, rank `rank` of `world`'s part (checked; the same source object for equal
     arguments, so a device loads it once): "native", each backend's own (CUDA C, GLSL, numpy), or "triton", the
     Triton set (kernels_triton.py: CUDA, or the host under TRITON_INTERPRET=1). Split over ranks: CUDA and the host
-    only, native kernels."""
+    only, native kernels. `stamps`: a device address where the native CUDA kernels stamp a timeline
+    (bench/decode_timeline.py; 0: none)."""
     check(c, world)
     if kernel_set not in KERNEL_SETS:
         raise hal.ValidationError(f"the decoder's kernel sets are {', '.join(KERNEL_SETS)}; got {kernel_set!r}")
@@ -124,7 +135,8 @@ def source(c: Config, kernel_set: str = "native", world: int = 1, rank: int = 0)
         from examples.decode import kernels_triton
         return kernels_triton.source(c, EXPORTS, CHUNK, chunks(c), UNROLL, ffn_split(c), scale(c))
     host = hal.ExecutableSource.python(host_functions(c, CHUNK, UNROLL, world, rank), EXPORTS)
-    cuda = hal.ExecutableSource.cuda(_shape(c, "f", world, rank) + CUDA_CODE, EXPORTS)
+    stamped = stamp_defines(stamps) if stamps else ""
+    cuda = hal.ExecutableSource.cuda(stamped + _shape(c, "f", world, rank) + CUDA_CODE, EXPORTS)
     if world > 1:  # (Vulkan has no collectives)
         return hal.ExecutableSource.multi(host=host, cuda=cuda)
     return hal.ExecutableSource.multi(host=host, cuda=cuda, vulkan=hal.ExecutableSource.glsl(shaders(_shape(c, "")),

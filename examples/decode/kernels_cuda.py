@@ -24,6 +24,36 @@ CODE = r"""
 #define WARP (threadIdx.x / 32u)
 #define ATTENDED (HEAD_DIM + 2)  // a partial: the chunk's largest score, its sum of exponentials, its weighted values
 
+// A timeline (bench/decode_timeline.py; kernels.source(..., stamps=address)): thread 0 of block (0, 0) of each
+// kernel stamps %globaltimer at its entry, when its wait returns and at its exit, in a record at STAMPS (a device
+// address: a count, 7 words unused, then STAMP_CAPACITY records of 4 words, the kernel's KIND and the three stamps)
+// taken by an atomic count, so in launch order. Without STAMPS, nothing.
+#ifdef STAMPS
+struct Stamp {
+    unsigned long long* record = nullptr;
+    __device__ static unsigned long long now() {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        return t;
+    }
+    __device__ explicit Stamp(unsigned kind) {
+        if (blockIdx.x != 0u || blockIdx.y != 0u || threadIdx.x != 0u) return;
+        unsigned long long t = now(), i = atomicAdd(reinterpret_cast<unsigned long long*>(STAMPS), 1ull);
+        if (i >= STAMP_CAPACITY) return;
+        record = reinterpret_cast<unsigned long long*>(STAMPS) + 8u + 4u * i;
+        record[0] = kind;
+        record[1] = record[2] = t;  // (a kernel without a wait: its entry)
+    }
+    __device__ void waited() { if (record) record[2] = now(); }
+    __device__ ~Stamp() { if (record) record[3] = now(); }
+};
+#define STAMP(kind) Stamp stamp_(kind)
+#define STAMP_WAITED() stamp_.waited()
+#else
+#define STAMP(kind)
+#define STAMP_WAITED()
+#endif
+
 // Early launch (programmatic dependent launch, sm_90 and later). A step kernel waits for the kernels before it to end
 // before it touches what the kernel just before it wrote, and only then lets the kernels after it launch. So a step
 // kernel launches only once the kernel before it has passed its wait, that is once every kernel two or more back has
@@ -32,9 +62,10 @@ CODE = r"""
 // weights, which nothing writes, are. Where the graph's edges are plain, every kernel before has ended at launch and
 // the wait returns at once.
 #if __CUDA_ARCH__ >= 900
-#define AFTER_PREDECESSORS() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#define AFTER_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory"); STAMP_WAITED(); \
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #else
-#define AFTER_PREDECESSORS()
+#define AFTER_PREDECESSORS() STAMP_WAITED()
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -145,6 +176,7 @@ __device__ __forceinline__ void block_argmax(float& m, unsigned& k, float* best,
 
 extern "C" __global__ void __launch_bounds__(256) start(unsigned* state, const unsigned* tokens, const float* embed,
                                                          float* x, unsigned steps) {
+    STAMP(KIND_START);
     if (threadIdx.x == 0) { state[1] = steps; state[3] = 0u; state[4] = steps >= UNROLL; }
     unsigned token = tokens[state[0]];
     for (unsigned i = threadIdx.x; i < DIM; i += 256u) x[i] = embed[token * DIM + i];
@@ -156,6 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) start(unsigned* state, const u
 extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const float* x, const float* gain,
                                                             const float* rope, const unsigned* state, float* q,
                                                             float* keys, float* values) {
+    STAMP(KIND_QKV_ROPE);
     unsigned r = 2u * (blockIdx.x * 4u + WARP);
     bool rotates = r < 2u * ATTN;  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
     const float* const row[2] = {w + r * DIM, w + (r + 1u) * DIM};
@@ -197,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
 #define LANE_DIMS (HEAD_DIM / 32)
 extern "C" __global__ void __launch_bounds__(128) attention(const float* q, const float* keys, const float* values,
                                                              const unsigned* state, float* partials) {
+    STAMP(KIND_ATTENTION);
     __shared__ float largest[4], total[4], weighted[4][HEAD_DIM];
     unsigned chunk = blockIdx.x, h = blockIdx.y, position = __ldcg(state);
     unsigned first = chunk * CHUNK + WARP * PER_WARP, column = h * HEAD_DIM + LANE * LANE_DIMS;
@@ -274,6 +308,7 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
 #define ATTN_PART (ATTN < 512u ? ATTN : 512u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
+    STAMP(KIND_ATTN_OUT);
     __shared__ __align__(16) float attended[ATTN];
     __shared__ float weight[LOCAL_HEADS][CHUNKS];
     unsigned r = blockIdx.x * 8u + WARP;
@@ -339,6 +374,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
 // g = SiLU(w1 @ h) * (w3 @ h), h = RMSNorm(x) * gain: a row of w1 and of w3 per warp.
 extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const float* w3, const float* x,
                                                           const float* gain, float* g) {
+    STAMP(KIND_FFN_IN);
     unsigned r = blockIdx.x * 8u + WARP;
     const float* const row[2] = {w1 + r * DIM, w3 + r * DIM};
     Slice<PART> rows[2], h, n;
@@ -355,6 +391,7 @@ extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const 
 // x += w2 @ g: SPLIT warps per row (LOCAL_FFN / SPLIT columns each), 8 / SPLIT rows per block, summed in shared
 // memory. x (written two kernels back) is read before the wait.
 extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const float* g, float* x) {
+    STAMP(KIND_FFN_OUT);
     __shared__ float part[8];
     unsigned r = blockIdx.x * (8u / SPLIT) + WARP / SPLIT, span = (WARP % SPLIT) * (LOCAL_FFN / SPLIT);
     Slice<LOCAL_FFN / SPLIT> row, a;
@@ -383,6 +420,7 @@ extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, 
                                                                  float* logits, unsigned* candidates,
                                                                  unsigned* state, unsigned* tokens,
                                                                  const float* embed) {
+    STAMP(KIND_LOGITS_ARGMAX);
     __shared__ float best[8];
     __shared__ unsigned at[8], chosen;
     __shared__ bool last;

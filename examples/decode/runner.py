@@ -36,16 +36,16 @@ class Decoder:
     `kernel_set` "native" (each backend's own kernels) or "triton" (examples/decode/kernels_triton.py);
     `communicator`: this device's rank of a tensor-parallel group (the module docstring), each rank given the whole
     weights and keeping its shard; `device_loops` False: one submission per position, the step recorded without the
-    while loops."""
+    while loops; `stamps`: a device address where the native CUDA kernels stamp a timeline (kernels.source)."""
 
     def __init__(self, device: hal.Device, weights: Weights, kernel_set: str = "native",
-                 communicator: hal.Communicator | None = None, device_loops: bool = True) -> None:
+                 communicator: hal.Communicator | None = None, device_loops: bool = True, stamps: int = 0) -> None:
         c = weights.config
         self.device, self.config, self.communicator = device, c, communicator
         self.device_loops, self.loops_refused, self.loops_built = device_loops, None, False
         self.rank, self.world = (communicator.rank(device), communicator.size) if communicator else (0, 1)
         # (checks that the kernels fit the shape; kernel_set: see kernels.source)
-        self.exe = device.load_executable(kernels.source(c, kernel_set, self.world, self.rank))
+        self.exe = device.load_executable(kernels.source(c, kernel_set, self.world, self.rank, stamps))
         self.grid = kernels.workgroups(c, self.world)
         part = shard(weights, self.rank, self.world)
         self.weights = {name: device.upload(np.ascontiguousarray(getattr(part, name), np.float32))
