@@ -36,6 +36,11 @@ def instances(words: np.ndarray) -> dict[str, np.ndarray]:
     return dict(kernel=names[records[:, 0]], entry=records[:, 1], waited=records[:, 2], exit=records[:, 3])
 
 
+def starts_step(kernel: np.ndarray, i: int) -> bool:
+    """Is instance `i` a step's first kernel (after `start` or the step before's logits_argmax)?"""
+    return kernel[i - 1] in ("start", "logits_argmax")
+
+
 def chain_rows(found: dict[str, np.ndarray]) -> list[dict]:
     """Per kernel (the step's first, after logits_argmax, apart): instances, mean µs on the chain (its wait's
     return to the next one's), after the wait of the kernel before it until its entry, waiting, and block (0, 0)'s
@@ -45,7 +50,7 @@ def chain_rows(found: dict[str, np.ndarray]) -> list[dict]:
     for i in range(1, len(kernel) - 1):
         if kernel[i] == "start":
             continue
-        name = str(kernel[i]) + (" (a step's first)" if kernel[i - 1] in ("start", "logits_argmax") else "")
+        name = str(kernel[i]) + (" (a step's first)" if starts_step(kernel, i) else "")
         groups.setdefault(name, []).append(((waited[i + 1] - waited[i]) / 1e3, (entry[i] - waited[i - 1]) / 1e3,
                                             (waited[i] - entry[i]) / 1e3, (exit_[i] - waited[i]) / 1e3))
     rows = []
@@ -59,8 +64,7 @@ def chain_rows(found: dict[str, np.ndarray]) -> list[dict]:
 def tokens_us(found: dict[str, np.ndarray]) -> float:
     """Mean µs from one step's first kernel's wait to the next step's."""
     kernel, waited = found["kernel"], found["waited"]
-    firsts = [i for i in range(1, len(kernel)) if kernel[i] == "qkv_rope" and kernel[i - 1] in ("start",
-                                                                                                  "logits_argmax")]
+    firsts = [i for i in range(1, len(kernel)) if starts_step(kernel, i)]
     return float(np.mean(np.diff(waited[firsts]))) / 1e3
 
 
@@ -88,7 +92,7 @@ def timeline(weights, steps: int, expected: list[int], early_launch: bool) -> di
                 seconds = events.seconds()
                 if run:  # (the first is a warm-up)
                     gpu_us[name].append(seconds / steps * 1e6)
-                if name == "stamped":
+                if name == "stamped" and run == RUNS:
                     found = instances(stamps.read(np.uint64))
         return dict(device=dev.name, early_launch=dev.capabilities.supports_early_launch, match=match,
                     stamped_us=float(np.median(gpu_us["stamped"])), plain_us=float(np.median(gpu_us["plain"])),
