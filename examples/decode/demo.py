@@ -59,16 +59,16 @@ def run(device: str | None, tokens: int, kernel_set: str = "native", ranks: int 
                     for _ in range(steps):
                         decoder.step()
             queued = time.perf_counter()
-            got = [decoder.tokens() for decoder in decoders][0]
+            got = [decoder.tokens() for decoder in decoders]  # every rank's, read once
             done = time.perf_counter()
             error = max(float(np.max(np.abs(decoder.logits() - expected_logits))) for decoder in decoders)
-            same = all(decoder.tokens() == expected for decoder in decoders) and \
+            same = all(tokens == expected for tokens in got) and \
                 error <= LOGIT_TOLERANCE * float(np.max(np.abs(expected_logits)))
             ok = ok and same
             print(f"{mode}: {steps / (done - start):.0f} tokens/s, host {(queued - start) / steps * 1e6:.1f} "
-                  f"us/token; {len(got) - len(PROMPT)} tokens {'match' if same else 'DIFFER FROM'} numpy "
+                  f"us/token; {len(got[0]) - len(PROMPT)} tokens {'match' if same else 'DIFFER FROM'} numpy "
                   f"(largest logit difference {error:.2g})")
-        print(f"tokens: {got[len(PROMPT):]}")
+        print(f"tokens: {got[0][len(PROMPT):]}")
     return 0 if ok else 1
 
 
