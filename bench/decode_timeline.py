@@ -36,13 +36,8 @@ def instances(words: np.ndarray) -> dict[str, np.ndarray]:
     return dict(kernel=names[records[:, 0]], entry=records[:, 1], waited=records[:, 2], exit=records[:, 3])
 
 
-def starts_step(kernel: np.ndarray, i: int) -> bool:
-    """Is instance `i` a step's first kernel (after `start` or the step before's logits_argmax)?"""
-    return kernel[i - 1] in ("start", "logits_argmax")
-
-
 def chain_rows(found: dict[str, np.ndarray]) -> list[dict]:
-    """Per kernel (the step's first, after logits_argmax, apart): instances, mean µs on the chain (its wait's
+    """Per kernel: instances, mean µs on the chain (its wait's
     return to the next one's), after the wait of the kernel before it until its entry, waiting, and block (0, 0)'s
     work after its wait; the last instance (nothing after it) and `start` left out."""
     kernel, entry, waited, exit_ = found["kernel"], found["entry"], found["waited"], found["exit"]
@@ -50,9 +45,9 @@ def chain_rows(found: dict[str, np.ndarray]) -> list[dict]:
     for i in range(1, len(kernel) - 1):
         if kernel[i] == "start":
             continue
-        name = str(kernel[i]) + (" (a step's first)" if starts_step(kernel, i) else "")
-        groups.setdefault(name, []).append(((waited[i + 1] - waited[i]) / 1e3, (entry[i] - waited[i - 1]) / 1e3,
-                                            (waited[i] - entry[i]) / 1e3, (exit_[i] - waited[i]) / 1e3))
+        groups.setdefault(str(kernel[i]), []).append(((waited[i + 1] - waited[i]) / 1e3,
+                                                      (entry[i] - waited[i - 1]) / 1e3, (waited[i] - entry[i]) / 1e3,
+                                                      (exit_[i] - waited[i]) / 1e3))
     rows = []
     for name, samples in groups.items():
         mean = np.mean(np.array(samples), axis=0)
@@ -64,7 +59,7 @@ def chain_rows(found: dict[str, np.ndarray]) -> list[dict]:
 def tokens_us(found: dict[str, np.ndarray]) -> float:
     """Mean µs from one step's first kernel's wait to the next step's."""
     kernel, waited = found["kernel"], found["waited"]
-    firsts = [i for i in range(1, len(kernel)) if starts_step(kernel, i)]
+    firsts = np.flatnonzero(kernel == "embed_qkv_rope")
     return float(np.mean(np.diff(waited[firsts]))) / 1e3
 
 

@@ -29,6 +29,7 @@ class Capabilities:
     supports_int8: bool = False
     supports_int16: bool = False
     supports_int64: bool = False
+    supports_int64_atomics: bool = False  # atomics on 64-bit integers in storage buffers
     supports_push_descriptor: bool = False
     max_workgroup_count: tuple[int, int, int] = (65535, 65535, 65535)
     max_workgroup_size: tuple[int, int, int] = (128, 128, 64)

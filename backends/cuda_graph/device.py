@@ -102,6 +102,7 @@ def query_capabilities(device: Any) -> Capabilities:
         supports_int8=True,
         supports_int16=True,
         supports_int64=True,
+        supports_int64_atomics=True,
         supports_push_descriptor=False,
         max_workgroup_count=(attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
                              attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)),

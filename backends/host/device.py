@@ -50,6 +50,7 @@ HOST_CAPABILITIES = Capabilities(
     supports_int8=True,
     supports_int16=True,
     supports_int64=True,
+    supports_int64_atomics=True,
     supports_push_descriptor=False,
     max_workgroup_count=((1 << 31) - 1, 65535, 65535),
     max_workgroup_size=(1024, 1024, 64),

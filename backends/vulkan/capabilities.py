@@ -79,6 +79,7 @@ class FeatureChain:
         out.v12.storageBuffer8BitAccess = v12.storageBuffer8BitAccess
         out.v12.shaderFloat16 = v12.shaderFloat16
         out.v12.shaderInt8 = v12.shaderInt8
+        out.v12.shaderBufferInt64Atomics = v12.shaderBufferInt64Atomics
         out.v12.timelineSemaphore = v12.timelineSemaphore
         if out.v13 is not None:
             out.v13.maintenance4 = self.v13.maintenance4
@@ -120,6 +121,7 @@ def query(device: PhysicalDevice) -> DeviceFeatures:
         supports_int8=bool(v12.shaderInt8),
         supports_int16=bool(core.shaderInt16),
         supports_int64=bool(core.shaderInt64),
+        supports_int64_atomics=bool(v12.shaderBufferInt64Atomics),
         supports_push_descriptor=push_descriptor and not os.environ.get("HAL_VULKAN_DISABLE_PUSH_DESCRIPTOR"),
         max_workgroup_count=tuple(limits.maxComputeWorkGroupCount),
         max_workgroup_size=tuple(limits.maxComputeWorkGroupSize),

@@ -39,15 +39,17 @@ SC_UNIFORM_CONSTANT, SC_UNIFORM, SC_PUSH_CONSTANT, SC_STORAGE_BUFFER = 0, 2, 9, 
 
 # Capabilities, by the hal.Capabilities field that must allow them.
 CAPABILITY_NAMES = {
-    1: "Shader", 4: "Addresses", 5: "Linkage", 6: "Kernel", 9: "Float16", 10: "Float64", 11: "Int64", 22: "Int16",
-    39: "Int8", 61: "GroupNonUniform", 62: "GroupNonUniformVote", 63: "GroupNonUniformArithmetic",
+    1: "Shader", 4: "Addresses", 5: "Linkage", 6: "Kernel", 9: "Float16", 10: "Float64", 11: "Int64",
+    12: "Int64Atomics", 22: "Int16", 39: "Int8", 61: "GroupNonUniform", 62: "GroupNonUniformVote",
+    63: "GroupNonUniformArithmetic",
     64: "GroupNonUniformBallot", 65: "GroupNonUniformShuffle", 66: "GroupNonUniformShuffleRelative",
     67: "GroupNonUniformClustered", 68: "GroupNonUniformQuad", 4433: "StorageBuffer16BitAccess",
     4434: "UniformAndStorageBuffer16BitAccess", 4448: "StorageBuffer8BitAccess",
     4449: "UniformAndStorageBuffer8BitAccess",
 }
 FEATURE_OF_CAPABILITY = {
-    9: "supports_float16", 10: "supports_float64", 11: "supports_int64", 22: "supports_int16", 39: "supports_int8",
+    9: "supports_float16", 10: "supports_float64", 11: "supports_int64", 12: "supports_int64_atomics",
+    22: "supports_int16", 39: "supports_int8",
     4433: "supports_storage_buffer_16bit_access", 4434: "supports_storage_buffer_16bit_access",
     4448: "supports_storage_buffer_8bit_access", 4449: "supports_storage_buffer_8bit_access",
 }

@@ -4,25 +4,35 @@ numpy (kernels_host.py) and Triton (kernels_triton.py, the kernel set "triton"),
 so that no intermediate vector makes a round trip a kernel could avoid. The decode state is a uint32 buffer:
 
     state[0] position of the token being forwarded    state[1] steps left
-    state[2] prompt length    state[3] logits_argmax's count of finished workgroups (0 between dispatches)
+    state[2] prompt length    state[3] the token at the position if the prompt gives it, else NONE (the key's)
     state[4] 1 while at least UNROLL steps are left, else 0 (the flag of the loop of UNROLL steps an iteration)
+    state[6:8] the argmax key: one uint64 (little-endian) that the logits' workgroups raise by atomic max
 
-- start (state, tokens, embed, x; steps): state[1] = steps (and state[4] to match); x = embed[tokens[position]].
+The key (state.argmax_key) orders (logit, index) pairs as numpy's argmax does (the first NaN, else the first largest),
+so the largest key names the chosen token, and no workgroup waits for the others to pick it: the step's last kernel
+ends when each workgroup has raised the key by its best, and the next step's first kernel reads the token from it.
+
+- start (state, tokens; steps): state[1] = steps (and state[4] to match); state[3] = the token at the position if
+  the prompt gives it (else the last step's key holds it).
+- embed_qkv_rope (qkv, x, gain, rope, state, q, keys, values, tokens, embed), a step's first kernel: the token at
+  the position (state[3], else the key's, then written to tokens), x = its embedding, then as qkv_rope.
 - qkv_rope (qkv, x, gain, rope, state, q, keys, values): h = RMSNorm(x) * gain; a warp per rotary pair of rows of
   qkv @ h; q and k pairs rotated by the rope table at the position; q kept, k and v written to the layer's cache
   (the bindings are the layer's part of it) at the position.
 - attention (q, keys, values, state, partials): workgroups (CHUNK-position chunks, heads), those wholly past the
   position doing nothing: each chunk's softmax partial for its head (largest score, sum of exponentials,
-  exponential-weighted values), the split over keys that lets every position's work run at once.
+  exponential-weighted values), the split over keys that lets every position's work run at once. It also clears
+  the key, which the step's first kernel has read, for this step's logits.
 - attn_out (partials, state, wo, x): each workgroup combines the partials into the attended vector, then
   x += wo @ attended, a row per warp.
 - ffn_in (w1, w3, x, gain, g): h = RMSNorm(x) * gain; g = SiLU(w1 @ h) * (w3 @ h), a row of each per warp.
 - ffn_out (w2, g, x): x += w2 @ g, a row split over FFN_SPLIT warps.
-- logits_argmax (output, x, gain, logits, candidates, state, tokens, embed): logits = output @ (RMSNorm(x) * gain)
-  and numpy's argmax (the first NaN, else the first largest), its token written at position + 1 unless the prompt
-  gives it; the position moves on, the steps left drop by one (state[4] follows), and x becomes the next token's
-  embedding. On the GPUs each workgroup writes its best of 32 rows to `candidates` and the last to finish picks
-  among them.
+- logits_argmax (output, x, gain, logits, state, tokens): logits = output @ (RMSNorm(x) * gain); each workgroup
+  raises the key by its rows' best; the position moves on, state[3] takes the prompt's token there (if any), the
+  steps left drop by one (state[4] follows).
+
+After a submission the last chosen token is in the key until a step reads it (state.chosen_token; runner.Decoder's
+tokens() adds it).
 
 Split over `world` ranks (model.shard; runner.Decoder with a communicator), rank `rank`'s kernels work on its heads
 and hidden units: q, the caches and the partials are its heads' (the attention's width ATTN = dim / world), g its
@@ -45,21 +55,19 @@ from examples.decode.model import EPSILON, Config
 
 CHUNK = 16  # positions per attention partial
 UNROLL = 8  # steps per iteration of the decode's main loop (runner.py says why)
-STATE_WORDS = 8
 
 # The step's kernels are marked early_launch: on CUDA each lets the next launch at once and waits for the ones
 # before it to end before it touches what they write (kernels_cuda.py), so it loads its weights meanwhile.
 EXPORTS = (
-    hal.Export("start", bindings=4, constants=1, workgroup_size=256, readonly=(1, 2)),
+    hal.Export("start", bindings=2, constants=1, workgroup_size=32, readonly=(1,)),
+    hal.Export("embed_qkv_rope", bindings=10, workgroup_size=128, readonly=(0, 2, 3, 4, 9), early_launch=True),
     hal.Export("qkv_rope", bindings=8, workgroup_size=128, readonly=(0, 1, 2, 3, 4), early_launch=True),
-    hal.Export("attention", bindings=5, workgroup_size=128, readonly=(0, 1, 2, 3), early_launch=True),
+    hal.Export("attention", bindings=5, workgroup_size=128, readonly=(0, 1, 2), early_launch=True),
     hal.Export("attn_out", bindings=4, workgroup_size=256, readonly=(0, 1, 2), early_launch=True),
     hal.Export("ffn_in", bindings=5, workgroup_size=256, readonly=(0, 1, 2, 3), early_launch=True),
     hal.Export("ffn_out", bindings=3, workgroup_size=256, readonly=(0, 1), early_launch=True),
-    hal.Export("logits_argmax", bindings=8, workgroup_size=256, readonly=(0, 2, 7), early_launch=True),
+    hal.Export("logits_argmax", bindings=6, workgroup_size=256, readonly=(0, 1, 2, 5), early_launch=True),
 )
-
-
 def ffn_split(c: Config, world: int = 1) -> int:
     """Warps per row of ffn_out: a warp sums 256 columns, at most 8 warps (a workgroup) share a row."""
     return min(c.ffn // world // 256, 8)
@@ -85,7 +93,8 @@ def workgroups(c: Config, world: int = 1) -> dict[str, tuple[int, int, int]]:
     """Each export's workgroup counts for the shape, a rank's part of it split over `world`: a warp per pair of
     q | k | v rows, per chunk and head, per row of wo, per row of w1 and w3, FFN_SPLIT warps per row of w2, a warp
     per four rows of the output projection."""
-    return {"start": (1, 1, 1), "qkv_rope": (3 * c.dim // world // 8, 1, 1),
+    qkv = (3 * c.dim // world // 8, 1, 1)
+    return {"start": (1, 1, 1), "embed_qkv_rope": qkv, "qkv_rope": qkv,
             "attention": (chunks(c), c.heads // world, 1), "attn_out": (c.dim // 8, 1, 1),
             "ffn_in": (c.ffn // world // 8, 1, 1), "ffn_out": (c.dim * ffn_split(c, world) // 8, 1, 1),
             "logits_argmax": (c.vocab // 32, 1, 1)}
@@ -152,13 +161,14 @@ def bytes_moved(c: Config, export: str, position: int, world: int = 1) -> int:
     parts = chunks(c) * heads * (c.head_dim + 2)
     active = -(-seen // CHUNK) * heads * (c.head_dim + 2)
     return f * {
-        "start": 2 * c.dim + 1,
+        "start": 6,
+        "embed_qkv_rope": 3 * attn * c.dim + 3 * c.dim + c.head_dim + 3 * attn + 4,
         "qkv_rope": 3 * attn * c.dim + 2 * c.dim + c.head_dim + 3 * attn,
         "attention": attn + 2 * seen * attn + active,
         "attn_out": min(active, parts) + c.dim * attn + 2 * c.dim,
         "ffn_in": 2 * ffn * c.dim + 2 * c.dim + ffn,
         "ffn_out": c.dim * ffn + ffn + 2 * c.dim,
-        "logits_argmax": c.vocab * c.dim + 2 * c.dim + c.vocab + c.dim + c.dim,
+        "logits_argmax": c.vocab * c.dim + 2 * c.dim + c.vocab + 2,
     }[export]
 
 
@@ -167,4 +177,5 @@ def step_bytes(c: Config, position: int, world: int = 1) -> int:
     summed."""
     per_layer = sum(bytes_moved(c, name, position, world) for name in ("qkv_rope", "attention", "attn_out", "ffn_in",
                                                                         "ffn_out"))
-    return c.layers * per_layer + bytes_moved(c, "logits_argmax", position, world)
+    first = bytes_moved(c, "embed_qkv_rope", position, world) - bytes_moved(c, "qkv_rope", position, world)
+    return c.layers * per_layer + first + bytes_moved(c, "logits_argmax", position, world)

@@ -146,49 +146,38 @@ template <int ROWS> __device__ __forceinline__ void normed_dots(const Slice<PART
     for (int i = 0; i < ROWS; ++i) out[i] *= inv;
 }
 
-// Does logit o at index j come before logit m at index k in numpy's argmax order (the first NaN, else the first
-// largest)? NONE: no index yet.
-__device__ __forceinline__ bool precedes(float o, unsigned j, float m, unsigned k) {
-    if (j == NONE) return false;
-    if (k == NONE) return true;
-    if (isnan(o) != isnan(m)) return isnan(o);
-    if (isnan(o)) return j < k;
-    return o > m || (o == m && j < k);
+// The argmax key of logit v at `index` (kernels.argmax_key): integer order is numpy's argmax order (the first NaN,
+// else the first largest; -0 as +0), so the step's pick is one atomic max into the state's key (KEY), which the
+// next step's first kernel reads and attention clears.
+#define KEY(state) reinterpret_cast<unsigned long long*>((state) + 6)
+__device__ __forceinline__ unsigned long long argmax_key(float v, unsigned index) {
+    const unsigned bits = __float_as_uint(v == 0.0f ? 0.0f : v);
+    const unsigned order = isnan(v) ? 0xffffffffu : (bits & 0x80000000u ? ~bits : bits | 0x80000000u);
+    return (static_cast<unsigned long long>(order) << 31) | (0x7fffffffu - index);
 }
 
-__device__ __forceinline__ void warp_argmax(float& m, unsigned& k) {
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float other = __shfl_xor_sync(FULL_MASK, m, o);
-        unsigned at = __shfl_xor_sync(FULL_MASK, k, o);
-        if (precedes(other, at, m, k)) { m = other; k = at; }
-    }
-}
+// The token a key names, from its low word (state[6]).
+__device__ __forceinline__ unsigned chosen_token(unsigned low) { return 0x7fffffffu - (low & 0x7fffffffu); }
 
-// The first in argmax order of the 8 warps' (m, k), each warp holding its own in every lane: in thread 0.
-__device__ __forceinline__ void block_argmax(float& m, unsigned& k, float* best, unsigned* at) {
-    if (LANE == 0u) { best[WARP] = m; at[WARP] = k; }
-    __syncthreads();
-    if (threadIdx.x == 0)
-        for (int i = 0; i < 8; ++i)
-            if (precedes(best[i], at[i], m, k)) { m = best[i]; k = at[i]; }
-}
-
-extern "C" __global__ void __launch_bounds__(256) start(unsigned* state, const unsigned* tokens, const float* embed,
-                                                         float* x, unsigned steps) {
+extern "C" __global__ void __launch_bounds__(32) start(unsigned* state, const unsigned* tokens, unsigned steps) {
     STAMP(KIND_START);
-    if (threadIdx.x == 0) { state[1] = steps; state[3] = 0u; state[4] = steps >= UNROLL; }
-    unsigned token = tokens[state[0]];
-    for (unsigned i = threadIdx.x; i < DIM; i += 256u) x[i] = embed[token * DIM + i];
+    if (threadIdx.x != 0) return;
+    const unsigned position = state[0];
+    state[1] = steps;
+    state[3] = position < state[2] ? tokens[position] : NONE;
+    state[4] = steps >= UNROLL;
 }
 
-// A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection. The first kernel of a step: the
-// kernel before it (the last step's logits_argmax) writes the position and x, so both are read after the wait, and
-// the rope table's pair at the position as soon as the position is in.
-extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const float* x, const float* gain,
-                                                            const float* rope, const unsigned* state, float* q,
-                                                            float* keys, float* values) {
-    STAMP(KIND_QKV_ROPE);
+// A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection. The position is read after the wait
+// (the step's first kernel follows the logits, which move it on), and the rope table's pair as soon as it is in. The
+// step's first kernel (EMBED) projects the embedding of the token at the position: the prompt's (state[3]) or the
+// last logits' pick (the key), which block 0 writes to `tokens`; block 0 also writes the embedding to x, the residual
+// that attn_out reads.
+template <bool EMBED> __device__ __forceinline__ void project_qkv(const float* w, float* x, const float* gain,
+                                                                  const float* rope, const unsigned* state, float* q,
+                                                                  float* keys, float* values, unsigned* tokens,
+                                                                  const float* embed) {
+    STAMP(EMBED ? KIND_EMBED_QKV_ROPE : KIND_QKV_ROPE);
     unsigned r = 2u * (blockIdx.x * 4u + WARP);
     bool rotates = r < 2u * ATTN;  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
     const float* const row[2] = {w + r * DIM, w + (r + 1u) * DIM};
@@ -198,7 +187,16 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
     g.load(gain);
     AFTER_PREDECESSORS();
     unsigned position = state[0];
-    h.load(x);
+    const float* input = x;
+    if (EMBED) {
+        const unsigned given = state[3], token = given != NONE ? given : chosen_token(state[6]);
+        input = embed + token * DIM;
+        if (blockIdx.x == 0u) {
+            if (threadIdx.x == 0u && given == NONE) tokens[position] = token;
+            for (unsigned i = threadIdx.x; i < DIM; i += blockDim.x) x[i] = input[i];
+        }
+    }
+    h.load(input);
     float c = 1.0f, s = 0.0f;
     if (rotates) {
         const float* t = rope + (position * (HEAD_DIM / 2) + (r % HEAD_DIM) / 2u) * 2u;
@@ -206,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
         s = t[1];
     }
     float uv[2];
-    normed_dots(rows, h, g, row, x, gain, uv);
+    normed_dots(rows, h, g, row, input, gain, uv);
     if (LANE != 0u) return;
     float u = uv[0], v = uv[1];
     if (rotates) {
@@ -219,17 +217,31 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, const
     out[1] = v;
 }
 
+extern "C" __global__ void __launch_bounds__(128) embed_qkv_rope(const float* w, float* x, const float* gain,
+                                                                  const float* rope, const unsigned* state, float* q,
+                                                                  float* keys, float* values, unsigned* tokens,
+                                                                  const float* embed) {
+    project_qkv<true>(w, x, gain, rope, state, q, keys, values, tokens, embed);
+}
+
+extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, float* x, const float* gain,
+                                                            const float* rope, const unsigned* state, float* q,
+                                                            float* keys, float* values) {
+    project_qkv<false>(w, x, gain, rope, state, q, keys, values, nullptr, nullptr);
+}
+
 // Grid (CHUNKS, LOCAL_HEADS): the keys of chunk blockIdx.x (CHUNK positions) against head blockIdx.y's query. Each warp
 // scores CHUNK / 4 positions, a lane holding HEAD_DIM / 32 dimensions; the four warps' softmax pieces meet in
 // shared memory, and the chunk's partial (its largest score, its sum of exponentials, its exponential-weighted
 // values) goes to `partials` for attn_out. The position and the cache's rows are read before the wait (the kernels
 // that wrote them are two or more back), all at once: rows past the position too (they may hold anything, NaN
 // included; they are left out by selection, never by arithmetic); after the wait, the query and the position's own
-// row, which qkv_rope just wrote. A chunk wholly past the position writes nothing.
+// row, which qkv_rope just wrote. A chunk wholly past the position writes nothing. Block (0, 0) clears the argmax key
+// (the step's first kernel, which has ended, read it; the step's logits raise it again).
 #define PER_WARP (CHUNK / 4)
 #define LANE_DIMS (HEAD_DIM / 32)
 extern "C" __global__ void __launch_bounds__(128) attention(const float* q, const float* keys, const float* values,
-                                                             const unsigned* state, float* partials) {
+                                                             unsigned* state, float* partials) {
     STAMP(KIND_ATTENTION);
     __shared__ float largest[4], total[4], weighted[4][HEAD_DIM];
     unsigned chunk = blockIdx.x, h = blockIdx.y, position = __ldcg(state);
@@ -245,6 +257,7 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
         }
     }
     AFTER_PREDECESSORS();
+    if (chunk == 0u && h == 0u && threadIdx.x == 0u) *KEY(state) = 0ull;
     #pragma unroll
     for (int d = 0; d < LANE_DIMS; ++d) qv[d] = q[column + d];
     #pragma unroll
@@ -410,69 +423,50 @@ extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const
     }
 }
 
-// logits = output @ (RMSNorm(x) * gain), LOGIT_ROWS rows per warp, then numpy's argmax: each block's best goes to
-// `candidates`; the last block to finish (a counter in state[3]) picks among them, sets the next token (unless the
-// prompt gives it), moves the position on, counts the step, and writes the next token's embedding into x (every
-// other block has read x by then). What the last block needs of the state and the prompt is read before the wait.
-// Fewer, fuller blocks than the other kernels: each block's count is an atomic on one word.
+// logits = output @ (RMSNorm(x) * gain), LOGIT_ROWS rows per warp; each block raises the argmax key by its rows'
+// largest key (one atomic max a block: no block waits for another). Block 0 moves the position on, takes the prompt's
+// token there (if any) into state[3] and counts the step; what it needs of the state and the prompt is read before
+// the wait (the kernels that wrote them are two or more back).
 #define LOGIT_ROWS 4u  // (the rows' pointers below are written out for 4)
-extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, float* x, const float* gain,
-                                                                 float* logits, unsigned* candidates,
-                                                                 unsigned* state, unsigned* tokens,
-                                                                 const float* embed) {
+extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, const float* x, const float* gain,
+                                                                 float* logits, unsigned* state,
+                                                                 const unsigned* tokens) {
     STAMP(KIND_LOGITS_ARGMAX);
-    __shared__ float best[8];
-    __shared__ unsigned at[8], chosen;
-    __shared__ bool last;
-    unsigned r = LOGIT_ROWS * (blockIdx.x * 8u + WARP), next = 0, left = 0, forced = NONE;
+    __shared__ unsigned long long best[8];
+    unsigned r = LOGIT_ROWS * (blockIdx.x * 8u + WARP), next = 0, left = 0, given = NONE;
     const float* const row[LOGIT_ROWS] = {w + r * DIM, w + (r + 1u) * DIM, w + (r + 2u) * DIM, w + (r + 3u) * DIM};
     Slice<PART> rows[LOGIT_ROWS], h, g;
     #pragma unroll
     for (unsigned k = 0; k < LOGIT_ROWS; ++k) rows[k].load(row[k]);
     g.load(gain);
-    if (threadIdx.x == 0) {
+    const bool counts = blockIdx.x == 0u && threadIdx.x == 0u;
+    if (counts) {
         next = __ldcg(state) + 1u;
         left = __ldcg(state + 1);
-        if (next < __ldcg(state + 2)) forced = __ldcg(tokens + next);
+        if (next < __ldcg(state + 2)) given = __ldcg(tokens + next);
     }
     AFTER_PREDECESSORS();
     h.load(x);
-    float u[LOGIT_ROWS], m = 0.0f;
-    unsigned k = NONE;
+    float u[LOGIT_ROWS];
     normed_dots(rows, h, g, row, x, gain, u);
+    unsigned long long key = 0ull;
     #pragma unroll
     for (unsigned i = 0; i < LOGIT_ROWS; ++i) {
         if (LANE == 0u) logits[r + i] = u[i];
-        if (precedes(u[i], r + i, m, k)) { m = u[i]; k = r + i; }
+        key = max(key, argmax_key(u[i], r + i));
     }
-    block_argmax(m, k, best, at);
-    if (threadIdx.x == 0) {
-        candidates[2u * blockIdx.x] = __float_as_uint(m);
-        candidates[2u * blockIdx.x + 1u] = k;
-        __threadfence();  // the candidate is visible before the count says so
-        last = atomicAdd(&state[3], 1u) == gridDim.x - 1u;
-    }
+    if (LANE == 0u) best[WARP] = key;
     __syncthreads();
-    if (!last) return;
-    m = 0.0f;
-    k = NONE;
-    for (unsigned i = threadIdx.x; i < gridDim.x; i += 256u) {
-        float o = __uint_as_float(__ldcg(candidates + 2u * i));
-        unsigned j = __ldcg(candidates + 2u * i + 1u);
-        if (precedes(o, j, m, k)) { m = o; k = j; }
-    }
-    warp_argmax(m, k);
-    block_argmax(m, k, best, at);
-    if (threadIdx.x == 0) {
-        chosen = forced == NONE ? k : forced;
-        tokens[next] = chosen;
+    if (threadIdx.x != 0u) return;
+    #pragma unroll
+    for (int i = 1; i < 8; ++i) key = max(key, best[i]);
+    atomicMax(KEY(state), key);
+    if (counts) {
         left = left > 0u ? left - 1u : 0u;
         state[0] = next;
         state[1] = left;
-        state[3] = 0u;
+        state[3] = given;
         state[4] = left >= UNROLL;
     }
-    __syncthreads();
-    for (unsigned i = threadIdx.x; i < DIM; i += 256u) x[i] = embed[chosen * DIM + i];
 }
 """

@@ -35,12 +35,16 @@ float warp_sum(float v) {
 }
 """
 
-# h = x / sqrt(mean(x * x) + EPSILON) * gain, this invocation's columns (4 * lane + 128 * j, as vec4 j).
+# h = x / sqrt(mean(x * x) + EPSILON) * gain, this invocation's columns (4 * lane + 128 * j, as vec4 j); x is
+# NORM_INPUT's vec4s from `base` (binding x unless the shader says otherwise).
 _RMS_NORM = """
-void rms_norm(out vec4 h[SLICE]) {
+#ifndef NORM_INPUT
+#define NORM_INPUT x
+#endif
+void rms_norm(out vec4 h[SLICE], uint base) {
     float s = 0.0;
     for (uint j = 0u; j < SLICE; ++j) {
-        h[j] = x[LANE + 32u * j];
+        h[j] = NORM_INPUT[base + LANE + 32u * j];
         s += h[j].x * h[j].x + h[j].y * h[j].y + h[j].z * h[j].z + h[j].w * h[j].w;
     }
     float inv = 1.0 / sqrt(warp_sum(s) / float(DIM) + EPSILON);
@@ -53,32 +57,34 @@ float dot_slice(vec4 a[SLICE], vec4 b[SLICE]) {
 }
 """
 
-_PRECEDES = """
-// Does logit o at index j come before logit m at index k in numpy's argmax order (the first NaN, else the first
-// largest)? NONE: no index yet.
-bool precedes(float o, uint j, float m, uint k) {
-    if (j == NONE) return false;
-    if (k == NONE) return true;
-    if (isnan(o) != isnan(m)) return isnan(o);
-    if (isnan(o)) return j < k;
-    return o > m || (o == m && j < k);
+# The argmax key of logit v at `index` (examples/decode/state.py): integer order is numpy's argmax order (the first
+# NaN, else the first largest; -0 as +0), so the logits' workgroups pick with one atomic max. The token a key names
+# needs only its low word: state[6].
+_ARGMAX_KEY = """
+uint64_t argmax_key(float v, uint index) {
+    uint bits = floatBitsToUint(v == 0.0 ? 0.0 : v);
+    uint order = isnan(v) ? 0xffffffffu : ((bits & 0x80000000u) != 0u ? ~bits : bits | 0x80000000u);
+    return (uint64_t(order) << 31) | uint64_t(0x7fffffffu - index);
 }
+"""
+_INT64_ATOMICS = """#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_atomic_int64 : require
 """
 
 
-def _buffers(*specs: str) -> str:
-    """Storage buffer i of set 0 for each spec "qualifier type name" (qualifier rw: none)."""
+def _buffers(*specs: str, first: int = 0) -> str:
+    """Storage buffer first + i of set 0 for each spec "qualifier type name" (qualifier rw: none)."""
     out = []
-    for i, spec in enumerate(specs):
+    for i, spec in enumerate(specs, first):
         qualifier, kind, name = spec.split()
         qualifier = "" if qualifier == "rw" else qualifier
         out.append(f"layout(set = 0, binding = {i}) {qualifier} buffer B{i} {{ {kind} {name}[]; }};\n")
     return "".join(out)
 
 
-def _shader(workgroup: int, *parts: str) -> str:
-    """A shader's text after its #version and shape lines (see `shaders`)."""
-    return f"#define WG {workgroup}u\nlayout(local_size_x = {workgroup}) in;\n" + _COMMON + "".join(parts)
+def _shader(workgroup: int, *parts: str, extensions: str = "") -> str:
+    """A shader's text after its #version and shape lines (see `shaders`), its #extension lines first."""
+    return extensions + f"#define WG {workgroup}u\nlayout(local_size_x = {workgroup}) in;\n" + _COMMON + "".join(parts)
 
 
 def shaders(shape: str) -> dict[str, str]:
@@ -86,28 +92,26 @@ def shaders(shape: str) -> dict[str, str]:
     return {name: "#version 450\n" + shape + text for name, text in _SHADERS.items()}
 
 
-_SHADERS = {
-    "start": _shader(256, _buffers("rw uint state", "readonly uint tokens", "readonly float embed",
-                                   "writeonly float x"), """
-layout(push_constant) uniform P { uint steps; } p;
+# A warp per rotary pair of rows of the fused q | k | v projection. The step's first kernel (EMBED) projects the
+# embedding of the token at the position, the prompt's (state[3]) or the last logits' pick (the key's low word), which
+# workgroup 0 writes to tokens, with the embedding to x (the residual attn_out reads).
+_QKV_ROPE = """
 void main() {
-    uint t = gl_LocalInvocationID.x;
-    if (t == 0u) { state[1] = p.steps; state[3] = 0u; state[4] = p.steps >= UNROLL ? 1u : 0u; }
-    uint token = tokens[state[0]];
-    for (uint i = t; i < DIM; i += WG) x[i] = embed[token * DIM + i];
-}
-"""),
-    "qkv_rope": _shader(128, _buffers("readonly vec4 w", "readonly vec4 x", "readonly vec4 gain",
-                                      "readonly float rope", "readonly uint state", "writeonly float q",
-                                      "writeonly float keys", "writeonly float vals"), _WARP_SUM, _RMS_NORM, """
-void main() {
-    uint r = 2u * (gl_WorkGroupID.x * 4u + WARP), position = state[0];
+    uint r = 2u * (gl_WorkGroupID.x * 4u + WARP), position = state[0], base = 0u;
+#ifdef EMBED
+    uint given = state[3], token = given != NONE ? given : 0x7fffffffu - (state[6] & 0x7fffffffu);
+    base = token * (DIM / 4u);
+    if (gl_WorkGroupID.x == 0u) {
+        if (gl_LocalInvocationID.x == 0u && given == NONE) tokens[position] = token;
+        for (uint i = gl_LocalInvocationID.x; i < DIM / 4u; i += WG) x[i] = embed[base + i];
+    }
+#endif
     vec4 a[SLICE], b[SLICE], h[SLICE];
     for (uint j = 0u; j < SLICE; ++j) {
         a[j] = w[r * (DIM / 4u) + LANE + 32u * j];
         b[j] = w[(r + 1u) * (DIM / 4u) + LANE + 32u * j];
     }
-    rms_norm(h);
+    rms_norm(h, base);
     float u = warp_sum(dot_slice(a, h)), v = warp_sum(dot_slice(b, h));
     if (LANE != 0u) return;
     if (r < 2u * DIM) {
@@ -121,15 +125,37 @@ void main() {
     else if (r < 2u * DIM) { keys[o] = u; keys[o + 1u] = v; }
     else { vals[o] = u; vals[o + 1u] = v; }
 }
+"""
+
+_SHADERS = {
+    "start": _shader(32, _buffers("rw uint state", "readonly uint tokens"), """
+layout(push_constant) uniform P { uint steps; } p;
+void main() {
+    if (gl_LocalInvocationID.x != 0u) return;
+    uint position = state[0];
+    state[1] = p.steps;
+    state[3] = position < state[2] ? tokens[position] : NONE;
+    state[4] = p.steps >= UNROLL ? 1u : 0u;
+}
 """),
+    "embed_qkv_rope": _shader(128, "#define EMBED\n#define NORM_INPUT embed\n",
+                              _buffers("readonly vec4 w", "writeonly vec4 x", "readonly vec4 gain",
+                                       "readonly float rope", "readonly uint state", "writeonly float q",
+                                       "writeonly float keys", "writeonly float vals", "writeonly uint tokens",
+                                       "readonly vec4 embed"),
+                              _WARP_SUM, _RMS_NORM, _QKV_ROPE),
+    "qkv_rope": _shader(128, _buffers("readonly vec4 w", "readonly vec4 x", "readonly vec4 gain",
+                                      "readonly float rope", "readonly uint state", "writeonly float q",
+                                      "writeonly float keys", "writeonly float vals"), _WARP_SUM, _RMS_NORM, _QKV_ROPE),
     "attention": _shader(128, _buffers("readonly float q", "readonly float keys", "readonly float vals",
-                                       "readonly uint state", "writeonly float partials"), """
+                                       "rw uint state", "writeonly float partials"), """
 #define PER_WARP (CHUNK / 4u)
 #define LANE_DIMS (HEAD_DIM / 32u)
 shared float scored[PER_WARP][WG];
 shared float largest[4], total[4], weighted[4][HEAD_DIM];
 void main() {
     uint chunk = gl_WorkGroupID.x, h = gl_WorkGroupID.y, position = state[0], t = gl_LocalInvocationID.x;
+    if (chunk == 0u && h == 0u && t == 0u) { state[6] = 0u; state[7] = 0u; }  // the key, read by the step's first
     if (chunk * CHUNK > position) return;
     uint first = chunk * CHUNK + WARP * PER_WARP, column = h * HEAD_DIM + LANE * LANE_DIMS;
     for (uint i = 0u; i < PER_WARP; ++i) {
@@ -209,7 +235,7 @@ void main() {
         a[j] = w1[r * (DIM / 4u) + LANE + 32u * j];
         b[j] = w3[r * (DIM / 4u) + LANE + 32u * j];
     }
-    rms_norm(h);
+    rms_norm(h, 0u);
     float u = warp_sum(dot_slice(a, h)), v = warp_sum(dot_slice(b, h));
     if (LANE == 0u) g[r] = u / (1.0 + exp(-u)) * v;
 }
@@ -234,69 +260,37 @@ void main() {
     }
 }
 """),
-    # x is read as vec4s for the norm and written as floats for the next embedding: two views of binding 1.
-    "logits_argmax": _shader(256, _buffers("readonly vec4 w", "coherent vec4 x", "readonly vec4 gain",
-                                           "writeonly float logits", "coherent uint candidates",
-                                           "coherent uint state", "rw uint tokens", "readonly float embed"),
-                             _WARP_SUM, _RMS_NORM, _PRECEDES, """
-shared float best[WG];
-shared uint at[WG], chosen;
-shared bool last;
+    # Each workgroup raises the key by its rows' largest (one atomic max); workgroup 0 moves the position on, takes
+    # the prompt's token there (if any) into state[3] and counts the step.
+    "logits_argmax": _shader(256, _buffers("readonly vec4 w", "readonly vec4 x", "readonly vec4 gain",
+                                           "writeonly float logits"),
+                             "layout(set = 0, binding = 4) buffer B4 { uint state[6]; uint64_t key; };\n",
+                             _buffers("readonly uint tokens", first=5), _WARP_SUM, _RMS_NORM, _ARGMAX_KEY, """
+shared uint64_t best[8];
 void main() {
     uint t = gl_LocalInvocationID.x, r = LOGIT_ROWS * (gl_WorkGroupID.x * 8u + WARP);
     vec4 rows[LOGIT_ROWS][SLICE], h[SLICE];
     for (uint k = 0u; k < LOGIT_ROWS; ++k)
         for (uint j = 0u; j < SLICE; ++j) rows[k][j] = w[(r + k) * (DIM / 4u) + LANE + 32u * j];
-    rms_norm(h);
-    float m = 0.0;
-    uint k = NONE;
+    rms_norm(h, 0u);
+    uint64_t k = 0ul;
     for (uint i = 0u; i < LOGIT_ROWS; ++i) {
         float u = warp_sum(dot_slice(rows[i], h));
         if (LANE == 0u) logits[r + i] = u;
-        if (precedes(u, r + i, m, k)) { m = u; k = r + i; }
+        k = max(k, argmax_key(u, r + i));
     }
-    if (LANE == 0u) { best[WARP] = m; at[WARP] = k; }
+    if (LANE == 0u) best[WARP] = k;
     barrier();
-    if (t == 0u) {
-        float m = best[0];
-        uint k = at[0];
-        for (uint i = 1u; i < 8u; ++i)
-            if (precedes(best[i], at[i], m, k)) { m = best[i]; k = at[i]; }
-        candidates[2u * gl_WorkGroupID.x] = floatBitsToUint(m);
-        candidates[2u * gl_WorkGroupID.x + 1u] = k;
-        memoryBarrierBuffer();  // the candidate is visible before the count says so
-        last = atomicAdd(state[3], 1u) == gl_NumWorkGroups.x - 1u;
-    }
-    barrier();
-    if (!last) return;
-    memoryBarrierBuffer();
-    m = 0.0;
-    k = NONE;
-    for (uint i = t; i < gl_NumWorkGroups.x; i += WG) {
-        float o = uintBitsToFloat(candidates[2u * i]);
-        uint j = candidates[2u * i + 1u];
-        if (precedes(o, j, m, k)) { m = o; k = j; }
-    }
-    best[t] = m;
-    at[t] = k;
-    barrier();
-    for (uint s = WG / 2u; s > 0u; s >>= 1u) {
-        if (t < s && precedes(best[t + s], at[t + s], best[t], at[t])) { best[t] = best[t + s]; at[t] = at[t + s]; }
-        barrier();
-    }
-    if (t == 0u) {
+    if (t != 0u) return;
+    for (uint i = 1u; i < 8u; ++i) k = max(k, best[i]);
+    atomicMax(key, k);
+    if (gl_WorkGroupID.x == 0u) {
         uint next = state[0] + 1u, left = state[1] > 0u ? state[1] - 1u : 0u;
-        if (next >= state[2]) tokens[next] = at[0];
-        chosen = tokens[next];
+        state[3] = next < state[2] ? tokens[next] : NONE;
         state[0] = next;
         state[1] = left;
-        state[3] = 0u;
         state[4] = left >= UNROLL ? 1u : 0u;
     }
-    barrier();
-    for (uint i = t; i < DIM / 4u; i += WG)
-        x[i] = vec4(embed[chosen * DIM + 4u * i], embed[chosen * DIM + 4u * i + 1u],
-                    embed[chosen * DIM + 4u * i + 2u], embed[chosen * DIM + 4u * i + 3u]);
 }
-"""),
+""", extensions=_INT64_ATOMICS),
 }

@@ -9,6 +9,9 @@ from collections.abc import Callable
 import numpy as np
 
 from examples.decode.model import Config, rms_norm
+from examples.decode.state import KEY_WORD, NONE, argmax_key, chosen_token
+
+KEY = KEY_WORD // 2  # the argmax key in the state's uint64 words
 
 
 def functions(c: Config, chunk: int, unroll: int, world: int = 1, rank: int = 0) -> dict[str, Callable]:
@@ -22,9 +25,18 @@ def functions(c: Config, chunk: int, unroll: int, world: int = 1, rank: int = 0)
     def start(ctx) -> None:
         state, tokens = ctx.binding(0, np.uint32), ctx.binding(1, np.uint32)
         steps = ctx.constants[0]
-        state[1], state[3], state[4] = steps, 0, steps >= unroll
-        token = int(tokens[state[0]])
-        ctx.binding(3, np.float32)[:dim] = ctx.binding(2, np.float32)[token * dim:(token + 1) * dim]
+        state[1], state[4] = steps, steps >= unroll
+        state[3] = tokens[state[0]] if state[0] < state[2] else NONE
+
+    def embed_qkv_rope(ctx) -> None:
+        """The token at the position (the prompt's, else the key's, then written to tokens), x its embedding, then
+        qkv_rope."""
+        state, tokens, x = ctx.binding(4, np.uint32), ctx.binding(8, np.uint32), ctx.binding(1, np.float32)
+        position, token = int(state[0]), int(state[3])
+        if token == NONE:
+            token = tokens[position] = chosen_token(state)
+        x[:dim] = ctx.binding(9, np.float32)[token * dim:(token + 1) * dim]
+        qkv_rope(ctx)
 
     def qkv_rope(ctx) -> None:
         position = int(ctx.binding(4, np.uint32)[0])
@@ -40,7 +52,9 @@ def functions(c: Config, chunk: int, unroll: int, world: int = 1, rank: int = 0)
         ctx.binding(7, np.float32)[position * attn:(position + 1) * attn] = y[2 * attn:]
 
     def attention(ctx) -> None:
-        length = int(ctx.binding(3, np.uint32)[0]) + 1
+        state = ctx.binding(3, np.uint32)
+        state.view(np.uint64)[KEY] = 0  # (read by the step's first kernel; the logits raise it again)
+        length = int(state[0]) + 1
         q = ctx.binding(0, np.float32)[:attn].reshape(heads, head_dim)
         keys = ctx.binding(1, np.float32)[:length * attn].reshape(length, heads, head_dim)
         values = ctx.binding(2, np.float32)[:length * attn].reshape(length, heads, head_dim)
@@ -77,19 +91,18 @@ def functions(c: Config, chunk: int, unroll: int, world: int = 1, rank: int = 0)
             ctx.binding(1, np.float32)[:ffn]
 
     def logits_argmax(ctx) -> None:
-        """The argmax straight away (one call covers the grid: no candidates to gather)."""
-        x = ctx.binding(1, np.float32)
+        """The key raised by the whole grid's best at once (one call covers the grid)."""
         logits = ctx.binding(0, np.float32)[:c.vocab * dim].reshape(c.vocab, dim) @ \
-            rms_norm(x[:dim], ctx.binding(2, np.float32)[:dim])
+            rms_norm(ctx.binding(1, np.float32)[:dim], ctx.binding(2, np.float32)[:dim])
         ctx.binding(3, np.float32)[:c.vocab] = logits
-        state, tokens = ctx.binding(5, np.uint32), ctx.binding(6, np.uint32)
+        state, tokens = ctx.binding(4, np.uint32), ctx.binding(5, np.uint32)
+        best = int(np.argmax(logits))
+        key = state.view(np.uint64)
+        key[KEY] = max(int(key[KEY]), argmax_key(logits[best], best))
         following = int(state[0]) + 1
-        if following >= state[2]:
-            tokens[following] = int(np.argmax(logits))
         left = max(int(state[1]) - 1, 0)
-        state[0], state[1], state[3], state[4] = following, left, 0, left >= unroll
-        token = int(tokens[following])
-        x[:dim] = ctx.binding(7, np.float32)[token * dim:(token + 1) * dim]
+        state[0], state[1], state[4] = following, left, left >= unroll
+        state[3] = tokens[following] if following < state[2] else NONE
 
-    return {"start": start, "qkv_rope": qkv_rope, "attention": attention, "attn_out": attn_out, "ffn_in": ffn_in,
-            "ffn_out": ffn_out, "logits_argmax": logits_argmax}
+    return {"start": start, "embed_qkv_rope": embed_qkv_rope, "qkv_rope": qkv_rope, "attention": attention,
+            "attn_out": attn_out, "ffn_in": ffn_in, "ffn_out": ffn_out, "logits_argmax": logits_argmax}

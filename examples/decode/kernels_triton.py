@@ -1,4 +1,4 @@
-"""The decoder's kernels in Triton (`Decoder(..., kernels="triton")`): the same seven exports, grids and meanings as
+"""The decoder's kernels in Triton (`Decoder(..., kernels="triton")`): the same eight exports, grids and meanings as
 kernels_cuda.py (examples/decode/kernels.py says what each computes), written as Triton writes them: each program
 loads whole tiles (its rows of a matrix, a chunk of the cache) and reduces them with tl.sum, tl.max and tl.reduce.
 
@@ -18,9 +18,10 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 import hal
 from examples.decode.model import EPSILON, Config
 
-NONE = 0xFFFFFFFF
+NONE = tl.constexpr(0xFFFFFFFF)  # state[3] where the prompt gives no token
 LOGIT_ROWS = 32  # rows of the output projection a program of logits_argmax reduces
-WARPS = {"start": 8, "qkv_rope": 4, "attention": 4, "attn_out": 8, "ffn_in": 8, "ffn_out": 8, "logits_argmax": 8}
+WARPS = {"start": 1, "embed_qkv_rope": 4, "qkv_rope": 4, "attention": 4, "attn_out": 8, "ffn_in": 8, "ffn_out": 8,
+         "logits_argmax": 8}
 
 
 @triton.jit
@@ -40,34 +41,30 @@ def _normed(x, gain, cols, DIM: tl.constexpr, EPSILON: tl.constexpr):
 
 
 @triton.jit
-def _first_of(a, i, b, j):
-    """numpy's argmax order: the first NaN, else the first largest."""
-    a_nan = a != a
-    b_nan = b != b
-    take_a = tl.where(a_nan | b_nan, a_nan & (~b_nan | (i < j)), (a > b) | ((a == b) & (i < j)))
-    return tl.where(take_a, a, b), tl.where(take_a, i, j)
+def _argmax_key(u, index):
+    """The argmax keys of logits `u` at `index` (examples/decode/state.py: numpy's argmax order as int64 order)."""
+    bits = tl.where(u == 0.0, 0.0, u).to(tl.uint32, bitcast=True)
+    order = tl.where((bits & 0x80000000) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
+    order = tl.where(u != u, 0xFFFFFFFF, order)
+    return (order.to(tl.int64) << 31) | (0x7FFFFFFF - index).to(tl.int64)
 
 
 @triton.jit
-def start(state, tokens, embed, x, steps, DIM: tl.constexpr, UNROLL: tl.constexpr):
+def start(state, tokens, steps, UNROLL: tl.constexpr):
+    position = tl.load(state)
+    prompted = position < tl.load(state + 2)
     tl.store(state + 1, steps)
-    tl.store(state + 3, 0)
+    tl.store(state + 3, tl.where(prompted, tl.load(tokens + position, mask=prompted, other=0), NONE).to(tl.uint32))
     tl.store(state + 4, (steps >= UNROLL).to(tl.uint32))
-    cols = tl.arange(0, DIM)
-    token = tl.load(tokens + tl.load(state)).to(tl.int32)
-    tl.store(x + cols, tl.load(embed + token * DIM + cols))
 
 
 @triton.jit
-def qkv_rope(w, x, gain, rope, state, q, keys, values, DIM: tl.constexpr, HEAD_DIM: tl.constexpr,
-             EPSILON: tl.constexpr, EARLY: tl.constexpr):
-    """Rows r..r+7 of the fused q | k | v projection: pairs rotated (q and k), written to q or the cache."""
-    r = tl.program_id(0) * 8
+def _project_qkv(rows, r, source, gain, rope, position, q, keys, values, DIM: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 EPSILON: tl.constexpr):
+    """Rows r..r+7 of the fused q | k | v projection of RMSNorm(source) * gain: pairs rotated (q and k), written to
+    q or the cache at the position."""
     cols = tl.arange(0, DIM)
-    rows = tl.load(w + (r + tl.arange(0, 8))[:, None] * DIM + cols[None, :])
-    _after_predecessors(EARLY)
-    position = tl.load(state).to(tl.int32)
-    h, inv = _normed(x, gain, cols, DIM, EPSILON)
+    h, inv = _normed(source, gain, cols, DIM, EPSILON)
     u, v = tl.split(tl.reshape(tl.sum(rows * h[None, :], 1) * inv, (4, 2)))
     pair = ((r + 2 * tl.arange(0, 4)) % HEAD_DIM) // 2
     table = rope + (position * (HEAD_DIM // 2) + pair) * 2
@@ -82,13 +79,48 @@ def qkv_rope(w, x, gain, rope, state, q, keys, values, DIM: tl.constexpr, HEAD_D
 
 
 @triton.jit
+def embed_qkv_rope(w, x, gain, rope, state, q, keys, values, tokens, embed, DIM: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, EPSILON: tl.constexpr, EARLY: tl.constexpr):
+    """A step's first kernel: qkv_rope of the embedding of the token at the position, the prompt's (state[3]) or
+    the last logits' pick (the key), which program 0 writes to tokens, with the embedding to x."""
+    r = tl.program_id(0) * 8
+    cols = tl.arange(0, DIM)
+    rows = tl.load(w + (r + tl.arange(0, 8))[:, None] * DIM + cols[None, :])
+    _after_predecessors(EARLY)
+    position = tl.load(state).to(tl.int32)
+    given = tl.load(state + 3).to(tl.int64)
+    chosen = 0x7FFFFFFF - (tl.load(state + 6).to(tl.int64) & 0x7FFFFFFF)
+    token = tl.where(given != NONE, given, chosen).to(tl.int32)
+    source = embed + token * DIM
+    if tl.program_id(0) == 0:
+        tl.store(tokens + position, token.to(tl.uint32), mask=given == NONE)
+        tl.store(x + cols, tl.load(source + cols))
+    _project_qkv(rows, r, source, gain, rope, position, q, keys, values, DIM, HEAD_DIM, EPSILON)
+
+
+@triton.jit
+def qkv_rope(w, x, gain, rope, state, q, keys, values, DIM: tl.constexpr, HEAD_DIM: tl.constexpr,
+             EPSILON: tl.constexpr, EARLY: tl.constexpr):
+    """Rows r..r+7 of the fused q | k | v projection: pairs rotated (q and k), written to q or the cache."""
+    r = tl.program_id(0) * 8
+    cols = tl.arange(0, DIM)
+    rows = tl.load(w + (r + tl.arange(0, 8))[:, None] * DIM + cols[None, :])
+    _after_predecessors(EARLY)
+    position = tl.load(state).to(tl.int32)
+    _project_qkv(rows, r, x, gain, rope, position, q, keys, values, DIM, HEAD_DIM, EPSILON)
+
+
+@triton.jit
 def attention(q, keys, values, state, partials, DIM: tl.constexpr, HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr,
               CHUNKS: tl.constexpr, SCALE: tl.constexpr, EARLY: tl.constexpr):
     """Chunk program_id(0) of CHUNK positions against head program_id(1)'s query: the chunk's largest score, sum of
-    exponentials and exponential-weighted values (nothing for a chunk wholly past the position)."""
+    exponentials and exponential-weighted values (nothing for a chunk wholly past the position). Program (0, 0)
+    clears the argmax key, which the step's first kernel read."""
     chunk = tl.program_id(0)
     head = tl.program_id(1)
     _after_predecessors(EARLY)
+    if (chunk == 0) & (head == 0):
+        tl.store(state + 6 + tl.arange(0, 2), tl.zeros((2,), tl.uint32))
     position = tl.load(state).to(tl.int32)
     if chunk * CHUNK <= position:
         rows = chunk * CHUNK + tl.arange(0, CHUNK)
@@ -155,45 +187,35 @@ def ffn_out(w2, g, x, FFN: tl.constexpr, ROWS: tl.constexpr, EARLY: tl.constexpr
 
 
 @triton.jit
-def logits_argmax(w, x, gain, logits, candidates, state, tokens, embed, DIM: tl.constexpr, ROWS: tl.constexpr,
-                  PROGRAMS: tl.constexpr, UNROLL: tl.constexpr, EPSILON: tl.constexpr, EARLY: tl.constexpr):
-    """The program's ROWS logits and their first in numpy's argmax order, into `candidates`; the last program to
-    count itself in (state[3]) picks among the candidates, sets the next token unless the prompt gives it, moves the
-    position on, counts the step and writes the next token's embedding into x (every program has read x by then)."""
+def logits_argmax(w, x, gain, logits, state, tokens, DIM: tl.constexpr, ROWS: tl.constexpr, UNROLL: tl.constexpr,
+                  EPSILON: tl.constexpr, EARLY: tl.constexpr):
+    """The program's ROWS logits; the argmax key raised by their largest (one atomic max a program); program 0
+    moves the position on, takes the prompt's token there (if any) into state[3] and counts the step."""
     p = tl.program_id(0)
     rows = p * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, DIM)
     m = tl.load(w + rows[:, None] * DIM + cols[None, :])
+    counts = p == 0
+    following = tl.load(state, mask=counts, other=0) + 1
+    prompted = counts & (following < tl.load(state + 2, mask=counts, other=0))
+    given = tl.where(prompted, tl.load(tokens + following, mask=prompted, other=0), NONE).to(tl.uint32)
+    left = tl.load(state + 1, mask=counts, other=0)
     _after_predecessors(EARLY)
     h, inv = _normed(x, gain, cols, DIM, EPSILON)
     u = tl.sum(m * h[None, :], 1) * inv
     tl.store(logits + rows, u)
-    best, at = tl.reduce((u, rows), 0, _first_of)
-    tl.store(candidates + 2 * p, best.to(tl.uint32, bitcast=True))
-    tl.store(candidates + 2 * p + 1, at.to(tl.uint32))
-    tl.debug_barrier()  # every thread's stores before the count says so
-    if tl.atomic_add(state + 3, 1, sem="acq_rel") == PROGRAMS - 1:
-        tl.debug_barrier()
-        i = tl.arange(0, PROGRAMS)
-        values = tl.load(candidates + 2 * i, cache_modifier=".cg").to(tl.float32, bitcast=True)
-        indices = tl.load(candidates + 2 * i + 1, cache_modifier=".cg").to(tl.int32)
-        _, chosen = tl.reduce((values, indices), 0, _first_of)
-        following = tl.load(state).to(tl.int32) + 1
-        prompted = following < tl.load(state + 2).to(tl.int32)
-        chosen = tl.where(prompted, tl.load(tokens + following, mask=prompted, other=0).to(tl.int32), chosen)
-        left = tl.load(state + 1)
+    tl.atomic_max((state + 6).to(tl.pointer_type(tl.int64), bitcast=True), tl.max(_argmax_key(u, rows), 0))
+    if counts:
         left = tl.where(left > 0, left - 1, 0)
-        tl.store(tokens + following, chosen.to(tl.uint32))
-        tl.store(state, following.to(tl.uint32))
+        tl.store(state, following)
         tl.store(state + 1, left)
-        tl.store(state + 3, 0)
+        tl.store(state + 3, given)
         tl.store(state + 4, (left >= UNROLL).to(tl.uint32))
-        tl.store(x + cols, tl.load(embed + chosen * DIM + cols))
 
 
-FUNCTIONS = {"start": start, "qkv_rope": qkv_rope, "attention": attention, "attn_out": attn_out, "ffn_in": ffn_in,
-             "ffn_out": ffn_out, "logits_argmax": logits_argmax}
-WORDS = ("state", "tokens", "candidates")  # the uint32 buffers; every other is float32
+FUNCTIONS = {"start": start, "embed_qkv_rope": embed_qkv_rope, "qkv_rope": qkv_rope, "attention": attention,
+             "attn_out": attn_out, "ffn_in": ffn_in, "ffn_out": ffn_out, "logits_argmax": logits_argmax}
+WORDS = ("state", "tokens")  # the uint32 buffers; every other is float32
 
 
 def source(c: Config, exports: tuple[hal.Export, ...], chunk: int, chunks: int, unroll: int,
@@ -201,7 +223,7 @@ def source(c: Config, exports: tuple[hal.Export, ...], chunk: int, chunks: int, 
     """The Triton kernels for shape `c` (the same exports as the other sets)."""
     early = isinstance(start, triton.runtime.jit.JITFunction)  # (False under TRITON_INTERPRET=1)
     shape = dict(DIM=c.dim, HEAD_DIM=c.head_dim, HEADS=c.heads, FFN=c.ffn, CHUNK=chunk, CHUNKS=chunks,
-                 UNROLL=unroll, EPSILON=EPSILON, SCALE=scale, PROGRAMS=c.vocab // LOGIT_ROWS, EARLY=early)
+                 UNROLL=unroll, EPSILON=EPSILON, SCALE=scale, EARLY=early)
     rows = {"ffn_out": 8 // split, "logits_argmax": LOGIT_ROWS}  # (ROWS: what a program reduces)
     constexprs = {name: {p: rows[name] if p == "ROWS" else shape[p] for p in f.arg_names if p in shape or p == "ROWS"}
                   for name, f in FUNCTIONS.items()}

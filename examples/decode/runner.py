@@ -1,18 +1,19 @@
 """The decoder on a hal device: the weights uploaded once, the decode step recorded once, then run position after
 position with only values changing.
 
-One command buffer holds the steps (each position: four layers of five dispatches, then the logits, the greedy
-choice of the next token and its embedding in one more: 21 dispatches between barriers, the intermediate vectors in
-cb.alloca transients) in two while loops: the first runs UNROLL steps an iteration while at least UNROLL steps are
-left, the second one step an iteration for the rest. So `generate(k)` is one submission for k positions (on CUDA,
-one graph launch) and `step()` is generate(1). Two loops because an iteration costs more than its kernels (a CUDA
-while node's iteration adds its condition's kernel node and the conditional node's own cost, a few kernels' worth:
-bench/README.md): UNROLL steps share one. The values that change live on the device: the state buffer holds the
-position, the steps left and the first loop's flag (set from constant slot 0 at the start of a submission); the last
-kernel writes the next token into the token buffer and its embedding into x, which the next position's first kernel
-reads, so no value goes through the host between positions. The attention's grid covers every chunk of positions the
-cache holds and the chunks past the position write nothing: cheaper than counts the GPU sets before each attention
-(a dynamic dispatch_indirect costs CUDA a setter node on the step's path, one per layer).
+One command buffer holds the steps (each position: four layers of five dispatches, the first of them taking the
+token's embedding, then the logits and the greedy choice of the next token in one more: 21 dispatches between
+barriers, the intermediate vectors in cb.alloca transients) in two while loops: the first runs UNROLL steps an
+iteration while at least UNROLL steps are left, the second one step an iteration for the rest. So `generate(k)` is
+one submission for k positions (on CUDA, one graph launch) and `step()` is generate(1). Two loops because an
+iteration costs more than its kernels (a CUDA while node's iteration adds its condition's kernel node and the
+conditional node's own cost, a few kernels' worth: bench/README.md): UNROLL steps share one. The values that change
+live on the device: the state buffer holds the position, the steps left and the first loop's flag (set from
+constant slot 0 at the start of a submission), and the argmax key in which the last kernel leaves the next token;
+the next position's first kernel reads it, writes it into the token buffer and projects its embedding, so no value
+goes through the host between positions. The attention's grid covers every chunk of positions the cache holds and
+the chunks past the position write nothing: cheaper than counts the GPU sets before each attention (a dynamic
+dispatch_indirect costs CUDA a setter node on the step's path, one per layer).
 
 Tensor parallelism: given a communicator, each rank's Decoder holds its shard of the weights (model.shard: its heads,
 its hidden units) and its heads' part of the cache, and records the same loops, with an all_reduce of x after
@@ -29,6 +30,7 @@ import numpy as np
 import examples.decode.kernels as kernels
 import hal
 from examples.decode.model import Weights, shard
+from examples.decode.state import STATE_WORDS, chosen_token
 
 
 class Decoder:
@@ -53,7 +55,7 @@ class Decoder:
                                      "output", "rope")}
         cache_bytes = 4 * c.layers * c.max_sequence * c.dim // self.world
         self.keys, self.values = device.allocate(cache_bytes), device.allocate(cache_bytes)
-        self.state = device.allocate(4 * kernels.STATE_WORDS)
+        self.state = device.allocate(4 * STATE_WORDS)
         self.token_buffer = device.allocate(4 * c.max_sequence)
         self.logit_buffer = device.allocate(4 * c.vocab)
         self.command_buffer = self.device.create_command_buffer(mode="reusable", constant_capacity=1)
@@ -70,12 +72,10 @@ class Decoder:
     def record(self, cb: hal.CommandBuffer, loop: bool = True) -> None:
         """Record the steps into `cb` (recording, with a constant slot: the steps to run); `loop` False records one
         step without the while regions (what `python -m hal trace decode` times command by command)."""
-        c, w, world = self.config, self.weights, self.world
+        c, world = self.config, self.world
         scratch = dict(x=cb.alloca(4 * c.dim), q=cb.alloca(4 * c.dim // world), g=cb.alloca(4 * c.ffn // world),
-                       partials=cb.alloca(4 * c.heads // world * kernels.chunks(c) * (c.head_dim + 2)),
-                       candidates=cb.alloca(8 * self.grid["logits_argmax"][0]))
-        cb.dispatch(self.exe, "start", self.grid["start"], (hal.constant_slot(0),),
-                    (self.state, self.token_buffer, w["embed"], scratch["x"]))
+                       partials=cb.alloca(4 * c.heads // world * kernels.chunks(c) * (c.head_dim + 2)))
+        cb.dispatch(self.exe, "start", self.grid["start"], (hal.constant_slot(0),), (self.state, self.token_buffer))
         cb.execution_barrier()
         if not loop:
             self.record_step(cb, scratch)
@@ -95,11 +95,14 @@ class Decoder:
         x, q, g, partials = (scratch[name] for name in ("x", "q", "g", "partials"))
         for layer in range(c.layers):
             keys, values = self.layer(self.keys, layer), self.layer(self.values, layer)
+            projection = (self.layer(w["qkv"], layer), x, self.layer(w["attn_norm"], layer), w["rope"], self.state,
+                          q, keys, values)
             if layer:
                 cb.execution_barrier()
-            cb.dispatch(exe, "qkv_rope", grid["qkv_rope"], (),
-                        (self.layer(w["qkv"], layer), x, self.layer(w["attn_norm"], layer), w["rope"], self.state,
-                         q, keys, values))
+                cb.dispatch(exe, "qkv_rope", grid["qkv_rope"], (), projection)
+            else:
+                cb.dispatch(exe, "embed_qkv_rope", grid["embed_qkv_rope"], (),
+                            projection + (self.token_buffer, w["embed"]))
             cb.execution_barrier()
             cb.dispatch(exe, "attention", grid["attention"], (), (q, keys, values, self.state, partials))
             cb.execution_barrier()
@@ -114,8 +117,7 @@ class Decoder:
             self.sum_ranks(cb, x)
         cb.execution_barrier()
         cb.dispatch(exe, "logits_argmax", grid["logits_argmax"], (),
-                    (w["output"], x, w["final_norm"], self.logit_buffer, scratch["candidates"], self.state,
-                     self.token_buffer, w["embed"]))
+                    (w["output"], x, w["final_norm"], self.logit_buffer, self.state, self.token_buffer))
 
     def sum_ranks(self, cb: hal.CommandBuffer, x: hal.BufferRef) -> None:
         """Split over ranks: after a barrier, x becomes the sum of the ranks' parts (nothing on one device)."""
@@ -179,9 +181,13 @@ class Decoder:
             self.record(self.command_buffer, loop=False)
 
     def tokens(self) -> list[int]:
-        """The sequence so far: the prompt, then the tokens chosen (waits for the work queued)."""
+        """The sequence so far: the prompt, then the tokens chosen (waits for the work queued; the last chosen is
+        still in the state's argmax key, kernels.py)."""
         count = max(self.prompt_length, self.position + 1)
-        return [int(t) for t in self.token_buffer.read(np.uint32)[:count]]
+        tokens = self.token_buffer.read(np.uint32)[:count]
+        if self.position >= self.prompt_length:
+            tokens[self.position] = chosen_token(self.state.read(np.uint32))
+        return [int(t) for t in tokens]
 
     def logits(self) -> np.ndarray:
         """The logits of the last position run (waits for the work queued)."""

@@ -9,7 +9,7 @@ from examples.decode import kernels
 from examples.decode.model import Config
 
 # Two steps of one layer after `start`, then the third step's first kernel: (kernel, entry, waited, exit) in ns.
-STEP = [("qkv_rope", 0, 600, 1000), ("attention", 500, 1800, 2300), ("attn_out", 1400, 2900, 4000),
+STEP = [("embed_qkv_rope", 0, 600, 1000), ("attention", 500, 1800, 2300), ("attn_out", 1400, 2900, 4000),
         ("ffn_in", 2500, 4500, 5000), ("ffn_out", 3400, 5600, 6100), ("logits_argmax", 4300, 6700, 9000)]
 
 
@@ -18,7 +18,7 @@ def stamp_words() -> np.ndarray:
     for step in range(2):
         records += [(name, t0 + 10000 * step + 1000, t1 + 10000 * step + 1000, t2 + 10000 * step + 1000)
                     for name, t0, t1, t2 in STEP]
-    records.append(("qkv_rope", 20500, 21600, 22000))
+    records.append(("embed_qkv_rope", 20500, 21600, 22000))
     index = {export.name: i for i, export in enumerate(kernels.EXPORTS)}
     words = np.zeros(decode_timeline.HEADER_WORDS + 4 * len(records), np.uint64)
     words[0] = len(records)
@@ -28,10 +28,10 @@ def stamp_words() -> np.ndarray:
 
 def test_the_rows_give_each_kernel_its_cost_on_the_chain():
     found = decode_timeline.instances(stamp_words())
-    assert list(found["kernel"][:3]) == ["start", "qkv_rope", "attention"]
+    assert list(found["kernel"][:3]) == ["start", "embed_qkv_rope", "attention"]
     rows = {r["kernel"]: r for r in decode_timeline.chain_rows(found)}
-    assert set(rows) == {"qkv_rope (a step's first)", "attention", "attn_out", "ffn_in", "ffn_out", "logits_argmax"}
-    assert rows["qkv_rope (a step's first)"]["instances"] == 2
+    assert set(rows) == {"embed_qkv_rope", "attention", "attn_out", "ffn_in", "ffn_out", "logits_argmax"}
+    assert rows["embed_qkv_rope"]["instances"] == 2
     assert rows["attention"]["chain_us"] == pytest.approx(1.1)  # its wait (1800) to attn_out's (2900)
     assert rows["attention"]["entry_us"] == pytest.approx(-0.1)  # entered 100 ns before qkv_rope's wait returned
     assert rows["attention"]["waiting_us"] == pytest.approx(1.3) and rows["attention"]["work_us"] == pytest.approx(0.5)
@@ -55,6 +55,6 @@ def test_stamps_reach_the_cuda_kernels_alone():
     plain, stamped = kernels.source(c), kernels.source(c, stamps=0x7000)
     assert stamped is not plain and stamped.key != plain.key
     assert "#define STAMPS 28672ull" in stamped.payload["cuda"].payload
-    assert "#define KIND_LOGITS_ARGMAX 6u" in stamped.payload["cuda"].payload
+    assert "#define KIND_LOGITS_ARGMAX 7u" in stamped.payload["cuda"].payload
     assert "#define STAMPS" not in plain.payload["cuda"].payload
     assert stamped.payload["vulkan"].payload == plain.payload["vulkan"].payload

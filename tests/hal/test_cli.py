@@ -74,7 +74,7 @@ def test_trace_of_the_decode_demo_gives_each_kernel_s_bytes(capsys, tmp_path):
     assert main(["trace", "decode", "--device", "host", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert (tmp_path / "trace-decode-step-host.json").stat().st_size > 0
-    assert "| #21 logits_argmax |" in out and "4215 KB" in out
+    assert "| #21 logits_argmax |" in out and "4213 KB" in out
 
 
 def test_demos_are_found_from_a_source_tree_without_entry_points(capsys, monkeypatch):

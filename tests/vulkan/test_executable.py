@@ -129,6 +129,29 @@ void main() { x[gl_GlobalInvocationID.x] *= 2.0; }
         fresh().load_executable(hal.ExecutableSource.glsl(code, [export]))
 
 
+def test_64_bit_atomics_run_where_the_device_has_them_and_are_refused_where_not(fresh):
+    code = """#version 450
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_atomic_int64 : require
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer X { uint64_t largest; };
+void main() { atomicMax(largest, (uint64_t(gl_GlobalInvocationID.x) << 33) | 5ul); }
+"""
+    export = hal.Export("largest", bindings=1, workgroup_size=64)
+    with pytest.raises(hal.UnsupportedError, match=r"capability Int64Atomics, but the device's supports_int64_atomics"):
+        fresh(supports_int64_atomics=False).load_executable(hal.ExecutableSource.glsl(code, [export]))
+    dev = fresh()
+    if not dev.capabilities.supports_int64_atomics:
+        pytest.skip(f"{dev} has no 64-bit atomics on buffers (shaderBufferInt64Atomics)")
+    exe = dev.load_executable(hal.ExecutableSource.glsl(code, [export]))
+    out = dev.upload(np.zeros(1, np.uint64))
+    cb = dev.create_command_buffer()
+    with cb:
+        cb.dispatch(exe, "largest", (4, 1, 1), (), (out,))
+    dev.queue_execute(cb)
+    assert int(out.read(np.uint64)[0]) == (255 << 33) | 5
+
+
 def test_subgroup_operations_checked(fresh):
     code = "#version 450\n#extension GL_KHR_shader_subgroup_arithmetic : require\n" + HEAD.split("\n", 1)[1] + """
 layout(set = 0, binding = 0) buffer X { uint x[]; };
