@@ -12,8 +12,8 @@ kernels per token and whether its tokens equal numpy's: the median of RUNS runs 
 (compilation, instantiation, captures) reported apart. Kernels are counted by CUPTI through torch.profiler once
 every row and floor is timed (a profiler session slows every launch after it), which sees hal's graph nodes too,
 except for hal's rows in one submission and on Vulkan, which give the dispatches recorded (plus, in one submission,
-the loop's condition kernel once per UNROLL tokens): on an H200 (2026-11-28) CUPTI recorded only a fraction of the
-kernels run inside a CUDA conditional node's body, so hal's kernels are profiled one submission per token, where
+the long loop's condition kernel once per LONG_LOOP tokens): on an H200 (2026-11-28) CUPTI recorded only a fraction
+of the kernels run inside a CUDA conditional node's body, so hal's kernels are profiled one submission per token, where
 each token's step is the body's first iteration, and with plain edges (with early launch a kernel's time would
 include its wait).
 
@@ -112,7 +112,7 @@ def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, p
         ours = found["rows"][f"hal {dev.driver} one submission{suffix}"]
         ours["first_use_s"] = first - start
         if dev.driver == "cuda":  # each iteration of the loop a node that sets its condition
-            ours["kernels"] = dispatches + 1 / kernels.UNROLL
+            ours["kernels"] = dispatches + 1 / kernels.LONG_LOOP
             if not plain_edges and kernel_set == "native":
                 found["floors"] = measure_floors(dev)
         found.update(name=dev.name, build_s=built - start, first_run_s=first - built, dispatches=dispatches,

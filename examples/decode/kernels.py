@@ -5,15 +5,16 @@ so that no intermediate vector makes a round trip a kernel could avoid. The deco
 
     state[0] position of the token being forwarded    state[1] steps left
     state[2] prompt length    state[3] the token at the position if the prompt gives it, else NONE (the key's)
-    state[4] 1 while at least UNROLL steps are left, else 0 (the flag of the loop of UNROLL steps an iteration)
+    state[4] 1 while at least LONG_LOOP steps are left (the flag of the loop of LONG_LOOP steps an iteration)
+    state[5] 1 while at least SHORT_LOOP steps are left (the flag of the loop of SHORT_LOOP steps an iteration)
     state[6:8] the argmax key: one uint64 (little-endian) that the logits' workgroups raise by atomic max
 
 The key (state.argmax_key) orders (logit, index) pairs as numpy's argmax does (the first NaN, else the first largest),
 so the largest key names the chosen token, and no workgroup waits for the others to pick it: the step's last kernel
 ends when each workgroup has raised the key by its best, and the next step's first kernel reads the token from it.
 
-- start (state, tokens; steps): state[1] = steps (and state[4] to match); state[3] = the token at the position if
-  the prompt gives it (else the last step's key holds it).
+- start (state, tokens; steps): state[1] = steps (and the flags, state[4] and state[5], to match); state[3] = the
+  token at the position if the prompt gives it (else the last step's key holds it).
 - embed_qkv_rope (qkv, x, gain, rope, state, q, keys, values, tokens, embed), a step's first kernel: the token at
   the position (state[3], else the key's, then written to tokens), x = its embedding, then as qkv_rope.
 - qkv_rope (qkv, x, gain, rope, state, q, keys, values): h = RMSNorm(x) * gain; a warp per rotary pair of rows of
@@ -29,7 +30,7 @@ ends when each workgroup has raised the key by its best, and the next step's fir
 - ffn_out (w2, g, x): x += w2 @ g, a row split over FFN_SPLIT warps.
 - logits_argmax (output, x, gain, logits, state, tokens): logits = output @ (RMSNorm(x) * gain); each workgroup
   raises the key by its rows' best; the position moves on, state[3] takes the prompt's token there (if any), the
-  steps left drop by one (state[4] follows).
+  steps left drop by one (the flags follow).
 
 After a submission the last chosen token is in the key until a step reads it (state.chosen_token; runner.Decoder's
 tokens() adds it).
@@ -54,7 +55,7 @@ from examples.decode.kernels_host import functions as host_functions
 from examples.decode.model import EPSILON, Config
 
 CHUNK = 16  # positions per attention partial
-UNROLL = 8  # steps per iteration of the decode's main loop (runner.py says why)
+LONG_LOOP, SHORT_LOOP = 16, 4  # steps per iteration of the decode's first two loops (runner.py says why)
 
 # The step's kernels are marked early_launch: on CUDA each lets the next launch at once and waits for the ones
 # before it to end before it touches what they write (kernels_cuda.py), so it loads its weights meanwhile.
@@ -107,7 +108,8 @@ def scale(c: Config) -> float:
 
 def _shape(c: Config, float_suffix: str, world: int = 1, rank: int = 0) -> str:
     sizes = dict(DIM=c.dim, HEADS=c.heads, HEAD_DIM=c.head_dim, FFN=c.ffn, MAX_SEQUENCE=c.max_sequence, CHUNK=CHUNK,
-                 CHUNKS=chunks(c), SPLIT=ffn_split(c, world), UNROLL=UNROLL, ATTN=c.dim // world,
+                 CHUNKS=chunks(c), SPLIT=ffn_split(c, world), LONG_LOOP=LONG_LOOP, SHORT_LOOP=SHORT_LOOP,
+                 ATTN=c.dim // world,
                  LOCAL_HEADS=c.heads // world, LOCAL_FFN=c.ffn // world, RESIDUAL=int(rank == 0))
     lines = [f"#define {name} {value}u" for name, value in sizes.items()]
     lines += [f"#define EPSILON {EPSILON!r}{float_suffix}", f"#define SCALE {scale(c)!r}{float_suffix}"]
@@ -142,8 +144,8 @@ def source(c: Config, kernel_set: str = "native", world: int = 1, rank: int = 0,
                                   f"the native kernels do")
     if kernel_set == "triton":
         from examples.decode import kernels_triton
-        return kernels_triton.source(c, EXPORTS, CHUNK, chunks(c), UNROLL, ffn_split(c), scale(c))
-    host = hal.ExecutableSource.python(host_functions(c, CHUNK, UNROLL, world, rank), EXPORTS)
+        return kernels_triton.source(c, EXPORTS, CHUNK, chunks(c), (LONG_LOOP, SHORT_LOOP), ffn_split(c), scale(c))
+    host = hal.ExecutableSource.python(host_functions(c, CHUNK, (LONG_LOOP, SHORT_LOOP), world, rank), EXPORTS)
     stamped = stamp_defines(stamps) if stamps else ""
     cuda = hal.ExecutableSource.cuda(stamped + _shape(c, "f", world, rank) + CUDA_CODE, EXPORTS)
     if world > 1:  # (Vulkan has no collectives)

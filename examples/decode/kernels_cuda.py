@@ -159,13 +159,19 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, unsigned index
 // The token a key names, from its low word (state[6]).
 __device__ __forceinline__ unsigned chosen_token(unsigned low) { return 0x7fffffffu - (low & 0x7fffffffu); }
 
+// The steps left and the flags of the loops that run LONG_LOOP and SHORT_LOOP steps an iteration.
+__device__ __forceinline__ void count_steps(unsigned* state, unsigned left) {
+    state[1] = left;
+    state[4] = left >= LONG_LOOP;
+    state[5] = left >= SHORT_LOOP;
+}
+
 extern "C" __global__ void __launch_bounds__(32) start(unsigned* state, const unsigned* tokens, unsigned steps) {
     STAMP(KIND_START);
     if (threadIdx.x != 0) return;
     const unsigned position = state[0];
-    state[1] = steps;
     state[3] = position < state[2] ? tokens[position] : NONE;
-    state[4] = steps >= UNROLL;
+    count_steps(state, steps);
 }
 
 // A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection. The position is read after the wait
@@ -462,11 +468,9 @@ extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, 
     for (int i = 1; i < 8; ++i) key = max(key, best[i]);
     atomicMax(KEY(state), key);
     if (counts) {
-        left = left > 0u ? left - 1u : 0u;
         state[0] = next;
-        state[1] = left;
         state[3] = given;
-        state[4] = left >= UNROLL;
+        count_steps(state, left > 0u ? left - 1u : 0u);
     }
 }
 """

@@ -133,9 +133,10 @@ layout(push_constant) uniform P { uint steps; } p;
 void main() {
     if (gl_LocalInvocationID.x != 0u) return;
     uint position = state[0];
-    state[1] = p.steps;
     state[3] = position < state[2] ? tokens[position] : NONE;
-    state[4] = p.steps >= UNROLL ? 1u : 0u;
+    state[1] = p.steps;
+    state[4] = p.steps >= LONG_LOOP ? 1u : 0u;
+    state[5] = p.steps >= SHORT_LOOP ? 1u : 0u;
 }
 """),
     "embed_qkv_rope": _shader(128, "#define EMBED\n#define NORM_INPUT embed\n",
@@ -289,7 +290,8 @@ void main() {
         state[3] = next < state[2] ? tokens[next] : NONE;
         state[0] = next;
         state[1] = left;
-        state[4] = left >= UNROLL ? 1u : 0u;
+        state[4] = left >= LONG_LOOP ? 1u : 0u;
+        state[5] = left >= SHORT_LOOP ? 1u : 0u;
     }
 }
 """, extensions=_INT64_ATOMICS),

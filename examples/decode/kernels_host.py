@@ -14,19 +14,23 @@ from examples.decode.state import KEY_WORD, NONE, argmax_key, chosen_token
 KEY = KEY_WORD // 2  # the argmax key in the state's uint64 words
 
 
-def functions(c: Config, chunk: int, unroll: int, world: int = 1, rank: int = 0) -> dict[str, Callable]:
-    """Each export's kernel for the shape `c`, the attention's `chunk` positions per partial and the unrolled loop's
-    `unroll` steps per iteration; rank `rank` of `world`'s part (kernels.py)."""
+def functions(c: Config, chunk: int, loops: tuple[int, int], world: int = 1, rank: int = 0) -> dict[str, Callable]:
+    """Each export's kernel for the shape `c`, the attention's `chunk` positions per partial and the steps per
+    iteration of the long and the short loop (`loops`); rank `rank` of `world`'s part (kernels.py)."""
     dim, head_dim, chunks = c.dim, c.head_dim, -(-c.max_sequence // chunk)
     attn, heads, ffn = dim // world, c.heads // world, c.ffn // world  # this rank's
     residual = np.float32(rank == 0)
     attended = head_dim + 2  # a partial: largest score, sum of exponentials, weighted values
 
+    def count_steps(state: np.ndarray, left: int) -> None:
+        """The steps left and the flags of the long and the short loop."""
+        state[1], state[4], state[5] = left, left >= loops[0], left >= loops[1]
+
     def start(ctx) -> None:
         state, tokens = ctx.binding(0, np.uint32), ctx.binding(1, np.uint32)
         steps = ctx.constants[0]
-        state[1], state[4] = steps, steps >= unroll
         state[3] = tokens[state[0]] if state[0] < state[2] else NONE
+        count_steps(state, steps)
 
     def embed_qkv_rope(ctx) -> None:
         """The token at the position (the prompt's, else the key's, then written to tokens), x its embedding, then
@@ -100,9 +104,9 @@ def functions(c: Config, chunk: int, unroll: int, world: int = 1, rank: int = 0)
         key = state.view(np.uint64)
         key[KEY] = max(int(key[KEY]), argmax_key(logits[best], best))
         following = int(state[0]) + 1
-        left = max(int(state[1]) - 1, 0)
-        state[0], state[1], state[4] = following, left, left >= unroll
+        state[0] = following
         state[3] = tokens[following] if following < state[2] else NONE
+        count_steps(state, max(int(state[1]) - 1, 0))
 
     return {"start": start, "embed_qkv_rope": embed_qkv_rope, "qkv_rope": qkv_rope, "attention": attention,
             "attn_out": attn_out, "ffn_in": ffn_in, "ffn_out": ffn_out, "logits_argmax": logits_argmax}

@@ -50,12 +50,19 @@ def _argmax_key(u, index):
 
 
 @triton.jit
-def start(state, tokens, steps, UNROLL: tl.constexpr):
+def _count_steps(state, left, LONG_LOOP: tl.constexpr, SHORT_LOOP: tl.constexpr):
+    """The steps left and the flags of the loops that run LONG_LOOP and SHORT_LOOP steps an iteration."""
+    tl.store(state + 1, left)
+    tl.store(state + 4, (left >= LONG_LOOP).to(tl.uint32))
+    tl.store(state + 5, (left >= SHORT_LOOP).to(tl.uint32))
+
+
+@triton.jit
+def start(state, tokens, steps, LONG_LOOP: tl.constexpr, SHORT_LOOP: tl.constexpr):
     position = tl.load(state)
     prompted = position < tl.load(state + 2)
-    tl.store(state + 1, steps)
     tl.store(state + 3, tl.where(prompted, tl.load(tokens + position, mask=prompted, other=0), NONE).to(tl.uint32))
-    tl.store(state + 4, (steps >= UNROLL).to(tl.uint32))
+    _count_steps(state, steps, LONG_LOOP, SHORT_LOOP)
 
 
 @triton.jit
@@ -187,8 +194,8 @@ def ffn_out(w2, g, x, FFN: tl.constexpr, ROWS: tl.constexpr, EARLY: tl.constexpr
 
 
 @triton.jit
-def logits_argmax(w, x, gain, logits, state, tokens, DIM: tl.constexpr, ROWS: tl.constexpr, UNROLL: tl.constexpr,
-                  EPSILON: tl.constexpr, EARLY: tl.constexpr):
+def logits_argmax(w, x, gain, logits, state, tokens, DIM: tl.constexpr, ROWS: tl.constexpr,
+                  LONG_LOOP: tl.constexpr, SHORT_LOOP: tl.constexpr, EPSILON: tl.constexpr, EARLY: tl.constexpr):
     """The program's ROWS logits; the argmax key raised by their largest (one atomic max a program); program 0
     moves the position on, takes the prompt's token there (if any) into state[3] and counts the step."""
     p = tl.program_id(0)
@@ -206,11 +213,9 @@ def logits_argmax(w, x, gain, logits, state, tokens, DIM: tl.constexpr, ROWS: tl
     tl.store(logits + rows, u)
     tl.atomic_max((state + 6).to(tl.pointer_type(tl.int64), bitcast=True), tl.max(_argmax_key(u, rows), 0))
     if counts:
-        left = tl.where(left > 0, left - 1, 0)
         tl.store(state, following)
-        tl.store(state + 1, left)
         tl.store(state + 3, given)
-        tl.store(state + 4, (left >= UNROLL).to(tl.uint32))
+        _count_steps(state, tl.where(left > 0, left - 1, 0), LONG_LOOP, SHORT_LOOP)
 
 
 FUNCTIONS = {"start": start, "embed_qkv_rope": embed_qkv_rope, "qkv_rope": qkv_rope, "attention": attention,
@@ -218,12 +223,12 @@ FUNCTIONS = {"start": start, "embed_qkv_rope": embed_qkv_rope, "qkv_rope": qkv_r
 WORDS = ("state", "tokens")  # the uint32 buffers; every other is float32
 
 
-def source(c: Config, exports: tuple[hal.Export, ...], chunk: int, chunks: int, unroll: int,
+def source(c: Config, exports: tuple[hal.Export, ...], chunk: int, chunks: int, loops: tuple[int, int],
            split: int, scale: float) -> hal.ExecutableSource:
     """The Triton kernels for shape `c` (the same exports as the other sets)."""
     early = isinstance(start, triton.runtime.jit.JITFunction)  # (False under TRITON_INTERPRET=1)
     shape = dict(DIM=c.dim, HEAD_DIM=c.head_dim, HEADS=c.heads, FFN=c.ffn, CHUNK=chunk, CHUNKS=chunks,
-                 UNROLL=unroll, EPSILON=EPSILON, SCALE=scale, EARLY=early)
+                 LONG_LOOP=loops[0], SHORT_LOOP=loops[1], EPSILON=EPSILON, SCALE=scale, EARLY=early)
     rows = {"ffn_out": 8 // split, "logits_argmax": LOGIT_ROWS}  # (ROWS: what a program reduces)
     constexprs = {name: {p: rows[name] if p == "ROWS" else shape[p] for p in f.arg_names if p in shape or p == "ROWS"}
                   for name, f in FUNCTIONS.items()}

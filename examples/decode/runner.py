@@ -1,19 +1,21 @@
 """The decoder on a hal device: the weights uploaded once, the decode step recorded once, then run position after
 position with only values changing.
 
-One command buffer holds the steps (each position: four layers of five dispatches, the first of them taking the
-token's embedding, then the logits and the greedy choice of the next token in one more: 21 dispatches between
-barriers, the intermediate vectors in cb.alloca transients) in two while loops: the first runs UNROLL steps an
-iteration while at least UNROLL steps are left, the second one step an iteration for the rest. So `generate(k)` is
-one submission for k positions (on CUDA, one graph launch) and `step()` is generate(1). Two loops because an
-iteration costs more than its kernels (a CUDA while node's iteration adds its condition's kernel node and the
-conditional node's own cost, a few kernels' worth: bench/README.md): UNROLL steps share one. The values that change
-live on the device: the state buffer holds the position, the steps left and the first loop's flag (set from
-constant slot 0 at the start of a submission), and the argmax key in which the last kernel leaves the next token;
-the next position's first kernel reads it, writes it into the token buffer and projects its embedding, so no value
-goes through the host between positions. The attention's grid covers every chunk of positions the cache holds and
-the chunks past the position write nothing: cheaper than counts the GPU sets before each attention (a dynamic
-dispatch_indirect costs CUDA a setter node on the step's path, one per layer).
+One command buffer holds the steps (each position: four layers of five dispatches, the first of them taking the token's
+embedding, then the logits and the greedy choice of the next token in one more: 21 dispatches between barriers, the
+intermediate vectors in cb.alloca transients) in three while loops: the first runs LONG_LOOP (16) steps an iteration
+while at least that many are left, the second SHORT_LOOP (4) while at least 4 are, the third one step an iteration for
+the rest (at most 3). So `generate(k)` is one submission for k positions (on CUDA, one graph launch). `step()`,
+generate(1), submits a second command buffer instead, the step without the loops (a while node costs CUDA a few kernels'
+worth even when it does not run). Loops of several steps because an iteration costs more than its kernels (a CUDA while
+node's iteration adds its condition's kernel node and the conditional node's own cost, a few kernels' worth:
+bench/README.md), which those steps share; three so that no k pays more than 6 iterations beyond its long ones. The
+values that change live on the device: the state buffer holds the position, the steps left and the loops' flags (set
+from constant slot 0 at the start of a submission), and the argmax key in which the last kernel leaves the next token;
+the next position's first kernel reads it, writes it into the token buffer and projects its embedding, so no value goes
+through the host between positions. The attention's grid covers every chunk of positions the cache holds and the chunks
+past the position write nothing: cheaper than counts the GPU sets before each attention (a dynamic dispatch_indirect
+costs CUDA a setter node on the step's path, one per layer).
 
 Tensor parallelism: given a communicator, each rank's Decoder holds its shard of the weights (model.shard: its heads,
 its hidden units) and its heads' part of the cache, and records the same loops, with an all_reduce of x after
@@ -37,8 +39,9 @@ class Decoder:
     """`reset(prompt)`, then `step()` or `generate(k)` (both only queue work), then `tokens()` and `logits()`;
     `kernel_set` "native" (each backend's own kernels) or "triton" (examples/decode/kernels_triton.py);
     `communicator`: this device's rank of a tensor-parallel group (the module docstring), each rank given the whole
-    weights and keeping its shard; `device_loops` False: one submission per position, the step recorded without the
-    while loops; `stamps`: a device address where the native CUDA kernels stamp a timeline (kernels.source)."""
+    weights and keeping its shard; `device_loops` False: one submission per position (the step without the while
+    loops, `step_buffer`, which step() submits in any case); `stamps`: a device address where the native CUDA
+    kernels stamp a timeline (kernels.source)."""
 
     def __init__(self, device: hal.Device, weights: Weights, kernel_set: str = "native",
                  communicator: hal.Communicator | None = None, device_loops: bool = True, stamps: int = 0) -> None:
@@ -58,9 +61,8 @@ class Decoder:
         self.state = device.allocate(4 * STATE_WORDS)
         self.token_buffer = device.allocate(4 * c.max_sequence)
         self.logit_buffer = device.allocate(4 * c.vocab)
-        self.command_buffer = self.device.create_command_buffer(mode="reusable", constant_capacity=1)
-        with self.command_buffer:
-            self.record(self.command_buffer, loop=device_loops)
+        self.step_buffer = self.recorded(loop=False)
+        self.command_buffer = self.recorded(loop=True) if device_loops else self.step_buffer
         self.position = 0
         self.prompt_length = 0
 
@@ -68,6 +70,13 @@ class Decoder:
         """Layer `layer`'s part of a buffer stacked by layer (a weight, or the key or value cache)."""
         size = whole.size // self.config.layers
         return hal.ref(whole, layer * size, size)
+
+    def recorded(self, loop: bool) -> hal.CommandBuffer:
+        """A reusable command buffer with the steps recorded (`record`)."""
+        cb = self.device.create_command_buffer(mode="reusable", constant_capacity=1)
+        with cb:
+            self.record(cb, loop)
+        return cb
 
     def record(self, cb: hal.CommandBuffer, loop: bool = True) -> None:
         """Record the steps into `cb` (recording, with a constant slot: the steps to run); `loop` False records one
@@ -80,13 +89,13 @@ class Decoder:
         if not loop:
             self.record_step(cb, scratch)
             return
-        with cb.while_nonzero(hal.ref(self.state, 16, 4)):  # state[4]: at least UNROLL steps left
-            for i in range(kernels.UNROLL):
-                if i:
-                    cb.execution_barrier()
-                self.record_step(cb, scratch)
-        with cb.while_nonzero(hal.ref(self.state, 4, 4)):  # state[1]: steps left
-            self.record_step(cb, scratch)
+        # state[4]: at least LONG_LOOP steps left; state[5]: at least SHORT_LOOP; state[1]: steps left
+        for flag, steps in ((4, kernels.LONG_LOOP), (5, kernels.SHORT_LOOP), (1, 1)):
+            with cb.while_nonzero(hal.ref(self.state, 4 * flag, 4)):
+                for i in range(steps):
+                    if i:
+                        cb.execution_barrier()
+                    self.record_step(cb, scratch)
 
     def record_step(self, cb: hal.CommandBuffer, scratch: dict[str, hal.BufferRef]) -> None:
         """One position's 21 dispatches (and, split over ranks, 8 all_reduces), the intermediate vectors in
@@ -126,12 +135,8 @@ class Decoder:
             cb.all_reduce(self.communicator, x, x, np.float32)
 
     def dispatches_per_step(self) -> int:
-        """The dispatches of one position: those in the body of the recorded loop of one step an iteration (without
-        loops: all but `start`)."""
-        commands = self.command_buffer.commands
-        if self.device_loops:
-            commands = [c for c in commands if c.kind == hal.CommandKind.WHILE_NONZERO][-1].body.commands
-        return sum(c.kind == hal.CommandKind.DISPATCH for c in commands) - (not self.device_loops)
+        """The dispatches of one position: the step's, all but `start`."""
+        return sum(c.kind == hal.CommandKind.DISPATCH for c in self.step_buffer.commands) - 1
 
     def reset(self, prompt: list[int]) -> None:
         """Start a sequence at `prompt` (at least one token)."""
@@ -154,11 +159,12 @@ class Decoder:
         self.generate(1)
 
     def generate(self, steps: int) -> None:
-        """Queue `steps` positions in one submission (without device loops: one submission each)."""
+        """Queue `steps` positions: in one submission of the loops, or, for one step or without device loops, a
+        submission of `step_buffer` each."""
         if steps < 1:
             raise hal.ValidationError(f"generate: steps must be at least 1, got {steps}")
         self.check_room(steps)
-        if self.device_loops:
+        if self.device_loops and steps > 1:
             try:
                 self.device.queue_execute(self.command_buffer, constants=(steps,))
                 self.position += steps
@@ -170,15 +176,14 @@ class Decoder:
                     raise
                 self.without_loops(e)
         for _ in range(steps):
-            self.device.queue_execute(self.command_buffer, constants=(1,))
+            self.device.queue_execute(self.step_buffer, constants=(1,))
         self.position += steps
 
     def without_loops(self, refusal: hal.DeviceError) -> None:
-        """The backend refused the collectives inside the loops: record the step without them, once per position."""
+        """The backend refused the collectives inside the loops: the step without them, once per position."""
         self.device_loops, self.loops_refused = False, f"{type(refusal).__name__}: {refusal}"
         self.command_buffer.reset()
-        with self.command_buffer:
-            self.record(self.command_buffer, loop=False)
+        self.command_buffer = self.step_buffer
 
     def tokens(self) -> list[int]:
         """The sequence so far: the prompt, then the tokens chosen (waits for the work queued; the last chosen is

@@ -85,6 +85,11 @@ def test_the_cuda_loop_is_one_graph_of_conditional_nodes(decoder):
     assert "CU_GRAPH_NODE_TYPE_CONDITIONAL" in types.values()
     assert "CU_GRAPH_NODE_TYPE_HOST" not in types.values()
     assert decoder.command_buffer.emitter.instantiations == 1  # generate(k) with a new k patches the start node
+    decoder.step()  # one step: the step without loops, no conditional node to pass
+    decoder.tokens()
+    types = nx.get_node_attributes(decoder.step_buffer.emitter.emitted_graph(), "type")
+    assert "CU_GRAPH_NODE_TYPE_CONDITIONAL" not in types.values()
+    assert list(types.values()).count("CU_GRAPH_NODE_TYPE_KERNEL") == 1 + decoder.dispatches_per_step()
 
 
 def test_ties_and_nan_logits_give_numpy_s_argmax(decoder, weights):
