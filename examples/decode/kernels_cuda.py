@@ -315,21 +315,44 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
     if (threadIdx.x == 0) { out[0] = big; out[1] = sum; }
 }
 
-// x += wo @ attended, a row per warp. Every block first combines the chunks' partials into `attended`, in one trip to
-// memory: a warp per head takes its chunks' largest scores and sums of exponentials (a lane per chunk: LANE_CHUNKS
-// each) and leaves each chunk's weight, e^(m - largest) / the rescaled sum, in shared memory; a thread per dimension
-// has meanwhile loaded its first GROUP chunks' weighted values (more chunks, or more dimensions than threads, are
-// loaded after), and sums them by those weights. So each exponential is taken once per block, not once per dimension.
-// The position and x (written three kernels back) are read before the wait. Launch bounds of one block per SM:
-// registers for a whole group. A row of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
-#define GROUP (CHUNKS < 32u ? CHUNKS : 32u)
 #define LANE_CHUNKS ((CHUNKS + 31u) / 32u)
+// Lane c's share of head `p`'s combination (p: the head's partials): e[j], the unnormalised weight e^(m - largest)
+// of chunk c + 32j, and the warp's sum of the chunks' sums of exponentials so weighted (`total`, the denominator).
+// Every lane of a warp calls it for the same head.
+__device__ __forceinline__ void head_weights(const float* p, unsigned last, float (&e)[LANE_CHUNKS], float& total) {
+    float m[LANE_CHUNKS], l[LANE_CHUNKS], top = NEG_INF;
+    #pragma unroll
+    for (unsigned j = 0; j < LANE_CHUNKS; ++j) {
+        unsigned c = LANE + 32u * j;
+        m[j] = c <= last ? p[c * ATTENDED] : NEG_INF;
+        l[j] = c <= last ? p[c * ATTENDED + 1u] : 0.0f;
+        top = fmaxf(top, m[j]);
+    }
+    #pragma unroll
+    for (int s = 16; s > 0; s >>= 1) top = fmaxf(top, __shfl_xor_sync(FULL_MASK, top, s));
+    total = 0.0f;
+    #pragma unroll
+    for (unsigned j = 0; j < LANE_CHUNKS; ++j) {  // (chunk 0 has a score, so `top` is a number)
+        e[j] = LANE + 32u * j <= last ? expf(m[j] - top) : 0.0f;
+        total += l[j] * e[j];
+    }
+    total = warp_sum(total);
+}
+
+// x += wo @ attended, a row per warp. Every block first combines the chunks' partials into `attended`, in one trip to
+// memory: a thread per dimension has loaded its first GROUP chunks' weighted values (more chunks, or more dimensions
+// than threads, are loaded after) while its warp, whose dimensions are all one head's, takes that head's largest
+// scores and sums of exponentials (a lane per chunk) and each chunk's weight e^(m - largest); each thread sums its
+// values by those weights, passed along the warp by shuffles, in four independent sums, and divides by the rescaled
+// sum of exponentials, which the warp adds up meanwhile. So no warp waits for another until `attended` is whole. The
+// position and x (written three kernels back) are read before the wait. Launch bounds of one block per SM: registers
+// for a whole group. A row of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
+#define GROUP (CHUNKS < 32u ? CHUNKS : 32u)
 #define ATTN_PART (ATTN < 512u ? ATTN : 512u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
     STAMP(KIND_ATTN_OUT);
     __shared__ __align__(16) float attended[ATTN];
-    __shared__ float weight[LOCAL_HEADS][CHUNKS];
     unsigned r = blockIdx.x * 8u + WARP;
     Slice<ATTN_PART> row, a;
     row.load(wo + r * ATTN);
@@ -341,41 +364,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
     float o[GROUP];
     #pragma unroll
     for (unsigned c = 0; c < GROUP; ++c) o[c] = i < ATTN && c <= last ? mine[c * ATTENDED] : 0.0f;
-    for (unsigned h = WARP; h < LOCAL_HEADS; h += 8u) {
-        const float* p = partials + h * CHUNKS * ATTENDED;
-        float m[LANE_CHUNKS], l[LANE_CHUNKS], top = NEG_INF, sum = 0.0f;
-        #pragma unroll
-        for (unsigned j = 0; j < LANE_CHUNKS; ++j) {
-            unsigned c = LANE + 32u * j;
-            m[j] = c <= last ? p[c * ATTENDED] : NEG_INF;
-            l[j] = c <= last ? p[c * ATTENDED + 1u] : 0.0f;
-            top = fmaxf(top, m[j]);
-        }
-        #pragma unroll
-        for (int s = 16; s > 0; s >>= 1) top = fmaxf(top, __shfl_xor_sync(FULL_MASK, top, s));
-        #pragma unroll
-        for (unsigned j = 0; j < LANE_CHUNKS; ++j) {  // (chunk 0 has a score, so `top` is a number)
-            m[j] = LANE + 32u * j <= last ? expf(m[j] - top) : 0.0f;
-            sum += l[j] * m[j];
-        }
-        sum = warp_sum(sum);
-        #pragma unroll
-        for (unsigned j = 0; j < LANE_CHUNKS; ++j)
-            if (LANE + 32u * j < CHUNKS) weight[h][LANE + 32u * j] = m[j] / sum;
-    }
-    __syncthreads();
-    for (unsigned d = i; d < ATTN; d += 256u) {
-        const float* values = partials + (d / HEAD_DIM) * CHUNKS * ATTENDED + 2u + d % HEAD_DIM;
-        const float* w = weight[d / HEAD_DIM];
-        float acc = 0.0f;
+    for (unsigned d = i; d < ATTN; d += 256u) {  // (ATTN a multiple of 128: a warp's lanes all go on, or none)
+        const float* head = partials + (d / HEAD_DIM) * CHUNKS * ATTENDED;
+        const float* values = head + 2u + d % HEAD_DIM;
+        float e[LANE_CHUNKS], total, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        head_weights(head, last, e, total);
         if (d == i) {
             #pragma unroll
-            for (unsigned c = 0; c < GROUP; ++c) acc += o[c] * w[c];  // (past `last`: 0 x 0)
-        } else {
-            for (unsigned c = 0; c < GROUP && c <= last; ++c) acc += values[c * ATTENDED] * w[c];
+            for (unsigned c = 0; c < GROUP; ++c) acc[c % 4u] += o[c] * __shfl_sync(FULL_MASK, e[0], c);  // (0 x 0)
         }
-        for (unsigned c = GROUP; c <= last; ++c) acc += values[c * ATTENDED] * w[c];
-        attended[d] = acc;
+        #pragma unroll
+        for (unsigned j = 0; j < LANE_CHUNKS; ++j)
+            for (unsigned c = d == i ? max(GROUP, 32u * j) : 32u * j; c < 32u * (j + 1u) && c <= last; ++c)
+                acc[0] += values[c * ATTENDED] * __shfl_sync(FULL_MASK, e[j], c % 32u);
+        attended[d] = (acc[0] + acc[1] + (acc[2] + acc[3])) / total;
     }
     __syncthreads();
     a.load(attended);
