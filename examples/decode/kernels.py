@@ -69,6 +69,8 @@ EXPORTS = (
     hal.Export("ffn_out", bindings=3, workgroup_size=256, readonly=(0, 1), early_launch=True),
     hal.Export("logits_argmax", bindings=6, workgroup_size=256, readonly=(0, 1, 2, 5), early_launch=True),
 )
+
+
 def ffn_split(c: Config, world: int = 1) -> int:
     """Warps per row of ffn_out: a warp sums 256 columns, at most 8 warps (a workgroup) share a row."""
     return min(c.ffn // world // 256, 8)
@@ -109,8 +111,7 @@ def scale(c: Config) -> float:
 def _shape(c: Config, float_suffix: str, world: int = 1, rank: int = 0) -> str:
     sizes = dict(DIM=c.dim, HEADS=c.heads, HEAD_DIM=c.head_dim, FFN=c.ffn, MAX_SEQUENCE=c.max_sequence, CHUNK=CHUNK,
                  CHUNKS=chunks(c), SPLIT=ffn_split(c, world), LONG_LOOP=LONG_LOOP, SHORT_LOOP=SHORT_LOOP,
-                 ATTN=c.dim // world,
-                 LOCAL_HEADS=c.heads // world, LOCAL_FFN=c.ffn // world, RESIDUAL=int(rank == 0))
+                 ATTN=c.dim // world, LOCAL_HEADS=c.heads // world, LOCAL_FFN=c.ffn // world, RESIDUAL=int(rank == 0))
     lines = [f"#define {name} {value}u" for name, value in sizes.items()]
     lines += [f"#define EPSILON {EPSILON!r}{float_suffix}", f"#define SCALE {scale(c)!r}{float_suffix}"]
     return "\n".join(lines) + "\n"

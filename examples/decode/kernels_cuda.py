@@ -81,6 +81,10 @@ template <int N> struct Slice {
         #pragma unroll
         for (int j = 0; j < N / 128; ++j) v[j] = reinterpret_cast<const float4*>(row)[LANE + 32 * j];
     }
+    __device__ __forceinline__ void store(float* row) const {
+        #pragma unroll
+        for (int j = 0; j < N / 128; ++j) reinterpret_cast<float4*>(row)[LANE + 32 * j] = v[j];
+    }
 };
 
 // A row of DIM floats is held PART columns at a time: whole in a small model; in a wide one (DIM above 512) its
@@ -146,8 +150,8 @@ template <int ROWS> __device__ __forceinline__ void normed_dots(const Slice<PART
     for (int i = 0; i < ROWS; ++i) out[i] *= inv;
 }
 
-// The argmax key of logit v at `index` (kernels.argmax_key): integer order is numpy's argmax order (the first NaN,
-// else the first largest; -0 as +0), so the step's pick is one atomic max into the state's key (KEY), which the
+// The argmax key of logit v at `index` (examples/decode/state.py): integer order is numpy's argmax order (the first
+// NaN, else the first largest; -0 as +0), so the step's pick is one atomic max into the state's key (KEY), which the
 // next step's first kernel reads and attention clears.
 #define KEY(state) reinterpret_cast<unsigned long long*>((state) + 6)
 __device__ __forceinline__ unsigned long long argmax_key(float v, unsigned index) {
@@ -174,50 +178,63 @@ extern "C" __global__ void __launch_bounds__(32) start(unsigned* state, const un
     count_steps(state, steps);
 }
 
-// A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection. The position is read after the wait
-// (the step's first kernel follows the logits, which move it on), and the rope table's pair as soon as it is in. The
-// step's first kernel (EMBED) projects the embedding of the token at the position: the prompt's (state[3]) or the
-// last logits' pick (the key), which block 0 writes to `tokens`; block 0 also writes the embedding to x, the residual
-// that attn_out reads.
+// The cosine and sine that rotate the pair of rows r at `position`, if it is q's or k's: pair (r % HEAD_DIM) / 2 of
+// its head (the rows of v do not rotate).
+__device__ __forceinline__ void rope_pair(const float* rope, unsigned position, unsigned r, float& c, float& s) {
+    c = 1.0f;
+    s = 0.0f;
+    if (r < 2u * ATTN) {
+        const float* t = rope + (position * (HEAD_DIM / 2) + (r % HEAD_DIM) / 2u) * 2u;
+        c = t[0];
+        s = t[1];
+    }
+}
+
+// A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection. The position, and the rope table's
+// pair at it, are read before the wait (the logits that moved it on are two or more kernels back), but for the
+// step's first kernel (EMBED), which follows the logits: it reads them after, and projects the embedding of the token
+// at the position: the prompt's (state[3]) or the last logits' pick (the key), which block 0 writes to `tokens`;
+// block 0 also writes the embedding to x, the residual that attn_out reads (its warp 0 from the registers that hold
+// the first part of it).
 template <bool EMBED> __device__ __forceinline__ void project_qkv(const float* w, float* x, const float* gain,
                                                                   const float* rope, const unsigned* state, float* q,
                                                                   float* keys, float* values, unsigned* tokens,
                                                                   const float* embed) {
     STAMP(EMBED ? KIND_EMBED_QKV_ROPE : KIND_QKV_ROPE);
-    unsigned r = 2u * (blockIdx.x * 4u + WARP);
-    bool rotates = r < 2u * ATTN;  // q and k rotate: pair (r % HEAD_DIM) / 2 of the head, at the position
+    unsigned r = 2u * (blockIdx.x * 4u + WARP), position = 0;
     const float* const row[2] = {w + r * DIM, w + (r + 1u) * DIM};
     Slice<PART> rows[2], h, g;
     rows[0].load(row[0]);
     rows[1].load(row[1]);
     g.load(gain);
+    float c, s;
+    if (!EMBED) {
+        position = __ldcg(state);
+        rope_pair(rope, position, r, c, s);
+    }
     AFTER_PREDECESSORS();
-    unsigned position = state[0];
     const float* input = x;
+    unsigned given = NONE, token = 0;
     if (EMBED) {
-        const unsigned given = state[3], token = given != NONE ? given : chosen_token(state[6]);
+        position = state[0];
+        given = state[3];
+        token = given != NONE ? given : chosen_token(state[6]);
         input = embed + token * DIM;
-        if (blockIdx.x == 0u) {
-            if (threadIdx.x == 0u && given == NONE) tokens[position] = token;
-            for (unsigned i = threadIdx.x; i < DIM; i += blockDim.x) x[i] = input[i];
-        }
     }
     h.load(input);
-    float c = 1.0f, s = 0.0f;
-    if (rotates) {
-        const float* t = rope + (position * (HEAD_DIM / 2) + (r % HEAD_DIM) / 2u) * 2u;
-        c = t[0];
-        s = t[1];
+    if (EMBED) {
+        rope_pair(rope, position, r, c, s);
+        if (blockIdx.x == 0u) {
+            if (threadIdx.x == 0u && given == NONE) tokens[position] = token;
+            if (WARP == 0u) h.store(x);
+            for (unsigned i = PART + threadIdx.x; i < DIM; i += blockDim.x) x[i] = input[i];
+        }
     }
     float uv[2];
     normed_dots(rows, h, g, row, input, gain, uv);
     if (LANE != 0u) return;
-    float u = uv[0], v = uv[1];
-    if (rotates) {
-        float ru = u * c - v * s, rv = u * s + v * c;
-        u = ru;
-        v = rv;
-    }
+    const bool rotates = r < 2u * ATTN;
+    const float u = rotates ? uv[0] * c - uv[1] * s : uv[0], v = rotates ? uv[0] * s + uv[1] * c : uv[1];
     float* out = r < ATTN ? q + r : (r < 2u * ATTN ? keys : values) + position * ATTN + r % ATTN;
     out[0] = u;
     out[1] = v;
