@@ -1,7 +1,8 @@
 """The decode example against PyTorch at its best and against the GPU's floors, side by side in one process.
 
 The same model, weights and positions (examples.decode) run as: hal on CUDA with one submission per token
-(generate(1)) and with every token in one submission (one graph launch, the loop a conditional node), both again
+(step(): the step recorded without loops) and with every token in one submission (one graph launch, the loops
+conditional nodes), both again
 with plain edges (the GPU opened with supports_early_launch off) where the step's early launch is taken, and both
 again with the decoder's Triton kernels where Triton is installed (examples/decode/kernels_triton.py: the same
 orchestration, torch.compile's kernel language), hal on the GPU's Vulkan driver both ways, and PyTorch written as
@@ -12,10 +13,9 @@ kernels per token and whether its tokens equal numpy's: the median of RUNS runs 
 (compilation, instantiation, captures) reported apart. Kernels are counted by CUPTI through torch.profiler once
 every row and floor is timed (a profiler session slows every launch after it), which sees hal's graph nodes too,
 except for hal's rows in one submission and on Vulkan, which give the dispatches recorded (plus, in one submission,
-the long loop's condition kernel once per LONG_LOOP tokens): on an H200 (2026-11-28) CUPTI recorded only a fraction
-of the kernels run inside a CUDA conditional node's body, so hal's kernels are profiled one submission per token, where
-each token's step is the body's first iteration, and with plain edges (with early launch a kernel's time would
-include its wait).
+the kernels that set the loops' conditions: condition_kernels): on an H200 (2026-11-28) CUPTI recorded only a
+fraction of the kernels run inside a CUDA conditional node's body, so hal's kernels are profiled one submission per
+token, the step without loops, and with plain edges (with early launch a kernel's time would include its wait).
 
 Beside them, the floors on this GPU: the launch floor (dispatches per token x the GPU time per node of a chain of
 empty kernels in one graph, measured here), the time of a while loop's iteration of empty kernels (measured here),
@@ -111,13 +111,21 @@ def hal_rows(device: str, weights, steps: int, expected: list[int], runs: int, p
             found["rows"][f"hal {dev.driver} {mode}{suffix}"] = row
         ours = found["rows"][f"hal {dev.driver} one submission{suffix}"]
         ours["first_use_s"] = first - start
-        if dev.driver == "cuda":  # each iteration of the loop a node that sets its condition
-            ours["kernels"] = dispatches + 1 / kernels.LONG_LOOP
+        if dev.driver == "cuda":
+            ours["kernels"] = dispatches + condition_kernels(steps) / steps
             if not plain_edges and kernel_set == "native":
                 found["floors"] = measure_floors(dev)
         found.update(name=dev.name, build_s=built - start, first_run_s=first - built, dispatches=dispatches,
                      early_launch=dev.capabilities.supports_early_launch)
     return found
+
+
+def condition_kernels(steps: int) -> int:
+    """The kernels that set the decode loops' conditions in one CUDA submission of `steps` positions: each while
+    node's first check and one after each of its iterations (runner.py: loops of LONG_LOOP, SHORT_LOOP and 1 steps)."""
+    long_iterations, rest = divmod(steps, kernels.LONG_LOOP)
+    short_iterations, single_iterations = divmod(rest, kernels.SHORT_LOOP)
+    return long_iterations + short_iterations + single_iterations + 3
 
 
 def per_token(decoder: Decoder, steps: int) -> None:

@@ -164,14 +164,14 @@ def bytes_moved(c: Config, export: str, position: int, world: int = 1) -> int:
     parts = chunks(c) * heads * (c.head_dim + 2)
     active = -(-seen // CHUNK) * heads * (c.head_dim + 2)
     return f * {
-        "start": 6,
+        "start": 7,  # (state and the prompt's token: words, as every kernel's state below)
         "embed_qkv_rope": 3 * attn * c.dim + 3 * c.dim + c.head_dim + 3 * attn + 4,
-        "qkv_rope": 3 * attn * c.dim + 2 * c.dim + c.head_dim + 3 * attn,
-        "attention": attn + 2 * seen * attn + active,
-        "attn_out": min(active, parts) + c.dim * attn + 2 * c.dim,
+        "qkv_rope": 3 * attn * c.dim + 2 * c.dim + c.head_dim + 3 * attn + 1,
+        "attention": attn + 2 * seen * attn + active + 3,
+        "attn_out": min(active, parts) + c.dim * attn + 2 * c.dim + 1,
         "ffn_in": 2 * ffn * c.dim + 2 * c.dim + ffn,
         "ffn_out": c.dim * ffn + ffn + 2 * c.dim,
-        "logits_argmax": c.vocab * c.dim + 2 * c.dim + c.vocab + 2,
+        "logits_argmax": c.vocab * c.dim + 2 * c.dim + c.vocab + 11,
     }[export]
 
 

@@ -362,8 +362,8 @@ __device__ __forceinline__ void head_weights(const float* p, unsigned last, floa
 // scores and sums of exponentials (a lane per chunk) and each chunk's weight e^(m - largest); each thread sums its
 // values by those weights, passed along the warp by shuffles, in four independent sums, and divides by the rescaled
 // sum of exponentials, which the warp adds up meanwhile. So no warp waits for another until `attended` is whole. The
-// position and x (written three kernels back) are read before the wait. Launch bounds of one block per SM: registers
-// for a whole group. A row of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
+// position and x (written two or more kernels back) are read before the wait. Launch bounds of one block per SM:
+// registers for a whole group. A row of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
 #define GROUP (CHUNKS < 32u ? CHUNKS : 32u)
 #define ATTN_PART (ATTN < 512u ? ATTN : 512u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,

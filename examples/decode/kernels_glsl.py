@@ -62,7 +62,8 @@ float dot_slice(vec4 a[SLICE], vec4 b[SLICE]) {
 # needs only its low word: state[6].
 _ARGMAX_KEY = """
 uint64_t argmax_key(float v, uint index) {
-    uint bits = floatBitsToUint(v == 0.0 ? 0.0 : v);
+    uint bits = floatBitsToUint(v);
+    bits = bits == 0x80000000u ? 0u : bits;  // -0 as +0 (in integers: a compiler may fold v == 0.0 ? 0.0 : v)
     uint order = isnan(v) ? 0xffffffffu : ((bits & 0x80000000u) != 0u ? ~bits : bits | 0x80000000u);
     return (uint64_t(order) << 31) | uint64_t(0x7fffffffu - index);
 }

@@ -43,7 +43,8 @@ def _normed(x, gain, cols, DIM: tl.constexpr, EPSILON: tl.constexpr):
 @triton.jit
 def _argmax_key(u, index):
     """The argmax keys of logits `u` at `index` (examples/decode/state.py: numpy's argmax order as int64 order)."""
-    bits = tl.where(u == 0.0, 0.0, u).to(tl.uint32, bitcast=True)
+    bits = u.to(tl.uint32, bitcast=True)
+    bits = tl.where(bits == 0x80000000, 0, bits)  # -0 as +0
     order = tl.where((bits & 0x80000000) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
     order = tl.where(u != u, 0xFFFFFFFF, order)
     return (order.to(tl.int64) << 31) | (0x7FFFFFFF - index).to(tl.int64)
@@ -203,10 +204,11 @@ def logits_argmax(w, x, gain, logits, state, tokens, DIM: tl.constexpr, ROWS: tl
     cols = tl.arange(0, DIM)
     m = tl.load(w + rows[:, None] * DIM + cols[None, :])
     counts = p == 0
-    following = tl.load(state, mask=counts, other=0) + 1
-    prompted = counts & (following < tl.load(state + 2, mask=counts, other=0))
-    given = tl.where(prompted, tl.load(tokens + following, mask=prompted, other=0), NONE).to(tl.uint32)
-    left = tl.load(state + 1, mask=counts, other=0)
+    following = tl.load(state, mask=counts, other=0, cache_modifier=".cg") + 1  # (before the wait: through L2)
+    prompted = counts & (following < tl.load(state + 2, mask=counts, other=0, cache_modifier=".cg"))
+    given = tl.where(prompted, tl.load(tokens + following, mask=prompted, other=0, cache_modifier=".cg"),
+                     NONE).to(tl.uint32)
+    left = tl.load(state + 1, mask=counts, other=0, cache_modifier=".cg")
     _after_predecessors(EARLY)
     h, inv = _normed(x, gain, cols, DIM, EPSILON)
     u = tl.sum(m * h[None, :], 1) * inv

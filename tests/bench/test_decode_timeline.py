@@ -33,7 +33,7 @@ def test_the_rows_give_each_kernel_its_cost_on_the_chain():
     assert set(rows) == {"embed_qkv_rope", "attention", "attn_out", "ffn_in", "ffn_out", "logits_argmax"}
     assert rows["embed_qkv_rope"]["instances"] == 2
     assert rows["attention"]["chain_us"] == pytest.approx(1.1)  # its wait (1800) to attn_out's (2900)
-    assert rows["attention"]["entry_us"] == pytest.approx(-0.1)  # entered 100 ns before qkv_rope's wait returned
+    assert rows["attention"]["entry_us"] == pytest.approx(-0.1)  # entered 100 ns before embed_qkv_rope's wait returned
     assert rows["attention"]["waiting_us"] == pytest.approx(1.3) and rows["attention"]["work_us"] == pytest.approx(0.5)
     assert rows["logits_argmax"]["chain_us"] == pytest.approx(3.9)  # to the next step's first kernel's wait
     assert decode_timeline.tokens_us(found) == pytest.approx(10.0)
