@@ -23,7 +23,6 @@ from examples.decode import kernels, random_weights, reference_generate
 from examples.decode.demo import PROMPT
 from examples.decode.runner import Decoder
 
-HEADER_WORDS = 8  # the count, then unused words, before the records (kernels_cuda.py)
 RUNS = 3  # after a warm-up; the last run's stamps are read
 
 
@@ -31,7 +30,8 @@ def instances(words: np.ndarray) -> dict[str, np.ndarray]:
     """The records of a stamp buffer (uint64 words) as arrays: each kernel instance's export name, entry, wait's
     return and exit (ns), in launch order."""
     count = min(int(words[0]), kernels.STAMP_CAPACITY)
-    records = words[HEADER_WORDS:HEADER_WORDS + 4 * count].reshape(-1, 4).astype(np.int64)
+    first = kernels.STAMP_HEADER_WORDS
+    records = words[first:first + 4 * count].reshape(-1, 4).astype(np.int64)
     names = np.array([export.name for export in kernels.EXPORTS])
     return dict(kernel=names[records[:, 0]], entry=records[:, 1], waited=records[:, 2], exit=records[:, 3])
 
@@ -67,7 +67,7 @@ def timeline(weights, steps: int, expected: list[int], early_launch: bool) -> di
     """One device's timeline of `steps` positions in one submission, and the same decode without stamps."""
     capabilities = None if early_launch else {"supports_early_launch": False}
     with hal.create_device("cuda", capabilities=capabilities) as dev:
-        words = 8 * (HEADER_WORDS + 4 * kernels.STAMP_CAPACITY)
+        words = 8 * (kernels.STAMP_HEADER_WORDS + 4 * kernels.STAMP_CAPACITY)
         stamps = dev.allocate(words)
         address = stamps.__cuda_array_interface__["data"][0]
         stamped, plain = Decoder(dev, weights, stamps=address), Decoder(dev, weights)

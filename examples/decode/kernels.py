@@ -118,13 +118,15 @@ def _shape(c: Config, float_suffix: str, world: int = 1, rank: int = 0) -> str:
 
 
 KERNEL_SETS = ("native", "triton")
-STAMP_CAPACITY = 1 << 15  # records of a timeline (`source`'s stamps)
+STAMP_CAPACITY = 1 << 15  # records of a timeline (`source`'s stamps), 4 uint64 words each
+STAMP_HEADER_WORDS = 8  # the uint64 words before the records: the count, then words left unused
 
 
 def stamp_defines(address: int) -> str:
     """The #defines that make the CUDA kernels stamp a timeline at device address `address` (kernels_cuda.py):
-    STAMP_CAPACITY records, each kernel's KIND its index in EXPORTS."""
-    lines = [f"#define STAMPS {address}ull", f"#define STAMP_CAPACITY {STAMP_CAPACITY}ull"]
+    STAMP_HEADER_WORDS, then STAMP_CAPACITY records, each kernel's KIND its index in EXPORTS."""
+    lines = [f"#define STAMPS {address}ull", f"#define STAMP_CAPACITY {STAMP_CAPACITY}ull",
+             f"#define STAMP_HEADER_WORDS {STAMP_HEADER_WORDS}u"]
     lines += [f"#define KIND_{export.name.upper()} {i}u" for i, export in enumerate(EXPORTS)]
     return "\n".join(lines) + "\n"
 

@@ -26,8 +26,8 @@ CODE = r"""
 
 // A timeline (bench/decode_timeline.py; kernels.source(..., stamps=address)): thread 0 of block (0, 0) of each
 // kernel stamps %globaltimer at its entry, when its wait returns and at its exit, in a record at STAMPS (a device
-// address: a count, 7 words unused, then STAMP_CAPACITY records of 4 words, the kernel's KIND and the three stamps)
-// taken by an atomic count, so in launch order. Without STAMPS, nothing.
+// address: STAMP_HEADER_WORDS, a count and words unused, then STAMP_CAPACITY records of 4 words, the kernel's KIND
+// and the three stamps) taken by an atomic count, so in launch order. Without STAMPS, nothing.
 #ifdef STAMPS
 struct Stamp {
     unsigned long long* record = nullptr;
@@ -40,7 +40,7 @@ struct Stamp {
         if (blockIdx.x != 0u || blockIdx.y != 0u || threadIdx.x != 0u) return;
         unsigned long long t = now(), i = atomicAdd(reinterpret_cast<unsigned long long*>(STAMPS), 1ull);
         if (i >= STAMP_CAPACITY) return;
-        record = reinterpret_cast<unsigned long long*>(STAMPS) + 8u + 4u * i;
+        record = reinterpret_cast<unsigned long long*>(STAMPS) + STAMP_HEADER_WORDS + 4u * i;
         record[0] = kind;
         record[1] = record[2] = t;  // (a kernel without a wait: its entry)
     }

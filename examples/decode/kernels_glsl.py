@@ -68,6 +68,14 @@ uint64_t argmax_key(float v, uint index) {
     return (uint64_t(order) << 31) | uint64_t(0x7fffffffu - index);
 }
 """
+# The steps left and the flags of the loops that run LONG_LOOP and SHORT_LOOP steps an iteration (binding `state`).
+_COUNT_STEPS = """
+void count_steps(uint left) {
+    state[1] = left;
+    state[4] = left >= LONG_LOOP ? 1u : 0u;
+    state[5] = left >= SHORT_LOOP ? 1u : 0u;
+}
+"""
 _INT64_ATOMICS = """#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #extension GL_EXT_shader_atomic_int64 : require
 """
@@ -129,15 +137,13 @@ void main() {
 """
 
 _SHADERS = {
-    "start": _shader(32, _buffers("rw uint state", "readonly uint tokens"), """
+    "start": _shader(32, _buffers("rw uint state", "readonly uint tokens"), _COUNT_STEPS, """
 layout(push_constant) uniform P { uint steps; } p;
 void main() {
     if (gl_LocalInvocationID.x != 0u) return;
     uint position = state[0];
     state[3] = position < state[2] ? tokens[position] : NONE;
-    state[1] = p.steps;
-    state[4] = p.steps >= LONG_LOOP ? 1u : 0u;
-    state[5] = p.steps >= SHORT_LOOP ? 1u : 0u;
+    count_steps(p.steps);
 }
 """),
     "embed_qkv_rope": _shader(128, "#define EMBED\n#define NORM_INPUT embed\n",
@@ -267,7 +273,8 @@ void main() {
     "logits_argmax": _shader(256, _buffers("readonly vec4 w", "readonly vec4 x", "readonly vec4 gain",
                                            "writeonly float logits"),
                              "layout(set = 0, binding = 4) buffer B4 { uint state[6]; uint64_t key; };\n",
-                             _buffers("readonly uint tokens", first=5), _WARP_SUM, _RMS_NORM, _ARGMAX_KEY, """
+                             _buffers("readonly uint tokens", first=5), _WARP_SUM, _RMS_NORM, _ARGMAX_KEY,
+                             _COUNT_STEPS, """
 shared uint64_t best[8];
 void main() {
     uint t = gl_LocalInvocationID.x, r = LOGIT_ROWS * (gl_WorkGroupID.x * 8u + WARP);
@@ -287,12 +294,10 @@ void main() {
     for (uint i = 1u; i < 8u; ++i) k = max(k, best[i]);
     atomicMax(key, k);
     if (gl_WorkGroupID.x == 0u) {
-        uint next = state[0] + 1u, left = state[1] > 0u ? state[1] - 1u : 0u;
+        uint next = state[0] + 1u;
         state[3] = next < state[2] ? tokens[next] : NONE;
         state[0] = next;
-        state[1] = left;
-        state[4] = left >= LONG_LOOP ? 1u : 0u;
-        state[5] = left >= SHORT_LOOP ? 1u : 0u;
+        count_steps(state[1] > 0u ? state[1] - 1u : 0u);
     }
 }
 """, extensions=_INT64_ATOMICS),

@@ -20,9 +20,9 @@ def stamp_words() -> np.ndarray:
                     for name, t0, t1, t2 in STEP]
     records.append(("embed_qkv_rope", 20500, 21600, 22000))
     index = {export.name: i for i, export in enumerate(kernels.EXPORTS)}
-    words = np.zeros(decode_timeline.HEADER_WORDS + 4 * len(records), np.uint64)
+    words = np.zeros(kernels.STAMP_HEADER_WORDS + 4 * len(records), np.uint64)
     words[0] = len(records)
-    words[decode_timeline.HEADER_WORDS:] = np.array([(index[n], a, b, c) for n, a, b, c in records]).ravel()
+    words[kernels.STAMP_HEADER_WORDS:] = np.array([(index[n], a, b, c) for n, a, b, c in records]).ravel()
     return words
 
 
