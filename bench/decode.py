@@ -18,13 +18,14 @@ fraction of the kernels run inside a CUDA conditional node's body, so hal's kern
 token, the step without loops, and with plain edges (with early launch a kernel's time would include its wait).
 
 Beside them, the floors on this GPU: the launch floor (dispatches per token x the GPU time per node of a chain of
-empty kernels in one graph, measured here), the time of a while loop's iteration of empty kernels (measured here),
-and the bandwidth floor (the fewest bytes a token moves, each weight and cache row read once, over the
-device-to-device copy bandwidth measured here); and hal's kernels one by one (their time in the graph, from the
-profiler, beside the bytes each moves). Targets (issue 42), ratios from this run: hal CUDA in one submission
->= 2x the fastest PyTorch row's tokens/s and <= 0.5x its GPU µs/token; hal's GPU µs/token <= 1.5x the launch floor
-plus the bandwidth floor; host <= 5 µs/token with k tokens per submission; (issue 46) hal CUDA with Triton kernels in
-one submission >= 1.0x torch.compile's tokens/s with a CUDA graph per token.
+empty kernels in one graph, measured here), the same for a chain of the least a dependent kernel does (its vector
+read after its wait: what each of hal's kernels does at the least), the time of a while loop's iteration of empty
+kernels (measured here), and the bandwidth floor (the fewest bytes a token moves, each weight and cache row read
+once, over the device-to-device copy bandwidth measured here); and hal's kernels one by one (their time in the
+graph, from the profiler, beside the bytes each moves). Targets (issue 42), ratios from this run: hal CUDA in one
+submission >= 2x the fastest PyTorch row's tokens/s and <= 0.5x its GPU µs/token; hal's GPU µs/token <= 1.5x the
+launch floor plus the bandwidth floor; host <= 5 µs/token with k tokens per submission; (issue 46) hal CUDA with Triton
+kernels in one submission >= 1.0x torch.compile's tokens/s with a CUDA graph per token.
 
     python -m bench.decode [--tokens 256] [--runs 5] [--json PATH]
 """
@@ -42,6 +43,7 @@ from collections.abc import Callable
 import hal
 from bench import Events, emit
 from bench.decode_torch import torch_kernel_counts, torch_rows
+from bench.early_launch import Chains
 from bench.kernel_profile import device_kernels
 from examples.decode import Decoder, kernels, random_weights, reference_generate
 from examples.decode.demo import PROMPT
@@ -164,10 +166,13 @@ def kernel_table(c, profiled: dict[str, tuple[int, float]], steps: int) -> list[
 
 def measure_floors(dev: hal.Device) -> dict:
     """The GPU time per node of a chain of empty one-workgroup kernels in one graph (the slope between chains of
-    SHORT_CHAIN and LONG_CHAIN nodes, so the launch's own cost drops out); the GPU time of an iteration of a while
-    loop whose body is LOOP_BODY empty kernels and a countdown (LOOP_ITERATIONS of them, so with the condition's
-    kernel LOOP_BODY + 2 nodes an iteration); and the device-to-device copy bandwidth (bytes read plus written):
-    each timing the median of RUNS after warm-up launches."""
+    SHORT_CHAIN and LONG_CHAIN nodes, so the launch's own cost drops out); the same of a chain of the least a
+    dependent kernel of a decode step does (bench.early_launch's matvec: its weights read before its wait, then the
+    1 KiB vector the kernel before wrote, one dot product a warp and the warp's sum), early launch as `dev` takes it;
+    the GPU time of an iteration of a while loop whose body is LOOP_BODY empty kernels and a countdown
+    (LOOP_ITERATIONS of them, so with the condition's kernel LOOP_BODY + 2 nodes an iteration); and the
+    device-to-device copy bandwidth (bytes read plus written): each timing the median of RUNS after warm-up
+    launches."""
     events = Events(dev)
     exe = dev.load_executable(FLOOR_KERNELS)
 
@@ -201,13 +206,18 @@ def measure_floors(dev: hal.Device) -> dict:
             times.append(events.seconds())
         return statistics.median(times)
 
-    short, long = (timed(lambda cb=cb: dev.queue_execute(cb)) for cb in chains.values())
-    node_us = (long - short) / (LONG_CHAIN - SHORT_CHAIN) * 1e6
+    def per_node(chains: dict[int, hal.CommandBuffer]) -> float:
+        short, long = (timed(lambda cb=cb: dev.queue_execute(cb)) for cb in chains.values())
+        return (long - short) / (LONG_CHAIN - SHORT_CHAIN) * 1e6
+
+    node_us = per_node(chains)
+    dependent_node_us = per_node(Chains(dev, "matvec", "matvec", (SHORT_CHAIN, LONG_CHAIN)).chains)
     iteration_us = timed(lambda: dev.queue_execute(loop)) / LOOP_ITERATIONS * 1e6
     copy_gb_per_s = 2 * COPY_BYTES / timed(lambda: dev.queue_copy(source, target)) / 1e9
     for buffer in (flag, source, target):
         buffer.release()
-    return dict(node_us=node_us, loop_iteration_us=iteration_us, copy_gb_per_s=copy_gb_per_s)
+    return dict(node_us=node_us, dependent_node_us=dependent_node_us, loop_iteration_us=iteration_us,
+                copy_gb_per_s=copy_gb_per_s)
 
 
 def bytes_per_token(c, steps: int) -> float:
@@ -290,6 +300,10 @@ def report(result: dict) -> str:
                   f"record), first submission {cuda['first_run_s']:.3f} s (instantiation and upload included).", "",
                   f"Floors: a dependent node of a chain of empty kernels in a graph takes {f['node_us']:.2f} µs of "
                   f"GPU time, so hal's {cuda['dispatches']} dispatches a token cost at least {f['launch_us']:.1f} µs; "
+                  f"a node of a chain of the least a dependent kernel does (bench.early_launch's matvec: weights read "
+                  f"before its wait, then the vector the kernel before wrote, a dot product and a warp's sum) takes "
+                  f"{f['dependent_node_us']:.2f} µs with early launch, {cuda['dispatches']} of them "
+                  f"{cuda['dispatches'] * f['dependent_node_us']:.1f} µs; "
                   f"an iteration of a while loop of {LOOP_BODY + 2} empty kernel nodes (its condition's included) "
                   f"takes {f['loop_iteration_us']:.2f} µs; a token moves at least {f['bytes_per_token'] / 1e6:.1f} "
                   f"MB, {f['bandwidth_us']:.1f} µs at the copy bandwidth measured here ({f['copy_gb_per_s']:.0f} "

@@ -56,6 +56,25 @@ def chain_rows(found: dict[str, np.ndarray]) -> list[dict]:
     return rows
 
 
+def pair_rows(found: dict[str, np.ndarray]) -> list[dict]:
+    """Per kernel and the kernel after it, in launch order of first appearance: instances, mean µs on the chain,
+    block (0, 0)'s work after its wait, and the next kernel's waiting (its entry to its wait's return): where a
+    kernel's cost on the chain depends on what follows it (the next kernel's loads before its wait, a loop's
+    iteration)."""
+    kernel, entry, waited, exit_ = found["kernel"], found["entry"], found["waited"], found["exit"]
+    groups: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for i in range(1, len(kernel) - 1):
+        if kernel[i] != "start":
+            groups.setdefault((str(kernel[i]), str(kernel[i + 1])), []).append(
+                ((waited[i + 1] - waited[i]) / 1e3, (exit_[i] - waited[i]) / 1e3, (waited[i + 1] - entry[i + 1]) / 1e3))
+    rows = []
+    for (name, after), samples in groups.items():
+        chain, work, waiting = np.mean(np.array(samples), axis=0)
+        rows.append(dict(kernel=name, next=after, instances=len(samples), chain_us=float(chain),
+                         work_us=float(work), next_waiting_us=float(waiting)))
+    return rows
+
+
 def tokens_us(found: dict[str, np.ndarray]) -> float:
     """Mean µs from one step's first kernel's wait to the next step's."""
     kernel, waited = found["kernel"], found["waited"]
@@ -91,7 +110,8 @@ def timeline(weights, steps: int, expected: list[int], early_launch: bool) -> di
                     found = instances(stamps.read(np.uint64))
         return dict(device=dev.name, early_launch=dev.capabilities.supports_early_launch, match=match,
                     stamped_us=float(np.median(gpu_us["stamped"])), plain_us=float(np.median(gpu_us["plain"])),
-                    token_us=tokens_us(found), records=len(found["kernel"]), rows=chain_rows(found))
+                    token_us=tokens_us(found), records=len(found["kernel"]), rows=chain_rows(found),
+                    pairs=pair_rows(found))
 
 
 def run() -> dict:
@@ -119,6 +139,12 @@ def report(result: dict) -> str:
                   "wait |", "|---|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['kernel']} | {r['instances']} | {r['chain_us']:.2f} | {r['entry_us']:.2f} | "
                   f"{r['waiting_us']:.2f} | {r['work_us']:.2f} |" for r in found["rows"]]
+        lines += ["", "By the kernel after it (a kernel's cost on the chain ends at the next one's wait returning, "
+                      "which the next one's own loads before its wait or a loop's iteration can delay):", "",
+                  "| kernel | next | instances | on the chain | work after the wait | next's waiting |",
+                  "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['kernel']} | {r['next']} | {r['instances']} | {r['chain_us']:.2f} | {r['work_us']:.2f} | "
+                  f"{r['next_waiting_us']:.2f} |" for r in found["pairs"]]
     return "\n".join(lines)
 
 

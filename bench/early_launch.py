@@ -65,10 +65,10 @@ KERNELS = {"shift": ("shift_plain", f"y = x * 3 + k over {ELEMENTS} uint32, {ELE
 
 
 class Chains:
-    """One kernel's chains on one device: its buffers and, per length, a command buffer of that many dispatches of
-    `export`."""
+    """One kernel's chains on one device: its buffers and, per length in `lengths`, a command buffer of that many
+    dispatches of `export`."""
 
-    def __init__(self, dev: hal.Device, kernel: str, export: str) -> None:
+    def __init__(self, dev: hal.Device, kernel: str, export: str, lengths: tuple[int, ...] = LENGTHS) -> None:
         if kernel == "shift":
             exe = dev.load_executable(EARLY_SOURCE)
             bufs = [dev.upload(np.arange(ELEMENTS, dtype=np.uint32)) for _ in range(2)]
@@ -83,7 +83,7 @@ class Chains:
             def record(cb: hal.CommandBuffer, i: int) -> None:
                 cb.dispatch(exe, export, (ROWS * 32 // 256, 1, 1), (), (weights, bufs[i % 2], bufs[(i + 1) % 2]))
         self.chains = {}
-        for k in LENGTHS:
+        for k in lengths:
             cb = self.chains[k] = dev.create_command_buffer(mode="reusable")
             with cb:
                 for i in range(k):

@@ -39,15 +39,25 @@ def test_the_rows_give_each_kernel_its_cost_on_the_chain():
     assert decode_timeline.tokens_us(found) == pytest.approx(10.0)
 
 
+def test_the_pair_rows_split_a_kernels_cost_by_the_kernel_after_it():
+    pairs = {(r["kernel"], r["next"]): r for r in decode_timeline.pair_rows(decode_timeline.instances(stamp_words()))}
+    assert set(pairs) == {(a, b) for (a, *_), (b, *_) in zip(STEP, STEP[1:] + STEP[:1])}
+    logits = pairs["logits_argmax", "embed_qkv_rope"]
+    assert logits["instances"] == 2 and logits["chain_us"] == pytest.approx(3.9)
+    assert logits["work_us"] == pytest.approx(2.3)
+    assert logits["next_waiting_us"] == pytest.approx(0.85)  # the next step's embed_qkv_rope: 600 ns, then 1100
+
+
 def test_the_report_prints_each_run_beside_the_decode_without_stamps():
     found = decode_timeline.instances(stamp_words())
     run = dict(device="a GPU", early_launch=True, match=True, stamped_us=29.5, plain_us=29.3,
                token_us=decode_timeline.tokens_us(found), records=len(found["kernel"]),
-               rows=decode_timeline.chain_rows(found))
+               rows=decode_timeline.chain_rows(found), pairs=decode_timeline.pair_rows(found))
     text = decode_timeline.report(dict(steps=2, config="Config()", runs={"early launch": run}))
     assert "### early launch (supports_early_launch: True): 10.00 µs a token from the stamps" in text
     assert "29.50 with stamps, 29.30 without" in text
     assert "| attention | 2 | 1.10 | -0.10 | 1.30 | 0.50 |" in text
+    assert "| attention | attn_out | 2 | 1.10 | 0.50 | 1.50 |" in text
 
 
 def test_stamps_reach_the_cuda_kernels_alone():
