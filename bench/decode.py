@@ -211,7 +211,9 @@ def measure_floors(dev: hal.Device) -> dict:
         return (long - short) / (LONG_CHAIN - SHORT_CHAIN) * 1e6
 
     node_us = per_node(chains)
-    dependent_node_us = per_node(Chains(dev, "matvec", "matvec", (SHORT_CHAIN, LONG_CHAIN)).chains)
+    dependent = Chains(dev, "matvec", "matvec", (SHORT_CHAIN, LONG_CHAIN))
+    dependent_node_us = per_node(dependent.chains)
+    dependent.release()
     iteration_us = timed(lambda: dev.queue_execute(loop)) / LOOP_ITERATIONS * 1e6
     copy_gb_per_s = 2 * COPY_BYTES / timed(lambda: dev.queue_copy(source, target)) / 1e9
     for buffer in (flag, source, target):

@@ -75,6 +75,7 @@ class Chains:
 
             def record(cb: hal.CommandBuffer, i: int) -> None:
                 cb.dispatch(exe, export, (ELEMENTS // 64, 1, 1), (ELEMENTS, i), (bufs[i % 2], bufs[(i + 1) % 2]))
+            self.buffers = bufs
         else:
             exe = dev.load_executable(MATVEC_SOURCE)
             weights = dev.upload(np.full((ROWS, COLUMNS), 1.0 / COLUMNS, np.float32))  # keeps the vector bounded
@@ -82,6 +83,7 @@ class Chains:
 
             def record(cb: hal.CommandBuffer, i: int) -> None:
                 cb.dispatch(exe, export, (ROWS * 32 // 256, 1, 1), (), (weights, bufs[i % 2], bufs[(i + 1) % 2]))
+            self.buffers = [weights, *bufs]
         self.chains = {}
         for k in lengths:
             cb = self.chains[k] = dev.create_command_buffer(mode="reusable")
@@ -90,6 +92,11 @@ class Chains:
                     if i:
                         cb.execution_barrier()
                     record(cb, i)
+
+    def release(self) -> None:
+        """Free the chains' buffers (the device keeps running)."""
+        for buffer in self.buffers:
+            buffer.release()
 
 
 def run() -> dict:
