@@ -55,18 +55,23 @@ struct Stamp {
 #endif
 
 // Early launch (programmatic dependent launch, sm_90 and later). A step kernel waits for the kernels before it to end
-// before it touches what the kernel just before it wrote, and only then lets the kernels after it launch. So a step
-// kernel launches only once the kernel before it has passed its wait, that is once every kernel two or more back has
-// ended and its writes are visible: what those wrote (the state, the cache's earlier rows, x where the kernel just
-// before did not write it) is read before the wait, through L2 (__ldcg: no stale line in the SM's L1), as the
-// weights, which nothing writes, are. Where the graph's edges are plain, every kernel before has ended at launch and
-// the wait returns at once.
+// before it touches what the kernel just before it wrote, and only then lets the kernels after it launch
+// (AFTER_PREDECESSORS). So a step kernel launches only once the kernel before it has passed its wait, that is once
+// every kernel two or more back has ended and its writes are visible: what those wrote (the state, the cache's
+// earlier rows, x where the kernel just before did not write it) is read before the wait, through L2 (__ldcg: no
+// stale line in the SM's L1), as the weights, which nothing writes, are. But ffn_out lets the kernel after it launch
+// at its entry: qkv_rope and the logits, which read before their wait only the state, the prompt and what nothing
+// writes, so their weights stream in while ffn_in still runs (the logits' 4 MB are bound by bandwidth, and
+// qkv_rope's rope pair hangs on the position). Where the graph's edges are plain, every kernel before has ended at
+// launch and the wait returns at once.
 #if __CUDA_ARCH__ >= 900
-#define AFTER_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory"); STAMP_WAITED(); \
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define WAIT_FOR_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory"); STAMP_WAITED()
 #else
-#define AFTER_PREDECESSORS() STAMP_WAITED()
+#define LAUNCH_DEPENDENTS()
+#define WAIT_FOR_PREDECESSORS() STAMP_WAITED()
 #endif
+#define AFTER_PREDECESSORS() WAIT_FOR_PREDECESSORS(); LAUNCH_DEPENDENTS()
 
 __device__ __forceinline__ float warp_sum(float v) {
     #pragma unroll
@@ -191,7 +196,7 @@ __device__ __forceinline__ void rope_pair(const float* rope, unsigned position, 
 }
 
 // A warp per rotary pair of rows (2p, 2p + 1) of the fused q | k | v projection. The position, and the rope table's
-// pair at it, are read before the wait (the logits that moved it on are two or more kernels back), but for the
+// pair at it, are read before the wait (the logits that moved it on are many kernels back), but for the
 // step's first kernel (EMBED), which follows the logits: it reads them after, and projects the embedding of the token
 // at the position: the prompt's (state[3]) or the last logits' pick (the key), which block 0 writes to `tokens`;
 // block 0 also writes the embedding to x, the residual that attn_out reads (its warp 0 from the registers that hold
@@ -427,15 +432,17 @@ extern "C" __global__ void __launch_bounds__(256) ffn_in(const float* w1, const 
 }
 
 // x += w2 @ g: SPLIT warps per row (LOCAL_FFN / SPLIT columns each), 8 / SPLIT rows per block, summed in shared
-// memory. x (written two kernels back) is read before the wait.
+// memory. x (written two kernels back) is read before the wait. The kernel after it may launch at its entry (see
+// Early launch above).
 extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const float* g, float* x) {
     STAMP(KIND_FFN_OUT);
+    LAUNCH_DEPENDENTS();
     __shared__ float part[8];
     unsigned r = blockIdx.x * (8u / SPLIT) + WARP / SPLIT, span = (WARP % SPLIT) * (LOCAL_FFN / SPLIT);
     Slice<LOCAL_FFN / SPLIT> row, a;
     row.load(w2 + r * LOCAL_FFN + span);
     float xr = RESIDUAL && threadIdx.x < 8u / SPLIT ? __ldcg(x + blockIdx.x * (8u / SPLIT) + threadIdx.x) : 0.0f;
-    AFTER_PREDECESSORS();
+    WAIT_FOR_PREDECESSORS();
     a.load(g + span);
     float u = warp_sum(dot(row, a));
     if (LANE == 0u) part[WARP] = u;
@@ -451,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const
 // logits = output @ (RMSNorm(x) * gain), LOGIT_ROWS rows per warp; each block raises the argmax key by its rows'
 // largest key (one atomic max a block: no block waits for another). Block 0 moves the position on, takes the prompt's
 // token there (if any) into state[3] and counts the step; what it needs of the state and the prompt is read before
-// the wait (the kernels that wrote them are two or more back).
+// the wait (the step's logits before it wrote the state; the host, the prompt).
 #define LOGIT_ROWS 4u  // (the rows' pointers below are written out for 4)
 extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, const float* x, const float* gain,
                                                                  float* logits, unsigned* state,
