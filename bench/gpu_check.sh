@@ -20,8 +20,8 @@
 # the decode example's and early launch's tests on CUDA and Vulkan, bench.decode (hal against PyTorch at its best
 # and the GPU's floors), bench.decode_timeline, bench.early_launch, `python -m hal trace decode` and
 # `python -m hal demo decode`: about four minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives,
-# `parallel` the split decode's tests and bench.tensor_parallel (NCCL through nccl4py's wheel in .whl): each one
-# call on a machine with several GPUs.
+# `parallel` the split decode's tests and bench.tensor_parallel (NCCL through nccl4py's wheel in .whl; WORLDS=1,2
+# runs only those GPU counts, for a long run in parts): each one call on a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -88,7 +88,7 @@ if [ "$PART" = parallel ]; then  # on a machine with several GPUs: the split dec
     run tests-cuda.log "the split decode" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider \
         tests/examples/test_decode_parallel.py
     TIMEOUT=500 run bench.log "python -m bench.tensor_parallel" python3 -m bench.tensor_parallel \
-        --json "$OUT/tensor-parallel.json"
+        --worlds "${WORLDS:-1,2,4,8}" --json "$OUT/tensor-parallel.json"
     exit $status
 fi
 if [ "$PART" = decode ]; then

@@ -14,7 +14,7 @@ first use apart, and whether its tokens equal numpy's (model.reference_generate 
 Targets (issue 48): 2 GPUs >= 1.7x one GPU's tokens/s, 4 GPUs >= 3x; >= 1.5x the fastest PyTorch row at the same GPU
 count.
 
-    python -m bench.tensor_parallel [--json PATH] [--layers N]
+    python -m bench.tensor_parallel [--json PATH] [--layers N] [--worlds 1,2,4,8]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import argparse
 import multiprocessing
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -147,15 +148,24 @@ def torch_parallel_row(config: Config, world: int, expected: list[int]) -> dict:
     return slowest_rank_row(name, world, rows)
 
 
-def run(config: Config) -> dict:
+def progress(row: dict) -> dict:
+    """`row`, told on stderr as it is measured, so a run cut short by a time limit still shows what it had."""
+    speed = row["error"] if "error" in row else f"{row['tokens_per_s']:.0f} tokens/s"
+    print(f"{row['competitor']}: {speed}", file=sys.stderr, flush=True)
+    return row
+
+
+def run(config: Config, worlds: tuple[int, ...] = WORLDS) -> dict:
+    """Every row at each GPU count in `worlds` that this machine has (one GPU's rows in any case)."""
     import torch
     weights = random_weights(config, seed=0)
     expected, _ = reference_generate(weights, PROMPT, STEPS)
     count = gpu_count()
-    rows = [hal_row(weights, 1, expected, communicate=False)]
-    rows += [hal_row(weights, w, expected, device_loops=loops) for w in WORLDS if w <= count for loops in (True, False)]
-    rows.append(torch_row(weights, expected))
-    rows += [torch_parallel_row(config, w, expected) for w in WORLDS if w <= count]
+    run_on = [w for w in worlds if w <= count]
+    rows = [progress(hal_row(weights, 1, expected, communicate=False))]
+    rows += [progress(hal_row(weights, w, expected, device_loops=loops)) for w in run_on for loops in (True, False)]
+    rows.append(progress(torch_row(weights, expected)))
+    rows += [progress(torch_parallel_row(config, w, expected)) for w in run_on]
     from bench.decode import bytes_per_token, measure_floors
     with hal.create_device("cuda") as dev:
         floors = measure_floors(dev)
@@ -212,10 +222,12 @@ def report(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=LARGE.layers, help="fewer layers, for a quick look")
+    parser.add_argument("--worlds", default=",".join(map(str, WORLDS)),
+                        help="the GPU counts to split over, of those the machine has (a long run in parts)")
     parser.add_argument("--json", default=None, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     config = Config(**{**LARGE.__dict__, "layers": args.layers})
-    result = run(config)
+    result = run(config, tuple(int(w) for w in args.worlds.split(",")))
     return emit(result, report(result), args.json)
 
 

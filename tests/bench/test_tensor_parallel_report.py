@@ -32,3 +32,12 @@ def test_a_row_from_ranks_is_the_slowest_rank_s():
             dict(error=None, tokens_per_s=90.0, compile_s=4.0, match=False)]
     row = tensor_parallel.slowest_rank_row("PyTorch", 2, rows)
     assert row["tokens_per_s"] == 90.0 and row["first_s"] == 4.0 and not row["tokens_match"]
+
+
+def test_each_row_is_told_as_it_is_measured(capsys):
+    row = _row("hal, 2 GPUs", 2, 1300.0)
+    assert tensor_parallel.progress(row) is row
+    failed = dict(competitor="PyTorch, torch.distributed over 4 GPUs: x", gpus=4, error="a rank gave no result")
+    tensor_parallel.progress(failed)
+    assert capsys.readouterr().err.splitlines() == ["hal, 2 GPUs: 1300 tokens/s",
+                                                    "PyTorch, torch.distributed over 4 GPUs: x: a rank gave no result"]
