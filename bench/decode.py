@@ -168,7 +168,8 @@ def measure_floors(dev: hal.Device) -> dict:
     """The GPU time per node of a chain of empty one-workgroup kernels in one graph (the slope between chains of
     SHORT_CHAIN and LONG_CHAIN nodes, so the launch's own cost drops out); the same of a chain of the least a
     dependent kernel of a decode step does (bench.early_launch's matvec: its weights read before its wait, then the
-    1 KiB vector the kernel before wrote, one dot product a warp and the warp's sum), early launch as `dev` takes it;
+    1 KiB vector the kernel before wrote, one dot product a warp and the warp's sum), early launch as `dev` takes it,
+    the next kernel let launch at the kernel's entry and, as most of the step's kernels do, after its wait;
     the GPU time of an iteration of a while loop whose body is LOOP_BODY empty kernels and a countdown
     (LOOP_ITERATIONS of them, so with the condition's kernel LOOP_BODY + 2 nodes an iteration); and the
     device-to-device copy bandwidth (bytes read plus written): each timing the median of RUNS after warm-up
@@ -211,14 +212,18 @@ def measure_floors(dev: hal.Device) -> dict:
         return (long - short) / (LONG_CHAIN - SHORT_CHAIN) * 1e6
 
     node_us = per_node(chains)
-    dependent = Chains(dev, "matvec", "matvec", (SHORT_CHAIN, LONG_CHAIN))
-    dependent_node_us = per_node(dependent.chains)
-    dependent.release()
+    dependent_us = {}
+    for export in ("matvec", "matvec_after_wait"):
+        dependent = Chains(dev, "matvec", export, (SHORT_CHAIN, LONG_CHAIN))
+        dependent_us[export] = per_node(dependent.chains)
+        dependent.release()
     iteration_us = timed(lambda: dev.queue_execute(loop)) / LOOP_ITERATIONS * 1e6
     copy_gb_per_s = 2 * COPY_BYTES / timed(lambda: dev.queue_copy(source, target)) / 1e9
     for buffer in (flag, source, target):
         buffer.release()
-    return dict(node_us=node_us, dependent_node_us=dependent_node_us, loop_iteration_us=iteration_us,
+    return dict(node_us=node_us, dependent_node_us=dependent_us["matvec"],
+                dependent_after_wait_node_us=dependent_us["matvec_after_wait"],
+                dependent_early_launch=dev.capabilities.supports_early_launch, loop_iteration_us=iteration_us,
                 copy_gb_per_s=copy_gb_per_s)
 
 
@@ -304,8 +309,12 @@ def report(result: dict) -> str:
                   f"GPU time, so hal's {cuda['dispatches']} dispatches a token cost at least {f['launch_us']:.1f} µs; "
                   f"a node of a chain of the least a dependent kernel does (bench.early_launch's matvec: weights read "
                   f"before its wait, then the vector the kernel before wrote, a dot product and a warp's sum) takes "
-                  f"{f['dependent_node_us']:.2f} µs with early launch, {cuda['dispatches']} of them "
-                  f"{cuda['dispatches'] * f['dependent_node_us']:.1f} µs; "
+                  f"{f['dependent_node_us']:.2f} µs "
+                  f"{'with early launch' if f['dependent_early_launch'] else 'with plain edges'}, the next kernel let "
+                  f"launch at its entry ({cuda['dispatches']} of them "
+                  f"{cuda['dispatches'] * f['dependent_node_us']:.1f} µs), {f['dependent_after_wait_node_us']:.2f} "
+                  f"after its wait, as most of the step's kernels do "
+                  f"({cuda['dispatches'] * f['dependent_after_wait_node_us']:.1f} µs); "
                   f"an iteration of a while loop of {LOOP_BODY + 2} empty kernel nodes (its condition's included) "
                   f"takes {f['loop_iteration_us']:.2f} µs; a token moves at least {f['bytes_per_token'] / 1e6:.1f} "
                   f"MB, {f['bandwidth_us']:.1f} µs at the copy bandwidth measured here ({f['copy_gb_per_s']:.0f} "

@@ -40,22 +40,27 @@ MATVEC_CODE = r"""
 #define LAUNCH_DEPENDENTS()
 #define WAIT_FOR_PREDECESSORS()
 #endif
-template <bool EARLY>
+// TRIGGER: where the kernel lets the next launch: 0 nowhere (no griddepcontrol), 1 at its entry, 2 after its wait
+template <int TRIGGER>
 __device__ void matvec_row(const float4* w, const float4* x, float* y) {
     unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     const float4* row = w + warp * 64;
     float4 a = row[lane], b = row[lane + 32];  // the weights: this kernel's own, read before its wait
-    if (EARLY) { LAUNCH_DEPENDENTS(); WAIT_FOR_PREDECESSORS(); }
+    if (TRIGGER == 1) LAUNCH_DEPENDENTS();
+    if (TRIGGER != 0) WAIT_FOR_PREDECESSORS();
+    if (TRIGGER == 2) LAUNCH_DEPENDENTS();
     float4 c = x[lane], d = x[lane + 32];  // the vector the kernel before wrote
     float s = a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w + b.x * d.x + b.y * d.y + b.z * d.z + b.w * d.w;
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) y[warp] = s;
 }
-extern "C" __global__ void matvec(const float4* w, const float4* x, float* y) { matvec_row<true>(w, x, y); }
-extern "C" __global__ void matvec_plain(const float4* w, const float4* x, float* y) { matvec_row<false>(w, x, y); }
+extern "C" __global__ void matvec(const float4* w, const float4* x, float* y) { matvec_row<1>(w, x, y); }
+extern "C" __global__ void matvec_after_wait(const float4* w, const float4* x, float* y) { matvec_row<2>(w, x, y); }
+extern "C" __global__ void matvec_plain(const float4* w, const float4* x, float* y) { matvec_row<0>(w, x, y); }
 """
 MATVEC_SOURCE = hal.ExecutableSource.cuda(MATVEC_CODE, [
     hal.Export("matvec", bindings=3, workgroup_size=256, readonly=(0, 1), early_launch=True),
+    hal.Export("matvec_after_wait", bindings=3, workgroup_size=256, readonly=(0, 1), early_launch=True),
     hal.Export("matvec_plain", bindings=3, workgroup_size=256, readonly=(0, 1))])
 KERNELS = {"shift": ("shift_plain", f"y = x * 3 + k over {ELEMENTS} uint32, {ELEMENTS // 64} workgroups of 64: "
                                     f"nothing of its own to read before its wait"),

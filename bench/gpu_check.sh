@@ -20,8 +20,8 @@
 # the decode example's and early launch's tests on CUDA and Vulkan, bench.decode (hal against PyTorch at its best
 # and the GPU's floors), bench.decode_timeline, bench.early_launch, `python -m hal trace decode` and
 # `python -m hal demo decode`: about four minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives,
-# `parallel` the split decode's tests and bench.tensor_parallel (NCCL through nccl4py's wheel in .whl; WORLDS=1,2
-# runs only those GPU counts, for a long run in parts): each one call on a machine with several GPUs.
+# `parallel` the split decode's tests and bench.tensor_parallel (NCCL through nccl4py's wheel in .whl; WORLDS=2,4
+# runs only those GPU counts and one GPU's, for a long run in parts): each one call on a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}

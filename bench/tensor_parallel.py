@@ -156,12 +156,13 @@ def progress(row: dict) -> dict:
 
 
 def run(config: Config, worlds: tuple[int, ...] = WORLDS) -> dict:
-    """Every row at each GPU count in `worlds` that this machine has (one GPU's rows in any case)."""
+    """Every row at each GPU count in `worlds` that this machine has, and one GPU's in any case (the targets' ratios
+    are to it)."""
     import torch
     weights = random_weights(config, seed=0)
     expected, _ = reference_generate(weights, PROMPT, STEPS)
     count = gpu_count()
-    run_on = [w for w in worlds if w <= count]
+    run_on = sorted({1, *(w for w in worlds if w <= count)})
     rows = [progress(hal_row(weights, 1, expected, communicate=False))]
     rows += [progress(hal_row(weights, w, expected, device_loops=loops)) for w in run_on for loops in (True, False)]
     rows.append(progress(torch_row(weights, expected)))
@@ -223,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=LARGE.layers, help="fewer layers, for a quick look")
     parser.add_argument("--worlds", default=",".join(map(str, WORLDS)),
-                        help="the GPU counts to split over, of those the machine has (a long run in parts)")
+                        help="the GPU counts to split over, of those the machine has (a long run in parts; one "
+                             "GPU's rows, the targets' reference, run in any case)")
     parser.add_argument("--json", default=None, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     config = Config(**{**LARGE.__dict__, "layers": args.layers})

@@ -57,8 +57,9 @@ from examples.decode.model import EPSILON, Config
 CHUNK = 16  # positions per attention partial
 LONG_LOOP, SHORT_LOOP = 16, 4  # steps per iteration of the decode's first two loops (runner.py says why)
 
-# The step's kernels are marked early_launch: on CUDA each lets the next launch at once and waits for the ones
-# before it to end before it touches what they write (kernels_cuda.py), so it loads its weights meanwhile.
+# The step's kernels are marked early_launch: on CUDA each waits for the ones before it to end before it touches
+# what they write, and lets the next launch once past that wait (ffn_out at its entry: kernels_cuda.py), so each
+# loads its weights while the one before it runs.
 EXPORTS = (
     hal.Export("start", bindings=2, constants=1, workgroup_size=32, readonly=(1,)),
     hal.Export("embed_qkv_rope", bindings=10, workgroup_size=128, readonly=(0, 2, 3, 4, 9), early_launch=True),

@@ -62,8 +62,9 @@ struct Stamp {
 // stale line in the SM's L1), as the weights, which nothing writes, are. But ffn_out lets the kernel after it launch
 // at its entry: qkv_rope and the logits, which read before their wait only the state, the prompt and what nothing
 // writes, so their weights stream in while ffn_in still runs (the logits' 4 MB are bound by bandwidth, and
-// qkv_rope's rope pair hangs on the position). Where the graph's edges are plain, every kernel before has ended at
-// launch and the wait returns at once.
+// qkv_rope's rope pair hangs on the position). That holds while ffn_in and attn_out wait before they let the next
+// launch: then what the kernel after ffn_out reads before its wait was written three or more kernels back. Where
+// the graph's edges are plain, every kernel before has ended at launch and the wait returns at once.
 #if __CUDA_ARCH__ >= 900
 #define LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #define WAIT_FOR_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory"); STAMP_WAITED()
