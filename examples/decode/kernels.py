@@ -55,7 +55,7 @@ from examples.decode.kernels_host import functions as host_functions
 from examples.decode.model import EPSILON, Config
 
 CHUNK = 16  # positions per attention partial
-LONG_LOOP, SHORT_LOOP = 16, 4  # steps per iteration of the decode's first two loops (runner.py says why)
+LONG_LOOP, SHORT_LOOP = 32, 4  # steps per iteration of the decode's first two loops (runner.py says why)
 
 # The step's kernels are marked early_launch: on CUDA each waits for the ones before it to end before it touches
 # what they write, and lets the next launch once past that wait (ffn_out at its entry: kernels_cuda.py), so each

@@ -366,7 +366,8 @@ __device__ __forceinline__ void head_weights(const float* p, unsigned last, floa
 // memory: a thread per dimension has loaded its first GROUP chunks' weighted values (more chunks, or more dimensions
 // than threads, are loaded after) while its warp, whose dimensions are all one head's, takes that head's largest
 // scores and sums of exponentials (a lane per chunk) and each chunk's weight e^(m - largest); each thread sums its
-// values by those weights, passed along the warp by shuffles, in four independent sums, and divides by the rescaled
+// values by those weights, which the warp passes through shared memory (a store a lane, then reads of four at once:
+// fewer instructions than a shuffle a chunk), in four independent sums, and divides by the rescaled
 // sum of exponentials, which the warp adds up meanwhile. So no warp waits for another until `attended` is whole. The
 // position and x (written two or more kernels back) are read before the wait. Launch bounds of one block per SM:
 // registers for a whole group. A row of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
@@ -376,6 +377,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
                                                                const float* wo, float* x) {
     STAMP(KIND_ATTN_OUT);
     __shared__ __align__(16) float attended[ATTN];
+    __shared__ __align__(16) float weights[8][32];  // each warp's chunk weights for its first group
     unsigned r = blockIdx.x * 8u + WARP;
     Slice<ATTN_PART> row, a;
     row.load(wo + r * ATTN);
@@ -392,9 +394,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
         const float* values = head + 2u + d % HEAD_DIM;
         float e[LANE_CHUNKS], total, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         head_weights(head, last, e, total);
-        if (d == i) {
+        if (d == i) {  // (lanes past the last chunk hold 0 in e and in o)
+            weights[WARP][LANE] = e[0];
+            __syncwarp();
             #pragma unroll
-            for (unsigned c = 0; c < GROUP; ++c) acc[c % 4u] += o[c] * __shfl_sync(FULL_MASK, e[0], c);  // (0 x 0)
+            for (unsigned c = 0; c < GROUP; c += 4u) {
+                const float4 w = *reinterpret_cast<const float4*>(&weights[WARP][c]);
+                acc[0] += o[c] * w.x;
+                if (c + 1u < GROUP) acc[1] += o[c + 1u] * w.y;
+                if (c + 2u < GROUP) acc[2] += o[c + 2u] * w.z;
+                if (c + 3u < GROUP) acc[3] += o[c + 3u] * w.w;
+            }
         }
         #pragma unroll
         for (unsigned j = 0; j < LANE_CHUNKS; ++j)

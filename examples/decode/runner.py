@@ -3,13 +3,13 @@ position with only values changing.
 
 One command buffer holds the steps (each position: four layers of five dispatches, the first of them taking the token's
 embedding, then the logits and the greedy choice of the next token in one more: 21 dispatches between barriers, the
-intermediate vectors in cb.alloca transients) in three while loops: the first runs LONG_LOOP (16) steps an iteration
+intermediate vectors in cb.alloca transients) in three while loops: the first runs LONG_LOOP (32) steps an iteration
 while at least that many are left, the second SHORT_LOOP (4) while at least 4 are, the third one step an iteration for
 the rest (at most 3). So `generate(k)` is one submission for k positions (on CUDA, one graph launch). `step()`,
 generate(1), submits a second command buffer instead, the step without the loops (a while node costs CUDA a few kernels'
 worth even when it does not run). Loops of several steps because an iteration costs more than its kernels (a CUDA while
 node's iteration adds its condition's kernel node and the conditional node's own cost, a few kernels' worth:
-bench/README.md), which those steps share; three so that no k pays more than 6 iterations beyond its long ones. The
+bench/README.md), which those steps share; three so that no k pays more than 10 iterations beyond its long ones. The
 values that change live on the device: the state buffer holds the position, the steps left and the loops' flags (set
 from constant slot 0 at the start of a submission), and the argmax key in which the last kernel leaves the next token;
 the next position's first kernel reads it, writes it into the token buffer and projects its embedding, so no value goes
