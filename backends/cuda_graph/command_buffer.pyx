@@ -31,7 +31,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   anew (instantiated again): updating nodes inside conditional bodies in place is not done yet.
 - Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
   new table captures the work of a collective whose buffers moved again and sets it on the exec's node
-  (cuGraphExecChildGraphNodeSetParams); never instantiated again.
+  (cuGraphExecChildGraphNodeSetParams); never instantiated again. A one-shot command buffer holding one builds a
+  graph too (the communicator's docstring says why).
 - Calls (CommandBuffer.call; hal.calls): a child graph node each, the function's work captured from the device's
   capture stream, once per set of buffer addresses and constant values (kept per call, CALL_CAPTURES at most); a new
   table or new values set the exec's node to the capture for them (capturing again only for a set not kept). A
@@ -184,8 +185,11 @@ cdef class CudaEmitter(GraphBuilder):
             self.instantiate()
             self.built = True
         elif self.one_shot and not self.single_pass and not program.indirect and not program.regions and \
-                not has_calls(program):
-            self.stream_launch = True  # launched in order at submit: no graph for a single run
+                not program.collectives and not has_calls(program):
+            # launched in order at submit: no graph for a single run (collectives are captured all the same: NCCL
+            # without graph mixing wants no call outside graphs while a graph of its communicator is queued,
+            # backends.cuda_graph.communicator)
+            self.stream_launch = True
         elif not self.at_submit:
             self.build((), ())
 
@@ -365,11 +369,6 @@ cdef class CudaEmitter(GraphBuilder):
         cdef Kernel kernel
         kernel.executable = NULL
         for c in self.program.commands:
-            if type(c) is Collective:
-                (<Collective>c).communicator.enqueue(c, collective_address((<Collective>c).source, table),
-                                                     collective_address((<Collective>c).target, table),
-                                                     <uintptr_t>self.stream)
-                continue
             node = node_of(c, table, constants, self.staging, &kernel, scratch)
             if node.kind == KERNEL_NODE:
                 check_at(cydriver.cuLaunchKernel(node.kernel.func, node.kernel.gridDimX, node.kernel.gridDimY,

@@ -2,7 +2,7 @@
 
 A command buffer's collectives are captured from a stream into child graphs of its CUDA graph (the emitter
 in backends.cuda_graph.command_buffer), so they run inside the graph with the kernels around them, one
-launch for all. One-shot command buffers run them straight on the device's stream.
+launch for all; one-shot command buffers too (see Graph mixing below).
 
 Forming the group. Every rank in this process: ncclCommInitAll. One process per GPU: rank 0 writes NCCL's
 unique id to the rendezvous file (new: it must not exist), every rank reads it and calls ncclCommInitRank,
@@ -16,6 +16,17 @@ to take part at once. Ranks of one process capture their graphs one after the ot
 end()), so hal sets NCCL_RUNTIME_CONNECT=0 (connect at creation) unless the environment already sets it, and
 a communicator of several ranks in this process exchanges one byte between every pair of ranks (grouped,
 so all at once) before it returns, which connects point-to-point transfers too.
+
+Graph mixing. By default NCCL surrounds every collective captured into a graph with an event wait and an event record
+(its way of ordering graph launches against calls made outside graphs and against other graphs on other streams).
+CUDA refuses event nodes inside a conditional node's body, so the collectives of a while_nonzero or if_nonzero
+could not run on the device; and NCCL documents that this mechanism has been seen to deadlock CUDA when the graphs
+of several communicators are launched from one thread, which is how one process drives its ranks. hal sets
+NCCL_GRAPH_MIXING_SUPPORT=0 unless the environment already sets it: NCCL then captures a collective as its kernel
+alone (seen on 2 H200s with NCCL 2.28). What NCCL asks in exchange, no graph launch of a communicator outstanding
+when a call outside graphs is made and no two launched in parallel, holds because hal captures every collective
+(one-shot command buffers included) and launches a device's graphs in order on its one stream; the only calls
+outside graphs are the connecting exchange above, before any graph exists.
 """
 
 from __future__ import annotations
@@ -58,6 +69,7 @@ class CudaCommunicator(Communicator):
     def __init__(self, devices: Sequence[Any], world: int, rank: int, rendezvous: str | None) -> None:
         self.nccl = nccl_bindings()
         os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")  # see the module's docstring
+        os.environ.setdefault("NCCL_GRAPH_MIXING_SUPPORT", "0")  # (the same)
         super().__init__(devices, world, rank)
         self.captors: weakref.WeakSet = weakref.WeakSet()  # see captured_by
         self.comms: list = []
