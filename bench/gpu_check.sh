@@ -21,7 +21,8 @@
 # and the GPU's floors), bench.decode_timeline, bench.early_launch, `python -m hal trace decode` and
 # `python -m hal demo decode`: about four minutes, most of it torch.compile. `collectives` runs the collectives' CUDA tests and bench.collectives,
 # `parallel` the split decode's tests and bench.tensor_parallel (NCCL through nccl4py's wheel in .whl; WORLDS=2,4
-# runs only those GPU counts and one GPU's, for a long run in parts): each one call on a machine with several GPUs.
+# runs only those GPU counts and one GPU's, PARTS=hal,torch only those rows, for a long run in parts): each one call
+# on a machine with several GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -88,7 +89,7 @@ if [ "$PART" = parallel ]; then  # on a machine with several GPUs: the split dec
     run tests-cuda.log "the split decode" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider \
         tests/examples/test_decode_parallel.py
     TIMEOUT=500 run bench.log "python -m bench.tensor_parallel" python3 -m bench.tensor_parallel \
-        --worlds "${WORLDS:-1,2,4,8}" --json "$OUT/tensor-parallel.json"
+        --worlds "${WORLDS:-1,2,4,8}" --parts "${PARTS:-hal,torch,nccl}" --json "$OUT/tensor-parallel.json"
     exit $status
 fi
 if [ "$PART" = decode ]; then

@@ -23,7 +23,10 @@ attn_out and after ffn_out (the kernels leave the rank's part of the sum there, 
 one submission per rank runs every position, the collectives on the device. Every rank picks the same token. Where
 the backend refuses collectives inside a loop (the first submission raises DeviceError), the Decoder records the
 step without the loops and submits once per position (`loops_refused` says why); `device_loops=False` asks for that
-from the start."""
+from the start. Ranks driven from one thread: generate(k) with the loops is one submission a rank, so the ranks may
+come one after the other; a submission per position must take the ranks in turn at every position (step() on each),
+since a rank queued far ahead waits on the GPU for its peers' part of an all_reduce (on 2 H200s, rank 0's
+submissions of a token each blocked the host before rank 1 had any)."""
 
 from __future__ import annotations
 
