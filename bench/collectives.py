@@ -7,7 +7,8 @@ of the machine; side by side in one process (or, for the data-parallel step, in 
    of many back to back; bus bandwidth = bytes / time x 2 (n - 1) / n, NCCL's convention. Target: >= 0.95x NCCL
    at large sizes.
 2. Small-message latency: 100 all_reduces of 8 B in one command buffer (one graph launch per rank) against 100
-   eager NCCL calls.
+   eager NCCL calls; and the same hal command buffers through NCCL alone (HAL_CUDA_PEER_ALL_REDUCE=0: all_reduces
+   up to 64 KiB otherwise run in hal's peer kernel, backends.cuda_graph.peer_all_reduce).
 3. A data-parallel step, one process per GPU (hal's rank/world form, a rendezvous file): per layer a matmul kernel
    makes a gradient and an all_reduce sums it across ranks, the next layer's matmul overlapping this all_reduce
    (hazards mode); against PyTorch distributed (NCCL) running the same step eagerly and as a captured CUDA graph.
@@ -155,6 +156,20 @@ def bandwidth(devices: list[hal.Device], comm: hal.Communicator, direct: DirectN
         rows.append(_one_size(devices, comm, direct, nbytes))
         nbytes *= 8
     return rows
+
+
+def nccl_only(devices: list[hal.Device]) -> hal.Communicator:
+    """A communicator of `devices` whose all_reduces all go through NCCL (without hal's peer kernel)."""
+    from backends.cuda_graph.peer_all_reduce import SWITCH
+    previous = os.environ.get(SWITCH)
+    os.environ[SWITCH] = "0"
+    try:
+        return hal.create_communicator(devices)
+    finally:
+        if previous is None:
+            del os.environ[SWITCH]
+        else:
+            os.environ[SWITCH] = previous
 
 
 def latency(devices: list[hal.Device], comm: hal.Communicator, direct: DirectNccl) -> dict:
@@ -353,12 +368,15 @@ def run(max_bytes: int, with_data_parallel: bool = True) -> dict:
     try:
         rows = bandwidth(devices, comm, direct, max_bytes)
         small = latency(devices, comm, direct)
+        with nccl_only(devices) as through_nccl:
+            small["hal_graph_nccl_us"] = latency(devices, through_nccl, direct)["hal_graph_us"]
         rebind = rebinding(devices, comm)
+        peer = "on" if comm.peer is not None else f"off ({comm.peer_unavailable})"
     finally:
         comm.close()
         for d in devices:
             d.close()
-    meta = dict(device=devices[0].name, gpus=count, date=time.strftime("%Y-%m-%d"))
+    meta = dict(device=devices[0].name, gpus=count, date=time.strftime("%Y-%m-%d"), peer_all_reduce=peer)
     return dict(meta=meta, bandwidth=rows, latency=small, rebinding=rebind,
                 data_parallel=data_parallel(count) if with_data_parallel else [])
 
@@ -379,10 +397,14 @@ def report(result: dict) -> str:
             worst = min(r["nccl_us"] / r["hal_us"] for r in large)
             lines += ["", f"Target: >= {BANDWIDTH_TARGET}x NCCL's bus bandwidth {what}: {worst:.3f}x at worst "
                           f"({'met' if worst >= BANDWIDTH_TARGET else 'MISSED'})."]
+    from backends.cuda_graph.peer_all_reduce import ONE_SHOT_BYTES, SWITCH
     s = result["latency"]
     lines += ["", f"Small messages: {s['ops']} all_reduces of 8 B: {s['hal_graph_us']:.2f} µs each in one hal command "
-                  f"buffer (one graph launch per rank), {s['nccl_eager_us']:.2f} µs each as eager NCCL calls "
-                  f"({s['nccl_eager_us'] / s['hal_graph_us']:.2f}x)."]
+                  f"buffer (one graph launch per rank; hal's peer kernel {meta['peer_all_reduce']}), "
+                  f"{s['hal_graph_nccl_us']:.2f} µs each through NCCL in the same ({SWITCH}=0), "
+                  f"{s['nccl_eager_us']:.2f} µs each as eager NCCL calls "
+                  f"({s['nccl_eager_us'] / s['hal_graph_us']:.2f}x). "
+                  f"Up to {ONE_SHOT_BYTES // 1024} KiB, the bandwidth table's hal column is the peer kernel too."]
     b = result["rebinding"]
     lines += ["", f"Rebinding: an all_reduce of {b['bytes']} B through slots, another table every step: "
                   f"{b['patch_us']:.1f} µs of host time per step (every rank) patching the child graph node, against "

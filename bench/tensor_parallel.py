@@ -9,10 +9,12 @@ in a CUDA graph per token, on one GPU, and split the same way over w GPUs (one p
 with NCCL, the all_reduces torch's functional ones, traced by torch.compile and captured in the graph; w = 1: a
 process group of one rank); then hal a submission per token (the step recorded without the loops, what the decoder
 falls back to where the loops' collectives are refused: the ranks taken in turn at every token, since a rank's queue
-that runs ahead waits for ever on its peers' part of an all_reduce), and hal on w > 1 GPUs under each of NCCL's
-protocols (NCCL_PROTO, NCCL_VARIANTS: an 8 KiB all_reduce is latency-bound). Each row: tokens/s over STEPS
-positions (the wall from the first queued call to the tokens read back), the median of RUNS after a warm-up, the
-first use apart, and whether its tokens equal numpy's (model.reference_generate on the whole model) on every rank.
+that runs ahead waits for ever on its peers' part of an all_reduce), and hal on w > 1 GPUs with its all_reduces
+through NCCL instead of its peer kernel (HAL_CUDA_PEER_ALL_REDUCE=0; backends.cuda_graph.peer_all_reduce serves
+those of 8 KiB by default), under NCCL's default and each of its protocols (NCCL_VARIANTS). Each row: tokens/s over
+STEPS positions (the wall from the first queued call to the tokens read back), the median of RUNS after a warm-up,
+the first use apart, and whether its tokens equal numpy's (model.reference_generate on the whole model) on every
+rank.
 
 Each row runs in processes of its own (hal: one for all its ranks; PyTorch split: one per GPU), which load the
 weights the parent saved once: a row that hangs (a collective whose peers never come) is cut off after
@@ -51,8 +53,9 @@ LARGE = Config(layers=16, dim=2048, heads=16, ffn=8192, vocab=32000, max_sequenc
 PROMPT = [1, 2, 3, 4]
 STEPS, RUNS = 64, 3
 WORLDS = (1, 2, 4, 8)
-PARTS = ("hal", "torch", "nccl")  # hal's rows; PyTorch's; hal under NCCL_VARIANTS
-NCCL_VARIANTS = ("LL", "LL128", "Simple")  # NCCL_PROTO
+PARTS = ("hal", "torch", "nccl")  # hal's rows; PyTorch's; hal with its all_reduces through NCCL (NCCL_VARIANTS)
+NCCL_VARIANTS = ({}, {"NCCL_PROTO": "LL"}, {"NCCL_PROTO": "LL128"}, {"NCCL_PROTO": "Simple"})  # with PEER_OFF
+PEER_OFF = {"HAL_CUDA_PEER_ALL_REDUCE": "0"}  # (backends.cuda_graph.peer_all_reduce's switch)
 SPEEDUP_TARGETS = {2: 1.7, 4: 3.0}
 TORCH_TARGET = 1.5
 ROW_TIMEOUT_S = 420
@@ -102,12 +105,15 @@ def in_processes(work: Callable[..., None], args_per_process: list[tuple]) -> li
 
 
 def hal_row(config: Config, directory: str, world: int, expected: list[int], communicate: bool = True,
-            device_loops: bool = True, protocol: str | None = None) -> dict:
+            device_loops: bool = True, environment: dict[str, str] | None = None) -> dict:
     """hal on `world` GPUs (a communicator unless `communicate` is False, on one GPU), in a process of its own;
-    `device_loops` False: a submission per position; `protocol`: NCCL_PROTO for its NCCL."""
+    `device_loops` False: a submission per position; `environment`: set in its process (NCCL's variables, hal's
+    switches)."""
     name = f"hal, {world} GPU{'s' if world > 1 else ''}" + ("" if communicate else ", no communicator") + \
-        ("" if device_loops else ", a submission per token") + (f", NCCL_PROTO={protocol}" if protocol else "")
-    row = in_processes(_hal_ranks, [(config, directory, world, expected, communicate, device_loops, protocol)])[0]
+        ("" if device_loops else ", a submission per token") + \
+        "".join(f", {key}={value}" for key, value in (environment or {}).items())
+    row = in_processes(_hal_ranks, [(config, directory, world, expected, communicate, device_loops,
+                                     environment or {})])[0]
     refused = row.pop("refused", None)
     if refused:
         name += f" (its loops refused, so a submission per token: {refused})"
@@ -115,11 +121,10 @@ def hal_row(config: Config, directory: str, world: int, expected: list[int], com
 
 
 def _hal_ranks(config: Config, directory: str, world: int, expected: list[int], communicate: bool,
-               device_loops: bool, protocol: str | None, results) -> None:
+               device_loops: bool, environment: dict[str, str], results) -> None:
     """The process of one hal row: its row, or why there is none, put on `results`."""
     faulthandler.dump_traceback_later(ROW_TIMEOUT_S - 20, exit=True)  # where a hung row stood, before it is cut off
-    if protocol:
-        os.environ["NCCL_PROTO"] = protocol
+    os.environ.update(environment)
     try:
         row = _hal_measure(load_weights(config, directory), world, expected, communicate, device_loops)
     except Exception as e:  # the parent waits for a result: never leave it none
@@ -243,8 +248,8 @@ def run(config: Config, worlds: tuple[int, ...] = WORLDS, parts: tuple[str, ...]
         if "hal" in parts:
             rows += [progress(hal_row(config, directory, w, expected, device_loops=False)) for w in run_on]
         if "nccl" in parts:
-            rows += [progress(hal_row(config, directory, w, expected, protocol=p)) for w in run_on if w > 1
-                     for p in NCCL_VARIANTS]
+            rows += [progress(hal_row(config, directory, w, expected, environment={**PEER_OFF, **variant}))
+                     for w in run_on if w > 1 for variant in NCCL_VARIANTS]
     from bench.decode import bytes_per_token, measure_floors
     with hal.create_device("cuda") as dev:
         floors = measure_floors(dev)
@@ -309,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the GPU counts to split over, of those the machine has (a long run in parts; one "
                              "GPU's rows, the targets' reference, run in any case)")
     parser.add_argument("--parts", default=",".join(PARTS),
-                        help="which rows: hal (hal's), torch (PyTorch's), nccl (hal under each NCCL_PROTO); a long "
-                             "run in parts")
+                        help="which rows: hal (hal's), torch (PyTorch's), nccl (hal's all_reduces through NCCL, "
+                             "under each NCCL_PROTO); a long run in parts")
     parser.add_argument("--json", default=None, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     parts = tuple(args.parts.split(","))

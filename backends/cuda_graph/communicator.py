@@ -2,7 +2,8 @@
 
 A command buffer's collectives are captured from a stream into child graphs of its CUDA graph (the emitter
 in backends.cuda_graph.command_buffer), so they run inside the graph with the kernels around them, one
-launch for all; one-shot command buffers too (see Graph mixing below).
+launch for all; one-shot command buffers too (see Graph mixing below). Small all_reduces between ranks all in this
+process run in hal's own kernel instead, where peer access allows (backends.cuda_graph.peer_all_reduce).
 
 Forming the group. Every rank in this process: ncclCommInitAll. One process per GPU: rank 0 writes NCCL's
 unique id to the rendezvous file (new: it must not exist), every rank reads it and calls ncclCommInitRank,
@@ -40,9 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from backends.cuda_graph import peer_all_reduce
+from backends.cuda_graph.peer_all_reduce import PeerAllReduce
 from hal.commands import Collective
 from hal.communicator import Communicator
-from hal.errors import DeviceError, TimeoutError, UnsupportedError, ValidationError
+from hal.errors import DeviceError, DeviceLostError, TimeoutError, UnsupportedError, ValidationError
 
 RENDEZVOUS_TIMEOUT_S = 300.0
 _DTYPES = {"int8": "Int8", "uint8": "Uint8", "int32": "Int32", "uint32": "Uint32", "int64": "Int64",
@@ -73,12 +76,16 @@ class CudaCommunicator(Communicator):
         super().__init__(devices, world, rank)
         self.captors: weakref.WeakSet = weakref.WeakSet()  # see captured_by
         self.comms: list = []
+        self.peer: PeerAllReduce | None = None  # small all_reduces in hal's kernel (peer_all_reduce)
+        self.peer_unavailable: str | None = "ranks in other processes"  # or why not, where they are all here
         try:
             if rendezvous is None:
                 self.comms = self._init_all()
+                self._start_peer_all_reduce()
             else:
                 self.comms = [self._init_rank(world, rank, rendezvous)]
         except BaseException:
+            self._destroy(self.comms)
             self.release_tokens()
             raise
         self._dtypes = {np.dtype(k): int(getattr(self.nccl.DataType, v)) for k, v in _DTYPES.items()}
@@ -119,6 +126,18 @@ class CudaCommunicator(Communicator):
         finally:
             for b in buffers:
                 b.release()
+
+    def _start_peer_all_reduce(self) -> None:
+        """The peer kernel for small all_reduces where these ranks allow it; NCCL for all where not (the reason kept
+        in `peer_unavailable`: one decision for every rank, all of them in this process)."""
+        self.peer_unavailable = peer_all_reduce.unavailable(self.devices)
+        if self.peer_unavailable is None:
+            try:
+                self.peer = PeerAllReduce(self.devices)
+            except DeviceError as e:  # peer access refused, say: NCCL does them all
+                if isinstance(e, DeviceLostError):
+                    raise
+                self.peer_unavailable = str(e)
 
     def _dtype_code(self, name: str) -> int:
         return int(getattr(self.nccl.DataType, _DTYPES[name]))
@@ -167,6 +186,9 @@ class CudaCommunicator(Communicator):
     def enqueue(self, c: Collective, source: int, target: int, stream: int) -> None:
         """Queue collective `c` of this process's rank c.rank on `stream` (a CUstream handle, maybe capturing);
         `source` and `target` are device addresses (0 where it has none)."""
+        if self.peer is not None and self.peer.serves(c):
+            self.peer.enqueue(c, c.rank - self.first_rank, source, target, stream)
+            return
         nccl = self.nccl
         comm = self.comms[c.rank - self.first_rank]
         dtype = self._dtypes[c.dtype]
@@ -209,6 +231,9 @@ class CudaCommunicator(Communicator):
             emitter.release_graphs()
         self._destroy(self.comms)
         self.comms = []
+        if self.peer is not None:
+            self.peer.release()
+            self.peer = None
 
     def _destroy(self, comms: list) -> None:
         for comm in comms:

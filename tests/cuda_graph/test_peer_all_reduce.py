@@ -1,0 +1,131 @@
+"""The peer kernel for small all_reduces between this process's GPUs (backends.cuda_graph.peer_all_reduce): every
+type and operation it serves against numpy, in place at an unaligned offset across many submissions (its two halves
+and its count of calls), the ranks' results equal bit for bit; larger ones, and all with the switch off, go to NCCL.
+(tests/conformance/test_collectives.py's multi-GPU cases, its loops and branches on the device among them, run
+through it too.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hal
+from backends.cuda_graph.peer_all_reduce import ONE_SHOT_BYTES, SWITCH
+from tests.conftest import open_ranks
+
+pytestmark = [pytest.mark.cuda, pytest.mark.multi_gpu]
+N = 1000
+
+
+@pytest.fixture(scope="module")
+def group():
+    devices = open_ranks("cuda", 0)
+    try:
+        comm = hal.create_communicator(devices)
+    except hal.UnsupportedError as e:
+        for d in devices:
+            d.close()
+        pytest.skip(str(e))
+    if comm.peer is None:
+        reason = comm.peer_unavailable
+        comm.close()
+        for d in devices:
+            d.close()
+        pytest.skip(f"no peer kernel on these GPUs: {reason}")
+    yield devices, comm
+    comm.close()
+    for d in devices:
+        d.close()
+
+
+def _submit(devices, cbs, times):
+    for _ in range(times):
+        for d, cb in zip(devices, cbs):  # the ranks in turn
+            d.queue_execute(cb)
+    for d in devices:
+        d.synchronize()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64])
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+def test_each_type_and_operation(group, dtype, op):
+    ranks, comm = group
+    captured = comm.peer.captured
+    rng = np.random.default_rng(7)
+    data = [rng.integers(0 if op == "prod" else -50, 3 if op == "prod" else 50, N).astype(dtype) for _ in ranks]
+    sources = [d.upload(x) for d, x in zip(ranks, data)]
+    targets = [d.allocate(sources[0].size) for d in ranks]
+    cbs = []
+    for r, d in enumerate(ranks):
+        cb = d.create_command_buffer(mode="reusable")
+        with cb:
+            cb.all_reduce(comm, sources[r], targets[r], dtype, op)
+        cbs.append(cb)
+    _submit(ranks, cbs, 3)
+    expected = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op](np.stack(data), axis=0)
+    for t in targets:
+        np.testing.assert_array_equal(t.read(dtype), expected.astype(dtype))
+    assert comm.peer.captured == captured + len(ranks)
+
+
+def test_in_place_at_an_unaligned_offset_many_times(group):
+    ranks, comm = group
+    world = len(ranks)
+    data = [np.arange(N, dtype=np.float64) * (r + 1) for r in range(world)]
+    buffers = [d.allocate(8 * N + 8) for d in ranks]
+    views = [hal.ref(b, 4, 8 * N) for b in buffers]  # 4 bytes in: float64s the kernel copies a byte at a time
+    for b, x in zip(buffers, data):
+        raw = np.zeros(8 * N + 8, np.uint8)
+        raw[4:4 + 8 * N] = x.view(np.uint8)
+        b.write(raw)
+    cbs = []
+    for d, v in zip(ranks, views):
+        cb = d.create_command_buffer(mode="reusable")
+        with cb:
+            cb.all_reduce(comm, v, v, np.float64)
+        cbs.append(cb)
+    submissions = 7  # both halves of the staging buffers, several times each
+    _submit(ranks, cbs, submissions)
+    expected = np.sum(data, axis=0) * float(world) ** (submissions - 1)
+    results = [b.read(np.uint8)[4:4 + 8 * N].view(np.float64) for b in buffers]
+    for result in results:
+        np.testing.assert_array_equal(result, expected)
+
+
+def test_float_sums_equal_on_every_rank_bit_for_bit(group):
+    ranks, comm = group
+    rng = np.random.default_rng(3)
+    data = [rng.standard_normal(N).astype(np.float32) for _ in ranks]
+    buffers = [d.upload(x) for d, x in zip(ranks, data)]
+    cbs = []
+    for d, b in zip(ranks, buffers):
+        cb = d.create_command_buffer(mode="one_shot")
+        with cb:
+            cb.all_reduce(comm, b, b, np.float32)
+        cbs.append(cb)
+    _submit(ranks, cbs, 1)
+    results = [b.read(np.float32) for b in buffers]
+    for result in results[1:]:
+        assert result.tobytes() == results[0].tobytes()
+    np.testing.assert_allclose(results[0], np.sum(data, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_larger_ones_and_the_switch_off_go_to_nccl(group, monkeypatch):
+    ranks, comm = group
+    captured = comm.peer.captured
+    count = ONE_SHOT_BYTES // 4 + 1
+    buffers = [d.upload(np.full(count, r + 1, np.int32)) for r, d in enumerate(ranks)]
+    cbs = []
+    for d, b in zip(ranks, buffers):
+        cb = d.create_command_buffer(mode="reusable")
+        with cb:
+            cb.all_reduce(comm, b, b, np.int32)
+        cbs.append(cb)
+    _submit(ranks, cbs, 1)
+    total = sum(range(1, len(ranks) + 1))
+    for b in buffers:
+        np.testing.assert_array_equal(b.read(np.int32), np.full(count, total, np.int32))
+    assert comm.peer.captured == captured
+    monkeypatch.setenv(SWITCH, "0")
+    with hal.create_communicator(ranks) as nccl_only:
+        assert nccl_only.peer is None and SWITCH in nccl_only.peer_unavailable
