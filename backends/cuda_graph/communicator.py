@@ -45,7 +45,7 @@ from backends.cuda_graph import peer_all_reduce
 from backends.cuda_graph.peer_all_reduce import PeerAllReduce
 from hal.commands import Collective
 from hal.communicator import Communicator
-from hal.errors import DeviceError, DeviceLostError, TimeoutError, UnsupportedError, ValidationError
+from hal.errors import DeviceError, DeviceLostError, HalError, TimeoutError, UnsupportedError, ValidationError
 
 RENDEZVOUS_TIMEOUT_S = 300.0
 _DTYPES = {"int8": "Int8", "uint8": "Uint8", "int32": "Int32", "uint32": "Uint32", "int64": "Int64",
@@ -134,10 +134,10 @@ class CudaCommunicator(Communicator):
         if self.peer_unavailable is None:
             try:
                 self.peer = PeerAllReduce(self.devices)
-            except DeviceError as e:  # peer access refused, say: NCCL does them all
+            except HalError as e:  # peer access refused, no NVRTC, say: NCCL does them all
                 if isinstance(e, DeviceLostError):
                     raise
-                self.peer_unavailable = str(e)
+                self.peer_unavailable = f"{type(e).__name__}: {e}"
 
     def _dtype_code(self, name: str) -> int:
         return int(getattr(self.nccl.DataType, _DTYPES[name]))
@@ -227,13 +227,15 @@ class CudaCommunicator(Communicator):
                 d.wait_for_work()
 
     def _close(self) -> None:
-        for emitter in list(self.captors):
-            emitter.release_graphs()
-        self._destroy(self.comms)
-        self.comms = []
-        if self.peer is not None:
-            self.peer.release()
-            self.peer = None
+        try:
+            for emitter in list(self.captors):
+                emitter.release_graphs()
+        finally:
+            self._destroy(self.comms)
+            self.comms = []
+            peer, self.peer = self.peer, None
+            if peer is not None:
+                peer.release()
 
     def _destroy(self, comms: list) -> None:
         for comm in comms:

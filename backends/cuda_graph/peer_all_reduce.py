@@ -20,10 +20,13 @@ all ranks of a collective take the same path. Captured from a stream like NCCL's
 node), so it sits in loops and branches, and is patched as a collective is.
 
 Peer access, once enabled between the ranks' contexts, stays enabled for the contexts' lives (the primary
-contexts, which other libraries in the process share)."""
+contexts, which other libraries in the process share). It covers memory from cuMemAlloc, not from the stream-ordered
+pools hal's buffers come from (those would need cuMemPoolSetAccess, which maps every later allocation of the pool
+into the peers too), so the staging buffers and flags the peers touch are cuMemAlloc'd here, freed at release()."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +36,7 @@ from cuda.bindings import driver
 
 from backends.cuda_graph.api import call, fail
 from hal.commands import Collective
+from hal.errors import DeviceError
 from hal.executable import ExecutableSource, Export
 
 ONE_SHOT_BYTES = 64 * 1024  # a rank's part; larger all_reduces are bandwidth-bound: NCCL's
@@ -52,12 +56,12 @@ _SOURCE_TEXT = r"""
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
     unsigned v;
-    asm volatile("ld.acquire.sys.global.u32 %%0, [%%1];" : "=r"(v) : "l"(p) : "memory");
+    asm volatile("ld.acquire.sys.u32 %%0, [%%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 
 __device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
-    asm volatile("st.release.sys.global.u32 [%%0], %%1;" :: "l"(p), "r"(v) : "memory");
+    asm volatile("st.release.sys.u32 [%%0], %%1;" :: "l"(p), "r"(v) : "memory");
 }
 
 template <typename T, int OP> __device__ __forceinline__ T combine(T a, T b) {
@@ -136,6 +140,9 @@ def unavailable(devices: Sequence[Any]) -> str | None:
         return f"{SWITCH}=0"
     if not 2 <= len(devices) <= MAX_RANKS:
         return f"{len(devices)} ranks (the kernel serves 2 to {MAX_RANKS})"
+    for d in devices:  # acquire and release loads and stores, and warps that meet at a barrier after a divergent spin
+        if d.compute_capability < (7, 0):
+            return f"cuda:{d.ordinal} is of compute capability {d.compute_capability} (the kernel needs 7.0)"
     for a in devices:
         for b in devices:
             if a is not b and not call(driver.cuDeviceCanAccessPeer, a.cu_device, b.cu_device):
@@ -151,17 +158,18 @@ class PeerAllReduce:
     def __init__(self, devices: Sequence[Any]) -> None:
         self.devices = list(devices)
         self.captured = 0
-        self.buffers: list[Any] = []
+        self.shared: list[tuple[Any, int]] = []  # (device, address): what the peers touch, cuMemAlloc'd
+        self.buffers: list[Any] = []  # hal buffers only this rank's kernel touches
         try:
             self._enable_peer_access()
             world = len(self.devices)
             self.executables = [d.load_executable(SOURCE) for d in self.devices]  # (kept: they hold the modules)
-            stages = [self._zeroed(d, 2 * ONE_SHOT_BYTES) for d in self.devices]
-            flags = [self._zeroed(d, 4 * world) for d in self.devices]
-            self.calls = [self._zeroed(d, 4) for d in self.devices]
+            stages = [self._shared_zeroed(d, 2 * ONE_SHOT_BYTES) for d in self.devices]
+            flags = [self._shared_zeroed(d, 4 * world) for d in self.devices]
+            self.calls = [self._kept(d.upload(np.zeros(1, np.uint32))) for d in self.devices]
             addresses = np.zeros(2 * MAX_RANKS, np.uint64)
-            addresses[:world] = [b.handle for b in stages]
-            addresses[MAX_RANKS:MAX_RANKS + world] = [b.handle for b in flags]
+            addresses[:world] = stages
+            addresses[MAX_RANKS:MAX_RANKS + world] = flags
             self.tables = [self._kept(d.upload(addresses)) for d in self.devices]
         except BaseException:
             self.release()
@@ -181,8 +189,13 @@ class PeerAllReduce:
         self.buffers.append(buffer)
         return buffer
 
-    def _zeroed(self, device: Any, nbytes: int) -> Any:
-        return self._kept(device.upload(np.zeros(nbytes, np.uint8)))
+    def _shared_zeroed(self, device: Any, nbytes: int) -> int:
+        """`nbytes` of zeros on `device` that its peers may access (cuMemAlloc: see the module's docstring)."""
+        device.activate()
+        address = int(call(driver.cuMemAlloc, nbytes))
+        self.shared.append((device, address))
+        call(driver.cuMemsetD8, address, 0, nbytes)
+        return address
 
     @staticmethod
     def serves(c: Collective) -> bool:
@@ -205,7 +218,13 @@ class PeerAllReduce:
         self.captured += 1
 
     def release(self) -> None:
-        """Free the buffers (the graphs that launch the kernels are freed first: the communicator's close)."""
+        """Free the memory (once the devices' work is done and the graphs that launch the kernels are freed: the
+        communicator's close)."""
         for b in self.buffers:
             b.release()
         self.buffers = []
+        for device, address in self.shared:
+            with contextlib.suppress(DeviceError):  # a lost device's memory went with its context
+                device.activate()
+                call(driver.cuMemFree, address)
+        self.shared = []

@@ -9,6 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import backend_or_skip
+
+backend_or_skip("cuda")
+
 import hal
 from backends.cuda_graph.peer_all_reduce import ONE_SHOT_BYTES, SWITCH
 from tests.conftest import open_ranks
@@ -90,6 +94,43 @@ def test_in_place_at_an_unaligned_offset_many_times(group):
     results = [b.read(np.uint8)[4:4 + 8 * N].view(np.float64) for b in buffers]
     for result in results:
         np.testing.assert_array_equal(result, expected)
+
+
+SPIN = hal.ExecutableSource.cuda(r"""
+extern "C" __global__ void spin(unsigned* sink, unsigned cycles) {
+    long long start = clock64();
+    while (clock64() - start < (long long)cycles) {
+    }
+    sink[0] = cycles;
+}
+""", [hal.Export("spin", bindings=1, constants=("uint32",), workgroup_size=1)])
+
+
+def test_a_chain_whose_ranks_arrive_late_in_turn(group):
+    """The decode's pattern: many all_reduces one after the other in one graph, in place; before each, one rank
+    or the other kept busy a while, so each side waits for the other's flag in its turn."""
+    ranks, comm = group
+    world, chain = len(ranks), 16
+    data = [np.arange(N, dtype=np.int64) + 100 * r for r in range(world)]
+    buffers = [d.upload(x) for d, x in zip(ranks, data)]
+    cbs = []
+    for r, d in enumerate(ranks):
+        exe, sink = d.load_executable(SPIN), d.allocate(4)
+        cb = d.create_command_buffer(mode="reusable")
+        with cb:
+            for i in range(chain):
+                if i:
+                    cb.execution_barrier()
+                cb.dispatch(exe, "spin", (1, 1, 1), (200_000 * ((i + r) % 2),), (sink,))  # ~0.1 ms when late
+                cb.execution_barrier()
+                cb.all_reduce(comm, buffers[r], buffers[r], np.int64)
+        cbs.append(cb)
+    _submit(ranks, cbs, 2)
+    expected = np.sum(data, axis=0)
+    for _ in range(2 * chain - 1):  # int64 wraps as the GPU's sums do (8 GPUs pass 2^63)
+        expected = expected * np.int64(world)
+    for b in buffers:
+        np.testing.assert_array_equal(b.read(np.int64), expected)
 
 
 def test_float_sums_equal_on_every_rank_bit_for_bit(group):
