@@ -80,14 +80,15 @@ if [ "$PART" = collectives ]; then  # on a machine with several GPUs: the collec
     rm -f "$OUT"/tests-*.log "$OUT"/bench.log
     nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
     run tests-cuda.log "CUDA collectives" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider \
-        tests/conformance/test_collectives.py tests/cuda_graph/test_collectives.py
+        tests/conformance/test_collectives.py tests/cuda_graph/test_collectives.py \
+        tests/cuda_graph/test_peer_all_reduce.py
     TIMEOUT=300 run bench.log "python -m bench.collectives" python3 -m bench.collectives --json "$OUT/collectives.json"
     exit $status
 fi
 if [ "$PART" = parallel ]; then  # on a machine with several GPUs: the split decode's tests, then bench.tensor_parallel
     rm -f "$OUT"/tests-*.log "$OUT"/bench.log
-    run tests-cuda.log "the split decode" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda -p no:cacheprovider \
-        tests/examples/test_decode_parallel.py
+    run tests-cuda.log "the peer all_reduce, the split decode" env HAL_REQUIRE=cuda python3 -m pytest -q -m cuda \
+        -p no:cacheprovider tests/cuda_graph/test_peer_all_reduce.py tests/examples/test_decode_parallel.py
     TIMEOUT=500 run bench.log "python -m bench.tensor_parallel" python3 -m bench.tensor_parallel \
         --worlds "${WORLDS:-1,2,4,8}" --parts "${PARTS:-hal,torch,nccl}" --json "$OUT/tensor-parallel.json"
     exit $status
