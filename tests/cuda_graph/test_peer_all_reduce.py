@@ -42,6 +42,17 @@ def group():
         d.close()
 
 
+def _recorded(ranks, record, mode="reusable"):
+    """Each rank's command buffer, record(rank, device, cb) inside."""
+    cbs = []
+    for r, d in enumerate(ranks):
+        cb = d.create_command_buffer(mode=mode)
+        with cb:
+            record(r, d, cb)
+        cbs.append(cb)
+    return cbs
+
+
 def _submit(devices, cbs, times):
     for _ in range(times):
         for d, cb in zip(devices, cbs):  # the ranks in turn
@@ -59,12 +70,7 @@ def test_each_type_and_operation(group, dtype, op):
     data = [rng.integers(0 if op == "prod" else -50, 3 if op == "prod" else 50, N).astype(dtype) for _ in ranks]
     sources = [d.upload(x) for d, x in zip(ranks, data)]
     targets = [d.allocate(sources[0].size) for d in ranks]
-    cbs = []
-    for r, d in enumerate(ranks):
-        cb = d.create_command_buffer(mode="reusable")
-        with cb:
-            cb.all_reduce(comm, sources[r], targets[r], dtype, op)
-        cbs.append(cb)
+    cbs = _recorded(ranks, lambda r, d, cb: cb.all_reduce(comm, sources[r], targets[r], dtype, op))
     _submit(ranks, cbs, 3)
     expected = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op](np.stack(data), axis=0)
     for t in targets:
@@ -82,12 +88,7 @@ def test_in_place_at_an_unaligned_offset_many_times(group):
         raw = np.zeros(8 * N + 8, np.uint8)
         raw[4:4 + 8 * N] = x.view(np.uint8)
         b.write(raw)
-    cbs = []
-    for d, v in zip(ranks, views):
-        cb = d.create_command_buffer(mode="reusable")
-        with cb:
-            cb.all_reduce(comm, v, v, np.float64)
-        cbs.append(cb)
+    cbs = _recorded(ranks, lambda r, d, cb: cb.all_reduce(comm, views[r], views[r], np.float64))
     submissions = 7  # both halves of the staging buffers, several times each
     _submit(ranks, cbs, submissions)
     expected = np.sum(data, axis=0) * float(world) ** (submissions - 1)
@@ -113,18 +114,17 @@ def test_a_chain_whose_ranks_arrive_late_in_turn(group):
     world, chain = len(ranks), 16
     data = [np.arange(N, dtype=np.int64) + 100 * r for r in range(world)]
     buffers = [d.upload(x) for d, x in zip(ranks, data)]
-    cbs = []
-    for r, d in enumerate(ranks):
+
+    def record(r, d, cb):
         exe, sink = d.load_executable(SPIN), d.allocate(4)
-        cb = d.create_command_buffer(mode="reusable")
-        with cb:
-            for i in range(chain):
-                if i:
-                    cb.execution_barrier()
-                cb.dispatch(exe, "spin", (1, 1, 1), (200_000 * ((i + r) % 2),), (sink,))  # ~0.1 ms when late
+        for i in range(chain):
+            if i:
                 cb.execution_barrier()
-                cb.all_reduce(comm, buffers[r], buffers[r], np.int64)
-        cbs.append(cb)
+            cb.dispatch(exe, "spin", (1, 1, 1), (200_000 * ((i + r) % 2),), (sink,))  # ~0.1 ms when late
+            cb.execution_barrier()
+            cb.all_reduce(comm, buffers[r], buffers[r], np.int64)
+
+    cbs = _recorded(ranks, record)
     _submit(ranks, cbs, 2)
     expected = np.sum(data, axis=0)
     for _ in range(2 * chain - 1):  # int64 wraps as the GPU's sums do (8 GPUs pass 2^63)
@@ -138,12 +138,7 @@ def test_float_sums_equal_on_every_rank_bit_for_bit(group):
     rng = np.random.default_rng(3)
     data = [rng.standard_normal(N).astype(np.float32) for _ in ranks]
     buffers = [d.upload(x) for d, x in zip(ranks, data)]
-    cbs = []
-    for d, b in zip(ranks, buffers):
-        cb = d.create_command_buffer(mode="one_shot")
-        with cb:
-            cb.all_reduce(comm, b, b, np.float32)
-        cbs.append(cb)
+    cbs = _recorded(ranks, lambda r, d, cb: cb.all_reduce(comm, buffers[r], buffers[r], np.float32), "one_shot")
     _submit(ranks, cbs, 1)
     results = [b.read(np.float32) for b in buffers]
     for result in results[1:]:
@@ -156,12 +151,7 @@ def test_larger_ones_and_the_switch_off_go_to_nccl(group, monkeypatch):
     captured = comm.peer.captured
     count = ONE_SHOT_BYTES // 4 + 1
     buffers = [d.upload(np.full(count, r + 1, np.int32)) for r, d in enumerate(ranks)]
-    cbs = []
-    for d, b in zip(ranks, buffers):
-        cb = d.create_command_buffer(mode="reusable")
-        with cb:
-            cb.all_reduce(comm, b, b, np.int32)
-        cbs.append(cb)
+    cbs = _recorded(ranks, lambda r, d, cb: cb.all_reduce(comm, buffers[r], buffers[r], np.int32))
     _submit(ranks, cbs, 1)
     total = sum(range(1, len(ranks) + 1))
     for b in buffers:
