@@ -58,7 +58,7 @@ NCCL_VARIANTS = ({}, {"NCCL_PROTO": "LL"}, {"NCCL_PROTO": "LL128"}, {"NCCL_PROTO
 PEER_OFF = {"HAL_CUDA_PEER_ALL_REDUCE": "0"}  # (backends.cuda_graph.peer_all_reduce's switch)
 SPEEDUP_TARGETS = {2: 1.7, 4: 3.0}
 TORCH_TARGET = 1.5
-ROW_TIMEOUT_S = 420
+ROW_TIMEOUT_S = 300  # what a hung row costs a run (a GPU call has 600 s)
 WEIGHT_FIELDS = ("embed", "attn_norm", "qkv", "wo", "ffn_norm", "w1", "w3", "w2", "final_norm", "output", "rope")
 
 
