@@ -36,6 +36,16 @@ def open_ranks(driver: str, size: int) -> list[hal.Device]:
     return [open_device(driver if driver == "host" else f"cuda:{i}") for i in range(size)]
 
 
+def open_communicator(devices: list[hal.Device]) -> hal.Communicator:
+    """A communicator of `devices`, or skip where this machine cannot make one (no NCCL, say), the devices closed."""
+    try:
+        return hal.create_communicator(devices)
+    except hal.UnsupportedError as e:
+        for d in devices:
+            d.close()
+        pytest.skip(str(e))
+
+
 def backend_or_skip(name: str) -> None:
     """At a test module's top, before it imports backend `name`'s modules: skip the module when the backend
     cannot be imported here (a missing package such as cuda-python or vulkan, or the Vulkan loader; the

@@ -15,7 +15,7 @@ backend_or_skip("cuda")
 
 import hal
 from backends.cuda_graph.peer_all_reduce import ONE_SHOT_BYTES, SWITCH
-from tests.conftest import open_ranks
+from tests.conftest import open_communicator, open_ranks
 
 pytestmark = [pytest.mark.cuda, pytest.mark.multi_gpu]
 N = 1000
@@ -24,12 +24,7 @@ N = 1000
 @pytest.fixture(scope="module")
 def group():
     devices = open_ranks("cuda", 0)
-    try:
-        comm = hal.create_communicator(devices)
-    except hal.UnsupportedError as e:
-        for d in devices:
-            d.close()
-        pytest.skip(str(e))
+    comm = open_communicator(devices)
     if comm.peer is None:
         reason = comm.peer_unavailable
         comm.close()
