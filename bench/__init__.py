@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import queue
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import hal
@@ -22,6 +24,30 @@ def wall_us(dev, cb, submissions: int, binding_table: tuple = ()) -> float:
         dev.queue_execute(cb, binding_table=binding_table)
     dev.synchronize()
     return (time.perf_counter() - t0) / submissions * 1e6
+
+
+def in_processes(work: Callable[..., None], args_per_process: list[tuple], timeout_s: float) -> list[Any]:
+    """work(*args, results) in a spawned process for each entry of `args_per_process`; each puts one result on
+    `results`. Returns them in the order they came; where they did not all come within `timeout_s` (a hang: a worker
+    should dump its stack on stderr before), one dict with `error` saying so. Processes still alive 30 s after (stuck
+    closing, say) are killed."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = [context.Process(target=work, args=(*args, results)) for args in args_per_process]
+    for p in processes:
+        p.start()
+    found: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for _ in processes:
+            found.append(results.get(timeout=max(1.0, deadline - time.monotonic())))
+    except queue.Empty:
+        found = [dict(error=f"no result within {timeout_s:.0f} s (the processes' stacks are on stderr)")]
+    for p in processes:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+    return found
 
 
 def emit(result: dict, report: str, json_path: str | None) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import multiprocessing
 import os
 import tempfile
 import time
@@ -30,7 +29,7 @@ import time
 import numpy as np
 
 import hal
-from bench import emit
+from bench import emit, in_processes
 
 BANDWIDTH_TARGET = 0.95
 REPEATS = 5
@@ -346,17 +345,10 @@ def _dp_worker(rank: int, world: int, directory: str, results) -> None:
 
 
 def data_parallel(world: int) -> list[dict]:
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     with tempfile.TemporaryDirectory() as directory:
-        workers = [context.Process(target=_dp_worker, args=(r, world, directory, results)) for r in range(world)]
-        for w in workers:
-            w.start()
-        rows = [results.get(timeout=WORKER_TIMEOUT_S) for _ in workers]
-        for w in workers:
-            w.join(timeout=30)
-            if w.is_alive():  # stuck closing (its traceback is on stderr): the results are in
-                w.kill()
+        rows = in_processes(_dp_worker, [(r, world, directory) for r in range(world)], WORKER_TIMEOUT_S)
+    if any("rank" not in row for row in rows):
+        raise TimeoutError(f"the data-parallel step: {rows[0]['error']}")
     return sorted(rows, key=lambda row: row["rank"])
 
 

@@ -32,20 +32,16 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import multiprocessing
 import os
-import queue
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 import hal
-from bench import emit
+from bench import emit, in_processes
 from examples.decode import Config, Decoder, random_weights, reference_generate
 from examples.decode.model import Weights, shard
 
@@ -81,29 +77,6 @@ def load_weights(config: Config, directory: str) -> Weights:
                               for name in WEIGHT_FIELDS})
 
 
-def in_processes(work: Callable[..., None], args_per_process: list[tuple]) -> list[Any]:
-    """work(*args, results) in a spawned process for each entry of `args_per_process`; each puts one result on
-    `results`. Returns them in the order they came; where a process gave none within ROW_TIMEOUT_S (a hang: each
-    dumps its stack on stderr first), one dict with `error` saying so."""
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    processes = [context.Process(target=work, args=(*args, results)) for args in args_per_process]
-    for p in processes:
-        p.start()
-    found: list[Any] = []
-    deadline = time.monotonic() + ROW_TIMEOUT_S
-    try:
-        for _ in processes:
-            found.append(results.get(timeout=max(1.0, deadline - time.monotonic())))
-    except queue.Empty:
-        found = [dict(error=f"no result within {ROW_TIMEOUT_S} s (the processes' stacks are on stderr)")]
-    for p in processes:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-    return found
-
-
 def hal_row(config: Config, directory: str, world: int, expected: list[int], communicate: bool = True,
             device_loops: bool = True, environment: dict[str, str] | None = None) -> dict:
     """hal on `world` GPUs (a communicator unless `communicate` is False, on one GPU), in a process of its own;
@@ -113,7 +86,7 @@ def hal_row(config: Config, directory: str, world: int, expected: list[int], com
         ("" if device_loops else ", a submission per token") + \
         "".join(f", {key}={value}" for key, value in (environment or {}).items())
     row = in_processes(_hal_ranks, [(config, directory, world, expected, communicate, device_loops,
-                                     environment or {})])[0]
+                                     environment or {})], ROW_TIMEOUT_S)[0]
     refused = row.pop("refused", None)
     if refused:
         name += f" (its loops refused, so a submission per token: {refused})"
@@ -217,7 +190,8 @@ def torch_parallel_row(config: Config, directory: str, world: int, expected: lis
     """PyTorch split over `world` GPUs, one process per GPU."""
     from bench.decode_torch import COMPILED_GRAPH
     name = f"PyTorch, torch.distributed over {world} GPU{'s' if world > 1 else ''}: {COMPILED_GRAPH}"
-    rows = in_processes(_torch_rank, [(r, world, directory, config, expected) for r in range(world)])
+    rows = in_processes(_torch_rank, [(r, world, directory, config, expected) for r in range(world)],
+                        ROW_TIMEOUT_S)
     return slowest_rank_row(name, world, rows)
 
 

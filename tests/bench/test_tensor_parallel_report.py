@@ -3,7 +3,7 @@ shape."""
 
 import numpy as np
 
-from bench import tensor_parallel
+from bench import in_processes, tensor_parallel
 from examples.decode import Config, random_weights
 
 
@@ -49,10 +49,9 @@ def test_each_row_is_told_as_it_is_measured(capsys):
                                                     "PyTorch, torch.distributed over 4 GPUs: x: a rank gave no result"]
 
 
-def test_a_row_s_processes_give_their_result_or_say_they_gave_none(monkeypatch):
-    assert tensor_parallel.in_processes(_put_sum, [(1, 2), (3, 4)]) in ([3, 7], [7, 3])
-    monkeypatch.setattr(tensor_parallel, "ROW_TIMEOUT_S", 2)
-    (row,) = tensor_parallel.in_processes(_put_nothing, [()])
+def test_a_row_s_processes_give_their_result_or_say_they_gave_none():
+    assert in_processes(_put_sum, [(1, 2), (3, 4)], 60) in ([3, 7], [7, 3])
+    (row,) = in_processes(_put_nothing, [()], 2)
     assert row["error"].startswith("no result within 2 s")
 
 
