@@ -271,6 +271,8 @@ def report(result: dict) -> str:
             ratio = best[world]["tokens_per_s"] / best[1]["tokens_per_s"]
             lines.append(f"- {world} GPUs {ratio:.2f}x one GPU's tokens/s ({best[world]['competitor']} against "
                          f"{best[1]['competitor']}): >= {target} {'met' if ratio >= target else 'MISSED'}")
+        elif world <= meta["gpus"]:
+            lines.append(f"- {world} GPUs: hal's rows on {world} and on 1 GPU not both in this run (--parts)")
         else:
             lines.append(f"- {world} GPUs: not run ({meta['gpus']} GPU(s) here)")
     for world, theirs in torch_speed.items():

@@ -31,7 +31,10 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   anew (instantiated again): updating nodes inside conditional bodies in place is not done yet.
 - Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
   new table captures the work of a collective whose buffers moved again and sets it on the exec's node
-  (cuGraphExecChildGraphNodeSetParams); never instantiated again. A one-shot command buffer holding one builds a
+  (cuGraphExecChildGraphNodeSetParams); never instantiated again. One that the communicator runs as one kernel of
+  hal's (its kernel_of: the peer all_reduce) is that kernel's node instead, a plain kernel as far as early launch
+  goes (its edges from and to kernels programmatic, since it waits for its predecessors itself), its new
+  parameters set on the exec's node (cuGraphExecKernelNodeSetParams). A one-shot command buffer holding one builds a
   graph too (the communicator's docstring says why).
 - Calls (CommandBuffer.call; hal.calls): a child graph node each, the function's work captured from the device's
   capture stream, once per set of buffer addresses and constant values (kept per call, CALL_CAPTURES at most); a new
@@ -52,11 +55,11 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libcpp.vector cimport vector
 
 from cuda.bindings cimport cydriver
-from cuda.bindings.cydriver cimport CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream
+from cuda.bindings.cydriver cimport CUcontext, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream
 
 from backends.cuda_graph.graph_builder cimport GraphBuilder, call_key, has_calls
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, SlotWord, address, check, check_at,
-                                        collective_address, constant_words_of, node_of, resolve)
+                                        collective_address, constant_words_of, node_of, resolve, words_node)
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Program
@@ -208,7 +211,8 @@ cdef class CudaEmitter(GraphBuilder):
         """Point collective or call `index`'s child graph node of the exec at the work for the buffers `table` binds
         now and the values `constants` holds, when they changed: a collective's work is captured again, a call's
         taken from its captures (captured again if not kept); the exec's node takes the new graph (the same
-        topology, else the driver refuses and follow() builds anew)."""
+        topology, else the driver refuses and follow() builds anew). A collective that is one kernel's node gets
+        that kernel's new parameters."""
         c = self.program.commands[index]
         if type(c) is Collective:
             given = (collective_address((<Collective>c).source, table),
@@ -219,10 +223,16 @@ cdef class CudaEmitter(GraphBuilder):
             return
         cdef CUgraphNode node = self.exec_nodes[self.program.node_of_command(index)]
         cdef CUgraph child
+        cdef Node params
+        kernel_of = (<Collective>c).communicator.kernel_of(c, *given) if type(c) is Collective else None
         if type(c) is Call:
             child = self.captured(<Call>c, given)
             check_at(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, node, child),
                       "cuGraphExecChildGraphNodeSetParams", index)
+        elif kernel_of is not None:  # its kernel's node (graph_builder)
+            params = words_node(<CUfunction><uintptr_t>kernel_of[0], kernel_of[1], kernel_of[2])
+            check_at(cydriver.cuGraphExecKernelNodeSetParams(self.exec, node, &params.kernel),
+                      "cuGraphExecKernelNodeSetParams", index)
         else:
             child = self.capture(<Collective>c, table)
             try:

@@ -3,7 +3,8 @@
 A command buffer's collectives are captured from a stream into child graphs of its CUDA graph (the emitter
 in backends.cuda_graph.command_buffer), so they run inside the graph with the kernels around them, one
 launch for all; one-shot command buffers too (see Graph mixing below). Small all_reduces between ranks all in this
-process run in hal's own kernel instead, where peer access allows (backends.cuda_graph.peer_all_reduce).
+process run in hal's own kernel instead, where peer access allows (backends.cuda_graph.peer_all_reduce): a kernel
+node of the graph (kernel_of).
 
 Forming the group. Every rank in this process: ncclCommInitAll. One process per GPU: rank 0 writes NCCL's
 unique id to the rendezvous file (new: it must not exist), every rank reads it and calls ncclCommInitRank,
@@ -183,12 +184,17 @@ class CudaCommunicator(Communicator):
         except self.nccl.NCCLError as e:
             raise DeviceError(f"{what} failed: {e}") from e
 
+    def kernel_of(self, c: Collective, source: int, target: int) -> tuple[int, int, list[int]] | None:
+        """Collective `c` of this process's rank c.rank as one kernel of hal's, from `source` into `target`
+        (device addresses): its function handle, threads (one block) and parameters (a word each), where the peer
+        kernel serves it; else None, and `enqueue` gives NCCL's work."""
+        if self.peer is None or not self.peer.serves(c):
+            return None
+        return self.peer.kernel(c, c.rank - self.first_rank, source, target)
+
     def enqueue(self, c: Collective, source: int, target: int, stream: int) -> None:
         """Queue collective `c` of this process's rank c.rank on `stream` (a CUstream handle, maybe capturing);
         `source` and `target` are device addresses (0 where it has none)."""
-        if self.peer is not None and self.peer.serves(c):
-            self.peer.enqueue(c, c.rank - self.first_rank, source, target, stream)
-            return
         nccl = self.nccl
         comm = self.comms[c.rank - self.first_rank]
         dtype = self._dtypes[c.dtype]

@@ -2,7 +2,7 @@ from libcpp.vector cimport vector
 
 from cuda.bindings.cydriver cimport CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUstream
 
-from backends.cuda_graph.nodes cimport SlotWord
+from backends.cuda_graph.nodes cimport Node, SlotWord
 from backends.cuda_graph.resubmission cimport Resubmission
 from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Emitter, Program
@@ -79,6 +79,8 @@ cdef class GraphBuilder(Emitter):
     cdef void add_block(self, CUgraph graph, Py_ssize_t block, vector[CUgraphNode]& outside) except *
     cdef CUgraphNode add_region(self, CUgraph graph, Region r, vector[CUgraphNode]& deps, tuple table,
                                 tuple constants, bint top) except *
+    cdef CUgraphNode add_kernel(self, CUgraph target, Node params, vector[CUgraphNode]& deps,
+                                vector[CUgraphNode]& early, Py_ssize_t command) except *
     cdef CUgraphNode add_collective(self, CUgraph graph, Collective c, vector[CUgraphNode]& deps,
                                     tuple table) except *
     cdef CUgraph capture(self, Collective c, tuple table) except NULL

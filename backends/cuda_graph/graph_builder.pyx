@@ -1,6 +1,7 @@
 """How a Program's layout becomes CUDA graph nodes (compiled): kernel, memset and memcpy nodes, nested command buffers
-as child graphs, regions as conditional nodes, collectives and calls as captured child graphs, dispatch_indirect's
-setters, and the programmatic edges of early launch. hal's CUDA emitter
+as child graphs, regions as conditional nodes, collectives and calls as captured child graphs (a collective its
+communicator runs as one kernel of hal's as that kernel's node), dispatch_indirect's setters, and the programmatic
+edges of early launch. hal's CUDA emitter
 (backends.cuda_graph.command_buffer.CudaEmitter) is the one subclass: it decides when to build, instantiates,
 patches and launches.
 """
@@ -14,7 +15,8 @@ from cuda.bindings.cydriver cimport (CUfunction, CUgraph, CUgraphConditionalHand
                                      CUgraphNodeParams, CUkernelNodeAttrValue, CUresult, CUstream)
 
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, add_once, address, check, check_at,
-                                        collective_address, node_of, ref_length, resolve, setter_node)
+                                        collective_address, node_of, ref_length, resolve, setter_node,
+                                        words_node)
 from hal.buffer cimport Buffer, BufferRef
 from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Emitter, Program
@@ -86,7 +88,6 @@ cdef class GraphBuilder(Emitter):
         cdef Py_ssize_t k, d, command
         cdef vector[CUgraphNode] deps, early  # early: the kernel nodes it waits for through programmatic edges
         cdef CUgraphNode node
-        cdef CUgraphEdgeData programmatic
         cdef bint launches_early, calls_inside
         cdef Node params, scratch = Node.__new__(Node)
         cdef Kernel kernel
@@ -97,9 +98,6 @@ cdef class GraphBuilder(Emitter):
         cdef CUgraphNode dep
         cdef vector[CUgraphNode] outside  # the open block's dependencies outside it
         kernel.executable = NULL
-        memset(&programmatic, 0, sizeof(programmatic))
-        programmatic.from_port = cydriver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
-        programmatic.type = cydriver.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
         for k in range(start, stop):
             block = self.block_of[k] if blocks else -1
             # Blocks are runs of layout nodes (see find_blocks), but for joins of the command buffer's own graph
@@ -116,8 +114,14 @@ cdef class GraphBuilder(Emitter):
                 c = None
             else:  # single_pass: `current`, the command just recorded, is not among the Program's commands yet
                 c = current if current is not None and current.index == command else program.commands[command]
-            plain_kernels[k] = type(c) is Dispatch and (<Dispatch>c).parameters is None
-            launches_early = self.early_launch and plain_kernels[k] and (<Dispatch>c).export.early_launch
+            kernel_of = None  # a collective its communicator runs as one kernel: (function, threads, parameters)
+            if type(c) is Collective:
+                kernel_of = (<Collective>c).communicator.kernel_of(
+                    c, collective_address((<Collective>c).source, table),
+                    collective_address((<Collective>c).target, table))
+            plain_kernels[k] = (type(c) is Dispatch and (<Dispatch>c).parameters is None) or kernel_of is not None
+            launches_early = self.early_launch and plain_kernels[k] and (
+                kernel_of is not None or (<Dispatch>c).export.early_launch)
             deps.clear()
             early.clear()
             for d in range(program.first_wait(k), program.first_wait(k + 1)):
@@ -144,7 +148,12 @@ cdef class GraphBuilder(Emitter):
                     self.last_call = nodes[k]
                 continue
             if type(c) is Collective:
-                nodes[k] = self.add_collective(graph, <Collective>c, deps, table)
+                if kernel_of is None:
+                    nodes[k] = self.add_collective(graph, <Collective>c, deps, table)
+                else:  # (the kernel waits for what it follows itself: communicator.kernel_of)
+                    params = words_node(<CUfunction><uintptr_t>kernel_of[0], kernel_of[1], kernel_of[2])
+                    nodes[k] = self.add_kernel(graph, params, deps, early, command)
+                    (<Collective>c).communicator.captured_by(self)
                 if keep:  # what a patch compares: its addresses
                     self.given[command] = (collective_address((<Collective>c).source, table),
                                            collective_address((<Collective>c).target, table))
@@ -164,11 +173,7 @@ cdef class GraphBuilder(Emitter):
             # The driver copies the parameters: one Node serves every command, unless patches need them kept.
             params = node_of(c, table, constants, self.staging, &kernel, None if keep else scratch)
             if params.kind == KERNEL_NODE:
-                check_at(cydriver.cuGraphAddKernelNode(&node, target, deps.data(), deps.size(), &params.kernel),
-                          "cuGraphAddKernelNode", command)
-                for d in range(<Py_ssize_t>early.size()):
-                    check_at(cydriver.cuGraphAddDependencies(target, &early[d], &node, &programmatic, 1),
-                              "cuGraphAddDependencies (programmatic)", command)
+                node = self.add_kernel(target, params, deps, early, command)
                 if (<Dispatch>c).parameters is not None:
                     self.add_setter(graph, <Dispatch>c, node, deps, table, top)
             elif params.kind == MEMSET_NODE:
@@ -182,6 +187,22 @@ cdef class GraphBuilder(Emitter):
             nodes[k] = node
         if open_block >= 0:
             self.add_block(graph, open_block, outside)
+
+    cdef CUgraphNode add_kernel(self, CUgraph target, Node params, vector[CUgraphNode]& deps,
+                                vector[CUgraphNode]& early, Py_ssize_t command) except *:
+        """Add kernel node `params` to `target` after `deps`, and after `early` through programmatic edges."""
+        cdef CUgraphNode node
+        cdef CUgraphEdgeData programmatic
+        cdef Py_ssize_t d
+        memset(&programmatic, 0, sizeof(programmatic))
+        programmatic.from_port = cydriver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        programmatic.type = cydriver.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        check_at(cydriver.cuGraphAddKernelNode(&node, target, deps.data(), deps.size(), &params.kernel),
+                  "cuGraphAddKernelNode", command)
+        for d in range(<Py_ssize_t>early.size()):
+            check_at(cydriver.cuGraphAddDependencies(target, &early[d], &node, &programmatic, 1),
+                      "cuGraphAddDependencies (programmatic)", command)
+        return node
 
     cdef void find_blocks(self, Program program) except *:
         """The nested command buffers' blocks of the graph about to be built: each nested range (Program.nested) of

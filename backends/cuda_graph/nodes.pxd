@@ -72,6 +72,7 @@ cdef inline void add_once(vector[CUgraphNode]& nodes, CUgraphNode node):
 
 cdef Node node_of(Command c, tuple table, tuple constants, dict staging, Kernel* kernel, Node into)
 cdef Node setter_node(CUfunction function, list words)
+cdef Node words_node(CUfunction function, unsigned int threads, list words)
 cdef tuple constant_words_of(tuple constants, Py_ssize_t n)
 cdef void check(CUresult result, str what) except *
 cdef void check_at(CUresult result, str what, Py_ssize_t command) except *

@@ -112,13 +112,20 @@ cdef Node node_of(Command c, tuple table, tuple constants, dict staging, Kernel*
 cdef Node setter_node(CUfunction function, list words):
     """The kernel node of a dispatch_indirect's setter: one thread, the parameters (device node, counts address,
     fault record address, three limits, command index) as `words`."""
+    return words_node(function, 1, words)
+
+
+cdef Node words_node(CUfunction function, unsigned int threads, list words):
+    """A kernel node of one block of `threads` threads, its parameters `words` (one word each, a 32-bit parameter
+    in the low half)."""
     cdef Node node = Node.__new__(Node)
     cdef Py_ssize_t i, n = len(words)
     node.kind = KERNEL_NODE
     memset(&node.kernel, 0, sizeof(node.kernel))
     node.kernel.func = function
     node.kernel.gridDimX = node.kernel.gridDimY = node.kernel.gridDimZ = 1
-    node.kernel.blockDimX = node.kernel.blockDimY = node.kernel.blockDimZ = 1
+    node.kernel.blockDimX = threads
+    node.kernel.blockDimY = node.kernel.blockDimZ = 1
     node.values.resize(n)
     node.pointers.resize(n)
     for i in range(n):

@@ -4,25 +4,33 @@ place.
 Why. A token of the split decode all-reduces 8 KiB 32 times, one after the other; through NCCL each costs about
 10 µs on the chain on 2 H200s (bench/results/nvidia-h200-x2-2026-11-29-tensor-parallel-mixing.md), most of it
 latency. Where every rank is a GPU of this process and each can reach the others' memory, one block a rank does it
-with one exchange of flags: the rank's kernel copies its source into its own staging buffer, raises its flag in
-every rank's memory (a release store, after the block's writes), waits until every rank's flag has reached this
-call's number in its own memory (an acquire load), then reads every rank's staging buffer, combines them in rank
-order (so every rank gets the same bits) and writes its target. The staging buffers alternate between two halves
-by the call's parity: a rank writes a half again two calls later, which it reaches only once every rank has raised
-its flag for the call between, after its reads of that half. Each rank counts its calls in a word of its own
-memory; NCCL's rule holds here too: every rank runs the communicator's collectives in the same order.
+in one one-way trip: each thread takes elements of the source and writes each 32-bit word of them into this rank's
+slot in every rank's staging buffer as a line, the word beside the call's number in one 64-bit store; then, in its
+own memory, it waits for each rank's lines of the same elements to carry this call's number and combines the ranks'
+parts in rank order (so every rank gets the same bits). No fence and no flag: a line's data comes with its number.
+(The first version raised a flag after a fenced copy and read the peers' buffers: a round trip more, measured
+bench/results/nvidia-h200-x2-2026-11-29-peer-all-reduce.md.) The staging buffers alternate between two halves by
+the call's parity: a rank writes a half again two calls later, which it reaches only once every rank has written
+its part of the call between, after its reads of that half (a rank's calls run in its stream's order). A line
+left from an earlier call carries that call's number, so it passes for this one only if it was last written 2^32 calls
+ago (about five hours of back-to-back calls with that line unused). Each rank counts its calls in a word of its own
+memory; NCCL's rule holds here too: every rank runs the communicator's collectives in the same order, with the
+same counts.
 
 Which. all_reduce of int32, uint32, int64, uint64, float32 or float64 with sum, prod, max or min, at most
 ONE_SHOT_BYTES a rank, on a communicator whose ranks are all in this process (2 to MAX_RANKS GPUs, each able to
 access every other's memory); the rest, and everything where HAL_CUDA_PEER_ALL_REDUCE=0, goes to NCCL. The choice
 depends on nothing that differs between ranks (not on addresses: the kernel copies unaligned data bytewise), so
-all ranks of a collective take the same path. Captured from a stream like NCCL's work (the emitter's child graph
-node), so it sits in loops and branches, and is patched as a collective is.
+all ranks of a collective take the same path. A kernel node of the rank's graph (CudaCommunicator.kernel_of, which
+the emitter asks before it captures NCCL's work), so it sits in loops and branches and is patched like a dispatch;
+it waits for the kernels before it itself (griddepcontrol.wait), so edges from kernels into it are programmatic where
+the device has early launch, and so are its edges into early_launch dispatches: those launch while it exchanges,
+and load what they may before their own wait (the decode's kernels, their weights).
 
 Peer access, once enabled between the ranks' contexts, stays enabled for the contexts' lives (the primary
 contexts, which other libraries in the process share). It covers memory from cuMemAlloc, not from the stream-ordered
 pools hal's buffers come from (those would need cuMemPoolSetAccess, which maps every later allocation of the pool
-into the peers too), so the staging buffers and flags the peers touch are cuMemAlloc'd here, freed at release()."""
+into the peers too), so the staging buffers the peers touch are cuMemAlloc'd here, freed at release()."""
 
 from __future__ import annotations
 
@@ -39,9 +47,12 @@ from hal.commands import Collective
 from hal.errors import DeviceError
 from hal.executable import ExecutableSource, Export
 
-ONE_SHOT_BYTES = 64 * 1024  # a rank's part; larger all_reduces are bandwidth-bound: NCCL's
+# A rank's part at most: one block's stores reach the peers at about 5 GB/s, so past about 20 KiB NCCL's channels
+# win (2 H200s, in a graph back to back: 16 KiB 4.8 µs against NCCL's 5.9, 24 KiB 6.7 against 5.9).
+ONE_SHOT_BYTES = 16 * 1024
 MAX_RANKS = 8
 THREADS = 1024  # one block a rank
+SLOT_LINES = ONE_SHOT_BYTES // 4  # a rank's part in a staging half: a line (8 bytes) per 32-bit word
 SWITCH = "HAL_CUDA_PEER_ALL_REDUCE"  # "0": NCCL for every all_reduce
 TYPES = {"int32": "int", "uint32": "unsigned", "int64": "long long", "uint64": "unsigned long long",
          "float32": "float", "float64": "double"}
@@ -54,14 +65,16 @@ KERNELS = [(dtype, op) for dtype in TYPES for op in OPERATIONS]  # the exports' 
 _SOURCE_TEXT = r"""
 #define MAX_RANKS %(max_ranks)d
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.sys.u32 %%0, [%%1];" : "=r"(v) : "l"(p) : "memory");
+// A line: one 32-bit word of data beside the call's number, stored and loaded as one 64-bit word (single-copy
+// atomic), so a reader that sees the number has the data with it, without a fence or a flag of its own.
+__device__ __forceinline__ unsigned long long load_line(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.sys.u64 %%0, [%%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 
-__device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
-    asm volatile("st.release.sys.u32 [%%0], %%1;" :: "l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void store_line(unsigned long long* p, unsigned call, unsigned word) {
+    asm volatile("st.relaxed.sys.u64 [%%0], %%1;" :: "l"(p), "l"(((unsigned long long)call << 32) | word) : "memory");
 }
 
 template <typename T, int OP> __device__ __forceinline__ T combine(T a, T b) {
@@ -88,32 +101,67 @@ template <typename T> __device__ __forceinline__ void store_any(T* p, T v, bool 
     for (int k = 0; k < (int)sizeof(T); ++k) to[k] = from[k];
 }
 
-// table: the ranks' staging buffers (MAX_RANKS pointers), then their flag words (MAX_RANKS pointers, each rank's
-// `world` words: flags[p][q] is rank q's flag in rank p's memory). calls: this rank's count of calls so far.
+// table: the ranks' staging buffers (MAX_RANKS pointers), each two halves of `world` slots of `slot` lines: slot q
+// of a half in rank p's memory receives rank q's part. calls: this rank's count of calls so far.
 template <typename T, int OP>
-__device__ void all_reduce(const T* source, T* target, void* const* table, unsigned* calls, unsigned count,
-                           unsigned rank, unsigned world, unsigned half) {
-    T* const* stages = reinterpret_cast<T* const*>(table);
-    unsigned* const* flags = reinterpret_cast<unsigned* const*>(table + MAX_RANKS);
+__device__ void all_reduce(const T* source, T* target, unsigned long long* const* stages, unsigned* calls,
+                           unsigned count, unsigned rank, unsigned world, unsigned slot) {
+    constexpr unsigned WORDS = sizeof(T) / 4;
+#if __CUDA_ARCH__ >= 900
+    // Launched early (a programmatic edge: the emitter's), it waits here for the kernels before it to end, then lets
+    // the kernels after it launch; after a plain edge both return at once.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     const unsigned call = *calls + 1u;
-    const unsigned offset = (call & 1u) * half;
+    const unsigned half = (call & 1u) * world * slot;
     const bool aligned = ((reinterpret_cast<unsigned long long>(source) |
                            reinterpret_cast<unsigned long long>(target)) %% sizeof(T)) == 0;
-    T* mine = stages[rank] + offset;
-    for (unsigned i = threadIdx.x; i < count; i += blockDim.x) mine[i] = load_any(source + i, aligned);
-    __syncthreads();
-    if (threadIdx.x < world) {  // thread p: this rank's flag into rank p's memory (a release: after the block's
-        // writes, which the barrier showed this thread), then rank p's flag here
-        store_release(flags[threadIdx.x] + rank, call);
-        while ((int)(load_acquire(flags[rank] + threadIdx.x) - call) < 0) {
+    unsigned words[WORDS];
+    for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {  // this rank's part into its slot everywhere
+        T mine = load_any(source + i, aligned);
+        memcpy(words, &mine, sizeof(T));
+        for (unsigned p = 0; p < world; ++p) {
+            unsigned long long* line = stages[p] + half + rank * slot + i * WORDS;
+            for (unsigned k = 0; k < WORDS; ++k) store_line(line + k, call, words[k]);
+        }
+    }
+    // Then every rank's lines of the same elements (a thread reads what it wrote: source and target may be one),
+    // ELEMENTS at a time, all their loads in flight at once before any is waited for.
+    constexpr unsigned ELEMENTS = 2 / WORDS;
+    const unsigned long long* received = stages[rank] + half;  // slot q: rank q's part
+    for (unsigned first = threadIdx.x; first < count; first += ELEMENTS * blockDim.x) {
+        unsigned long long lines[ELEMENTS][MAX_RANKS][WORDS];
+        #pragma unroll
+        for (unsigned e = 0; e < ELEMENTS; ++e)
+            #pragma unroll
+            for (unsigned q = 0; q < MAX_RANKS; ++q)
+                #pragma unroll
+                for (unsigned k = 0; k < WORDS; ++k)
+                    if (first + e * blockDim.x < count && q < world)
+                        lines[e][q][k] = load_line(received + q * slot + (first + e * blockDim.x) * WORDS + k);
+        #pragma unroll
+        for (unsigned e = 0; e < ELEMENTS; ++e) {
+            const unsigned i = first + e * blockDim.x;
+            if (i >= count) break;
+            T sum;
+            #pragma unroll
+            for (unsigned q = 0; q < MAX_RANKS; ++q) {  // in rank order, each once it carries this call's number
+                if (q >= world) break;
+                #pragma unroll
+                for (unsigned k = 0; k < WORDS; ++k) {
+                    while ((unsigned)(lines[e][q][k] >> 32) != call)
+                        lines[e][q][k] = load_line(received + q * slot + i * WORDS + k);
+                    words[k] = (unsigned)lines[e][q][k];
+                }
+                T part;
+                memcpy(&part, words, sizeof(T));
+                sum = q ? combine<T, OP>(sum, part) : part;
+            }
+            store_any(target + i, sum, aligned);
         }
     }
     __syncthreads();
-    for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {
-        T v = *(const volatile T*)(stages[0] + offset + i);  // volatile: past the L1, which peers' writes miss
-        for (unsigned p = 1; p < world; ++p) v = combine<T, OP>(v, *(const volatile T*)(stages[p] + offset + i));
-        store_any(target + i, v, aligned);
-    }
     if (threadIdx.x == 0) *calls = call;
 }
 """
@@ -124,9 +172,10 @@ def _source() -> ExecutableSource:
     exports = []
     for dtype, op in KERNELS:
         ctype, code, name = TYPES[dtype], OPERATIONS.index(op), f"peer_all_reduce_{dtype}_{op}"
-        text += (f'extern "C" __global__ void {name}(const {ctype}* source, {ctype}* target, void* const* table, '
-                 f'unsigned* calls, unsigned count, unsigned rank, unsigned world, unsigned half) '
-                 f'{{ all_reduce<{ctype}, {code}>(source, target, table, calls, count, rank, world, half); }}\n')
+        text += (f'extern "C" __global__ void {name}(const {ctype}* source, {ctype}* target, '
+                 f'unsigned long long* const* stages, unsigned* calls, unsigned count, unsigned rank, '
+                 f'unsigned world, unsigned slot) '
+                 f'{{ all_reduce<{ctype}, {code}>(source, target, stages, calls, count, rank, world, slot); }}\n')
         exports.append(Export(name, bindings=4, constants=("uint32",) * 4, workgroup_size=THREADS))
     return ExecutableSource.cuda(text, exports)
 
@@ -152,24 +201,22 @@ def unavailable(devices: Sequence[Any]) -> str | None:
 
 class PeerAllReduce:
     """The peer kernel's state for the ranks of one communicator, all in this process: per rank its kernels, its
-    staging buffer (two halves of ONE_SHOT_BYTES), its flag words, its call count and its table of the ranks'
-    addresses. `captured` counts the kernels captured (every collective is: the emitter), for tests and benchmarks."""
+    staging buffer (two halves of a slot of SLOT_LINES lines per rank), its call count and its table of the ranks'
+    staging addresses. `emitted` counts the kernels handed to graphs, for tests and benchmarks."""
 
     def __init__(self, devices: Sequence[Any]) -> None:
         self.devices = list(devices)
-        self.captured = 0
+        self.emitted = 0
         self.shared: list[tuple[Any, int]] = []  # (device, address): what the peers touch, cuMemAlloc'd
         self.buffers: list[Any] = []  # hal buffers only this rank's kernel touches
         try:
             self._enable_peer_access()
             world = len(self.devices)
             self.executables = [d.load_executable(SOURCE) for d in self.devices]  # (kept: they hold the modules)
-            stages = [self._shared_zeroed(d, 2 * ONE_SHOT_BYTES) for d in self.devices]
-            flags = [self._shared_zeroed(d, 4 * world) for d in self.devices]
+            stages = [self._shared_zeroed(d, 2 * world * SLOT_LINES * 8) for d in self.devices]
             self.calls = [self._kept(d.upload(np.zeros(1, np.uint32))) for d in self.devices]
-            addresses = np.zeros(2 * MAX_RANKS, np.uint64)
+            addresses = np.zeros(MAX_RANKS, np.uint64)
             addresses[:world] = stages
-            addresses[MAX_RANKS:MAX_RANKS + world] = flags
             self.tables = [self._kept(d.upload(addresses)) for d in self.devices]
         except BaseException:
             self.release()
@@ -204,18 +251,14 @@ class PeerAllReduce:
         return c.operation == "all_reduce" and dtype.name in TYPES and c.reduction in OPERATIONS and \
             0 < c.count * dtype.itemsize <= ONE_SHOT_BYTES
 
-    def enqueue(self, c: Collective, index: int, source: int, target: int, stream: int) -> None:
-        """Queue (or capture) collective `c` of the rank that is devices[index] on `stream`."""
+    def kernel(self, c: Collective, index: int, source: int, target: int) -> tuple[int, int, list[int]]:
+        """Collective `c` of the rank that is devices[index], from `source` into `target` (device addresses): its
+        kernel's function handle, threads and parameters (a word each), for a kernel node of the rank's graph."""
         dtype = np.dtype(c.dtype)
         function = self.executables[index].functions[KERNELS.index((dtype.name, c.reduction))]
-        pointers = np.array([source, target, self.tables[index].handle, self.calls[index].handle], np.uint64)
-        constants = np.array([c.count, index, len(self.devices), ONE_SHOT_BYTES // dtype.itemsize], np.uint32)
-        parameters = np.array([pointers.ctypes.data + 8 * i for i in range(4)] +
-                              [constants.ctypes.data + 4 * i for i in range(4)], np.uint64)
-        self.devices[index].activate()  # the stream's context
-        call(driver.cuLaunchKernel, driver.CUfunction(function), 1, 1, 1, THREADS, 1, 1, 0, driver.CUstream(stream),
-             parameters.ctypes.data, 0)
-        self.captured += 1
+        self.emitted += 1
+        return function, THREADS, [source, target, self.tables[index].handle, self.calls[index].handle, c.count,
+                                   index, len(self.devices), SLOT_LINES]
 
     def release(self) -> None:
         """Free the memory (once the devices' work is done and the graphs that launch the kernels are freed: the

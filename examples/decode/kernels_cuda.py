@@ -64,7 +64,9 @@ struct Stamp {
 // writes, so their weights stream in while ffn_in still runs (the logits' 4 MB are bound by bandwidth, and
 // qkv_rope's rope pair hangs on the position). That holds while ffn_in and attn_out wait before they let the next
 // launch: then what the kernel after ffn_out reads before its wait was written three or more kernels back. Where
-// the graph's edges are plain, every kernel before has ended at launch and the wait returns at once.
+// the graph's edges are plain, every kernel before has ended at launch and the wait returns at once. Split over
+// ranks, the all_reduce after attn_out and after ffn_out is a kernel that waits before it lets the next launch too
+// (backends/cuda_graph/peer_all_reduce.py), so the next kernel loads its weights while the ranks exchange.
 #if __CUDA_ARCH__ >= 900
 #define LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #define WAIT_FOR_PREDECESSORS() asm volatile("griddepcontrol.wait;" ::: "memory"); STAMP_WAITED()

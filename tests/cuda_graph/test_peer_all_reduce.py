@@ -60,7 +60,7 @@ def _submit(devices, cbs, times):
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
 def test_each_type_and_operation(group, dtype, op):
     ranks, comm = group
-    captured = comm.peer.captured
+    emitted = comm.peer.emitted
     rng = np.random.default_rng(7)
     data = [rng.integers(0 if op == "prod" else -50, 3 if op == "prod" else 50, N).astype(dtype) for _ in ranks]
     sources = [d.upload(x) for d, x in zip(ranks, data)]
@@ -70,7 +70,7 @@ def test_each_type_and_operation(group, dtype, op):
     expected = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op](np.stack(data), axis=0)
     for t in targets:
         np.testing.assert_array_equal(t.read(dtype), expected.astype(dtype))
-    assert comm.peer.captured == captured + len(ranks)
+    assert comm.peer.emitted == emitted + len(ranks)
 
 
 def test_in_place_at_an_unaligned_offset_many_times(group):
@@ -128,6 +128,51 @@ def test_a_chain_whose_ranks_arrive_late_in_turn(group):
         np.testing.assert_array_equal(b.read(np.int64), expected)
 
 
+EARLY = hal.ExecutableSource.cuda(r"""
+extern "C" __global__ void twice(float* x, unsigned count) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) x[i] *= 2.0f;
+}
+""", [hal.Export("twice", bindings=1, constants=("uint32",), workgroup_size=256, early_launch=True)])
+
+
+def test_between_early_launch_kernels(group):
+    """The peer kernel's node between dispatches marked early_launch: its edges from and to them programmatic where
+    the device has early launch, each side waiting for the other's writes (in a while loop too, as the decode's)."""
+    ranks, comm = group
+    world, chain, rounds = len(ranks), 8, 3
+    data = [np.arange(N, dtype=np.float32) / N + r for r in range(world)]
+    buffers = [d.upload(x) for d, x in zip(ranks, data)]
+    counters = [d.upload(np.array([rounds], np.uint32)) for d in ranks]
+    decrement = hal.ExecutableSource.cuda(r"""
+extern "C" __global__ void decrement(unsigned* n) { n[0] -= 1u; }
+""", [hal.Export("decrement", bindings=1, workgroup_size=1)])
+
+    def record(r, d, cb):
+        exe = d.load_executable(EARLY)
+        with cb.while_nonzero(hal.ref(counters[r], 0, 4)):
+            for i in range(chain):
+                if i:
+                    cb.execution_barrier()
+                cb.dispatch(exe, "twice", (4, 1, 1), (N,), (buffers[r],))
+                cb.execution_barrier()
+                cb.all_reduce(comm, buffers[r], buffers[r], np.float32)
+            cb.execution_barrier()
+            cb.dispatch(d.load_executable(decrement), "decrement", (1, 1, 1), (), (counters[r],))
+
+    cbs = _recorded(ranks, record)
+    _submit(ranks, cbs, 1)
+    expected = np.sum(data, axis=0, dtype=np.float64)
+    for _ in range(chain * rounds):
+        expected = expected * 2
+        expected = expected * world
+    expected = np.float32(expected / world)  # (the first sum was of the ranks' own values)
+    for b in buffers:
+        np.testing.assert_allclose(b.read(np.float32), expected, rtol=1e-5)
+
+
 def test_float_sums_equal_on_every_rank_bit_for_bit(group):
     ranks, comm = group
     rng = np.random.default_rng(3)
@@ -143,7 +188,7 @@ def test_float_sums_equal_on_every_rank_bit_for_bit(group):
 
 def test_larger_ones_and_the_switch_off_go_to_nccl(group, monkeypatch):
     ranks, comm = group
-    captured = comm.peer.captured
+    emitted = comm.peer.emitted
     count = ONE_SHOT_BYTES // 4 + 1
     buffers = [d.upload(np.full(count, r + 1, np.int32)) for r, d in enumerate(ranks)]
     cbs = _recorded(ranks, lambda r, d, cb: cb.all_reduce(comm, buffers[r], buffers[r], np.int32))
@@ -151,7 +196,7 @@ def test_larger_ones_and_the_switch_off_go_to_nccl(group, monkeypatch):
     total = sum(range(1, len(ranks) + 1))
     for b in buffers:
         np.testing.assert_array_equal(b.read(np.int32), np.full(count, total, np.int32))
-    assert comm.peer.captured == captured
+    assert comm.peer.emitted == emitted
     monkeypatch.setenv(SWITCH, "0")
     with hal.create_communicator(ranks) as nccl_only:
         assert nccl_only.peer is None and SWITCH in nccl_only.peer_unavailable
