@@ -2,10 +2,10 @@
 of the machine; side by side in one process (or, for the data-parallel step, in each of one process per GPU).
 
 1. all_reduce bus bandwidth from 8 B to 1 GiB (float32 sum). hal: each rank's reusable command buffer holds one
-   all_reduce (a child graph node in its CUDA graph, the peer kernel's node up to 16 KiB), submitted to every rank. NCCL: nccl4py's ncclAllReduce
-   for every rank in one group, on streams, with communicators and buffers of its own. Wall time per operation
-   of many back to back; bus bandwidth = bytes / time x 2 (n - 1) / n, NCCL's convention. Target: >= 0.95x NCCL
-   at large sizes.
+   all_reduce (a child graph node in its CUDA graph, the peer kernel's node up to 16 KiB), submitted to every rank.
+   NCCL: nccl4py's ncclAllReduce for every rank in one group, on streams, with communicators and buffers of its own.
+   Wall time per operation of many back to back; bus bandwidth = bytes / time x 2 (n - 1) / n, NCCL's convention.
+   Target: >= 0.95x NCCL at large sizes.
 2. Small-message latency: 100 all_reduces of 8 B in one command buffer (one graph launch per rank) against 100
    eager NCCL calls; and the same hal command buffers through NCCL alone (HAL_CUDA_PEER_ALL_REDUCE=0: all_reduces
    up to 16 KiB otherwise run in hal's peer kernel, backends.cuda_graph.peer_all_reduce).

@@ -73,8 +73,9 @@ class TorchDecoder:
     Every tensor is its own allocation (no two inputs of a compiled step alias) and is marked static for
     torch.compile, so reduce-overhead's CUDA graphs read the weights and update the state in place. Split over
     `world` ranks (tensor parallelism, as hal's decoder splits it): `weights` is this rank's shard (model.shard),
-    the cache holds its heads, and the products of wo and w2 are summed over `group` by torch's functional
-    all_reduce (which torch.compile traces and a CUDA graph captures) before their residual is added."""
+    the cache holds its heads, the products of wo and w2 are summed over `group` by torch's functional
+    all_reduce (which torch.compile traces and a CUDA graph captures) before their residual is added, and the logits
+    of the rank's rows of the vocabulary are gathered from every rank before the argmax."""
 
     def __init__(self, weights: Weights, prompt: list[int], device: str, complex_rope: bool = True, world: int = 1,
                  group: Any = None) -> None:
@@ -198,10 +199,16 @@ class TorchDecoder:
         return x + collectives.all_reduce(torch.mv(w, v), "sum", self.group)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits; split, the rank's rows of the vocabulary (its shard of the output projection) gathered from
+        every rank in rank order (torch's functional all_gather, traced and captured as the all_reduces are)."""
         import torch
         import torch.nn.functional as F
 
-        return torch.mv(self.output, F.rms_norm(x, (self.config.dim,), self.final_norm, EPSILON))
+        logits = torch.mv(self.output, F.rms_norm(x, (self.config.dim,), self.final_norm, EPSILON))
+        if self.group is None:
+            return logits
+        from torch.distributed import _functional_collectives as collectives
+        return collectives.all_gather_tensor(logits, 0, self.group)
 
 
 class StageError(Exception):

@@ -38,7 +38,9 @@ tokens() adds it).
 Split over `world` ranks (model.shard; runner.Decoder with a communicator), rank `rank`'s kernels work on its heads
 and hidden units: q, the caches and the partials are its heads' (the attention's width ATTN = dim / world), g its
 ffn / world hidden units, and attn_out and ffn_out leave in x its part of the sum (rank 0 adds the residual), which
-an all_reduce after each completes. logits_argmax runs whole on every rank: each picks the same token. CUDA and the
+an all_reduce after each completes. logits_argmax computes the rank's vocab / world logits (its rows of the output
+projection, from VOCAB_OFFSET) and raises the key by their best, named by its row in the whole vocabulary; an
+all_reduce (max) of the key then gives every rank the same token. CUDA and the
 host take the split (Vulkan has no collectives; the Triton set is for one device).
 """
 
@@ -81,12 +83,13 @@ def check(c: Config, world: int = 1) -> None:
     """ValidationError unless the kernels' work split fits the shape, split over `world` ranks."""
     split, attn, ffn = ffn_split(c, world), c.dim // world, c.ffn // world
     if c.dim % 128 or c.dim != c.heads * c.head_dim or c.head_dim % 32 or c.heads % world or attn % 128 or \
-            c.ffn % world or ffn % 256 or 8 % max(split, 1) or ffn % (128 * max(split, 1)) or c.vocab % 32 or \
-            c.max_sequence < 1:
+            c.ffn % world or ffn % 256 or 8 % max(split, 1) or ffn % (128 * max(split, 1)) or \
+            c.vocab % (32 * world) or c.max_sequence < 1:
         raise hal.ValidationError(f"the kernels need a dim that is a multiple of 128 and heads x head_dim, a head_dim "
                                   f"that is a multiple of 32, an ffn of 256, 512, 1024 or a multiple of 1024, and a "
                                   f"vocab that is a multiple of 32; split over {world} ranks, each rank's heads x "
-                                  f"head_dim a multiple of 128 and its ffn one of those; got {c}")
+                                  f"head_dim a multiple of 128, its ffn one of those and its part of the vocab a "
+                                  f"multiple of 32; got {c}")
 
 
 def chunks(c: Config) -> int:
@@ -96,12 +99,12 @@ def chunks(c: Config) -> int:
 def workgroups(c: Config, world: int = 1) -> dict[str, tuple[int, int, int]]:
     """Each export's workgroup counts for the shape, a rank's part of it split over `world`: a warp per pair of
     q | k | v rows, per chunk and head, per row of wo, per row of w1 and w3, FFN_SPLIT warps per row of w2, a warp
-    per four rows of the output projection."""
+    per four of the rank's rows of the output projection."""
     qkv = (3 * c.dim // world // 8, 1, 1)
     return {"start": (1, 1, 1), "embed_qkv_rope": qkv, "qkv_rope": qkv,
             "attention": (chunks(c), c.heads // world, 1), "attn_out": (c.dim // 8, 1, 1),
             "ffn_in": (c.ffn // world // 8, 1, 1), "ffn_out": (c.dim * ffn_split(c, world) // 8, 1, 1),
-            "logits_argmax": (c.vocab // 32, 1, 1)}
+            "logits_argmax": (c.vocab // world // 32, 1, 1)}
 
 
 def scale(c: Config) -> float:
@@ -112,7 +115,8 @@ def scale(c: Config) -> float:
 def _shape(c: Config, float_suffix: str, world: int = 1, rank: int = 0) -> str:
     sizes = dict(DIM=c.dim, HEADS=c.heads, HEAD_DIM=c.head_dim, FFN=c.ffn, MAX_SEQUENCE=c.max_sequence, CHUNK=CHUNK,
                  CHUNKS=chunks(c), SPLIT=ffn_split(c, world), LONG_LOOP=LONG_LOOP, SHORT_LOOP=SHORT_LOOP,
-                 ATTN=c.dim // world, LOCAL_HEADS=c.heads // world, LOCAL_FFN=c.ffn // world, RESIDUAL=int(rank == 0))
+                 ATTN=c.dim // world, LOCAL_HEADS=c.heads // world, LOCAL_FFN=c.ffn // world, RESIDUAL=int(rank == 0),
+                 LOCAL_VOCAB=c.vocab // world, VOCAB_OFFSET=rank * (c.vocab // world))
     lines = [f"#define {name} {value}u" for name, value in sizes.items()]
     lines += [f"#define EPSILON {EPSILON!r}{float_suffix}", f"#define SCALE {scale(c)!r}{float_suffix}"]
     return "\n".join(lines) + "\n"
@@ -174,7 +178,7 @@ def bytes_moved(c: Config, export: str, position: int, world: int = 1) -> int:
         "attn_out": min(active, parts) + c.dim * attn + 2 * c.dim + 1,
         "ffn_in": 2 * ffn * c.dim + 2 * c.dim + ffn,
         "ffn_out": c.dim * ffn + ffn + 2 * c.dim,
-        "logits_argmax": c.vocab * c.dim + 2 * c.dim + c.vocab + 11,
+        "logits_argmax": c.vocab // world * c.dim + 2 * c.dim + c.vocab // world + 11,
     }[export]
 
 

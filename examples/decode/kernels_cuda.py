@@ -469,9 +469,11 @@ extern "C" __global__ void __launch_bounds__(256) ffn_out(const float* w2, const
 }
 
 // logits = output @ (RMSNorm(x) * gain), LOGIT_ROWS rows per warp; each block raises the argmax key by its rows'
-// largest key (one atomic max a block: no block waits for another). Block 0 moves the position on, takes the prompt's
-// token there (if any) into state[3] and counts the step; what it needs of the state and the prompt is read before
-// the wait (what wrote them, the logits of the step before, `start` or the host, ended many kernels back).
+// largest key (one atomic max a block: no block waits for another). Split over ranks, the rank's LOCAL_VOCAB rows, the
+// vocabulary's from VOCAB_OFFSET: its keys name their rows there, and an all_reduce (max) of the key follows. Block 0
+// moves the position on, takes the prompt's token there (if any) into state[3] and counts the step; what it needs of
+// the state and the prompt is read before the wait (what wrote them, the logits of the step before, `start` or the
+// host, ended many kernels back).
 #define LOGIT_ROWS 4u  // (the rows' pointers below are written out for 4)
 extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, const float* x, const float* gain,
                                                                  float* logits, unsigned* state,
@@ -498,7 +500,7 @@ extern "C" __global__ void __launch_bounds__(256) logits_argmax(const float* w, 
     #pragma unroll
     for (unsigned i = 0; i < LOGIT_ROWS; ++i) {
         if (LANE == 0u) logits[r + i] = u[i];
-        key = max(key, argmax_key(u[i], r + i));
+        key = max(key, argmax_key(u[i], VOCAB_OFFSET + r + i));
     }
     if (LANE == 0u) best[WARP] = key;
     __syncthreads();

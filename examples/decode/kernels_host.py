@@ -18,7 +18,7 @@ def functions(c: Config, chunk: int, loops: tuple[int, int], world: int = 1, ran
     """Each export's kernel for the shape `c`, the attention's `chunk` positions per partial and the steps per
     iteration of the long and the short loop (`loops`); rank `rank` of `world`'s part (kernels.py)."""
     dim, head_dim, chunks = c.dim, c.head_dim, -(-c.max_sequence // chunk)
-    attn, heads, ffn = dim // world, c.heads // world, c.ffn // world  # this rank's
+    attn, heads, ffn, vocab = dim // world, c.heads // world, c.ffn // world, c.vocab // world  # this rank's
     residual = np.float32(rank == 0)
     attended = head_dim + 2  # a partial: largest score, sum of exponentials, weighted values
 
@@ -95,14 +95,14 @@ def functions(c: Config, chunk: int, loops: tuple[int, int], world: int = 1, ran
             ctx.binding(1, np.float32)[:ffn]
 
     def logits_argmax(ctx) -> None:
-        """The key raised by the whole grid's best at once (one call covers the grid)."""
-        logits = ctx.binding(0, np.float32)[:c.vocab * dim].reshape(c.vocab, dim) @ \
+        """The key raised by the whole grid's best at once (one call covers the grid): the rank's rows' (kernels.py)."""
+        logits = ctx.binding(0, np.float32)[:vocab * dim].reshape(vocab, dim) @ \
             rms_norm(ctx.binding(1, np.float32)[:dim], ctx.binding(2, np.float32)[:dim])
-        ctx.binding(3, np.float32)[:c.vocab] = logits
+        ctx.binding(3, np.float32)[:vocab] = logits
         state, tokens = ctx.binding(4, np.uint32), ctx.binding(5, np.uint32)
         best = int(np.argmax(logits))
         key = state.view(np.uint64)
-        key[KEY] = max(int(key[KEY]), argmax_key(logits[best], best))
+        key[KEY] = max(int(key[KEY]), argmax_key(logits[best], rank * vocab + best))
         following = int(state[0]) + 1
         state[0] = following
         state[3] = tokens[following] if following < state[2] else NONE

@@ -69,22 +69,24 @@ def random_weights(config: Config = Config(), seed: int = 0) -> Weights:
 
 def shard(weights: Weights, rank: int, world: int) -> Weights:
     """Rank `rank` of `world`'s part of the weights, split Megatron style: the heads (their rows of q, k and v, and
-    their columns of wo) and the hidden units of the MLP (their rows of w1 and w3, their columns of w2) divided in
-    `world` equal parts, in order; the rest whole on every rank. Each rank's products of wo and w2 are parts of a sum,
-    which an all_reduce completes (runner.Decoder). The config stays the model's."""
+    their columns of wo), the hidden units of the MLP (their rows of w1 and w3, their columns of w2) and the
+    vocabulary (its rows of the output projection) divided in `world` equal parts, in order; the rest whole on every
+    rank. Each rank's products of wo and w2 are parts of a sum, which an all_reduce completes, and its logits a part
+    of the whole, which an all_gather completes (runner.Decoder). The config stays the model's."""
     c = weights.config
-    if world < 1 or not 0 <= rank < world or c.heads % world or c.ffn % world:
-        raise ValueError(f"rank {rank} of {world}: the heads ({c.heads}) and the ffn ({c.ffn}) must divide by the "
-                         f"world, and the rank be below it")
+    if world < 1 or not 0 <= rank < world or c.heads % world or c.ffn % world or c.vocab % world:
+        raise ValueError(f"rank {rank} of {world}: the heads ({c.heads}), the ffn ({c.ffn}) and the vocab "
+                         f"({c.vocab}) must divide by the world, and the rank be below it")
     if world == 1:
         return weights
-    attn, ffn = c.dim // world, c.ffn // world
+    attn, ffn, vocab = c.dim // world, c.ffn // world, c.vocab // world
     own, hidden = slice(rank * attn, (rank + 1) * attn), slice(rank * ffn, (rank + 1) * ffn)
     q, k, v = np.split(weights.qkv, 3, axis=1)
     return dataclasses.replace(
         weights, qkv=np.ascontiguousarray(np.concatenate([q[:, own], k[:, own], v[:, own]], axis=1)),
         wo=np.ascontiguousarray(weights.wo[:, :, own]), w1=np.ascontiguousarray(weights.w1[:, hidden]),
-        w3=np.ascontiguousarray(weights.w3[:, hidden]), w2=np.ascontiguousarray(weights.w2[:, :, hidden]))
+        w3=np.ascontiguousarray(weights.w3[:, hidden]), w2=np.ascontiguousarray(weights.w2[:, :, hidden]),
+        output=np.ascontiguousarray(weights.output[rank * vocab:(rank + 1) * vocab]))
 
 
 def rope_table(c: Config) -> np.ndarray:

@@ -18,15 +18,17 @@ past the position write nothing: cheaper than counts the GPU sets before each at
 costs CUDA a setter node on the step's path, one per layer).
 
 Tensor parallelism: given a communicator, each rank's Decoder holds its shard of the weights (model.shard: its heads,
-its hidden units) and its heads' part of the cache, and records the same loops, with an all_reduce of x after
-attn_out and after ffn_out (the kernels leave the rank's part of the sum there, kernels.py), inside the loops' bodies:
-one submission per rank runs every position, the collectives on the device. Every rank picks the same token. Where
-the backend refuses collectives inside a loop (the first submission raises DeviceError), the Decoder records the
-step without the loops and submits once per position (`loops_refused` says why); `device_loops=False` asks for that
-from the start. Ranks driven from one thread: generate(k) with the loops is one submission a rank, so the ranks may
-come one after the other; a submission per position must take the ranks in turn at every position (step() on each),
-since a rank queued far ahead waits on the GPU for its peers' part of an all_reduce (on 2 H200s, rank 0's
-submissions of a token each blocked the host before rank 1 had any)."""
+its hidden units, its rows of the vocabulary) and its heads' part of the cache, and records the same loops, with an
+all_reduce of x after attn_out and after ffn_out (the kernels leave the rank's part of the sum there, kernels.py) and
+an all_reduce (max) of the argmax key after the logits, inside the loops' bodies: one submission per rank runs every
+position, the collectives on the device; every rank picks the same token. After the loops (once a submission) an
+all_gather puts every rank's logits together. Where the backend refuses collectives inside a loop (the first
+submission raises DeviceError), the Decoder records the step without the loops and submits once per position
+(`loops_refused` says why); `device_loops=False` asks for that from the start. Ranks driven from one thread:
+generate(k) with the loops is one submission a rank, so the ranks may come one after the other; a submission per
+position must take the ranks in turn at every position (step() on each), since a rank queued far ahead waits on the
+GPU for its peers' part of an all_reduce (on 2 H200s, rank 0's submissions of a token each blocked the host before
+rank 1 had any)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import numpy as np
 import examples.decode.kernels as kernels
 import hal
 from examples.decode.model import Weights, shard
-from examples.decode.state import STATE_WORDS, chosen_token
+from examples.decode.state import KEY_WORD, STATE_WORDS, chosen_token
 
 
 class Decoder:
@@ -64,6 +66,8 @@ class Decoder:
         self.state = device.allocate(4 * STATE_WORDS)
         self.token_buffer = device.allocate(4 * c.max_sequence)
         self.logit_buffer = device.allocate(4 * c.vocab)
+        # (split: the rank's logits, which an all_gather at the end of a submission puts into logit_buffer)
+        self.rank_logits = device.allocate(4 * c.vocab // self.world) if communicator else self.logit_buffer
         self.step_buffer = self.recorded(loop=False)
         self.command_buffer = self.recorded(loop=True) if device_loops else self.step_buffer
         self.position = 0
@@ -91,18 +95,20 @@ class Decoder:
         cb.execution_barrier()
         if not loop:
             self.record_step(cb, scratch)
-            return
-        # state[4]: at least LONG_LOOP steps left; state[5]: at least SHORT_LOOP; state[1]: steps left
-        for flag, steps in ((4, kernels.LONG_LOOP), (5, kernels.SHORT_LOOP), (1, 1)):
-            with cb.while_nonzero(hal.ref(self.state, 4 * flag, 4)):
-                for i in range(steps):
-                    if i:
-                        cb.execution_barrier()
-                    self.record_step(cb, scratch)
+        else:  # state[4]: at least LONG_LOOP steps left; state[5]: at least SHORT_LOOP; state[1]: steps left
+            for flag, steps in ((4, kernels.LONG_LOOP), (5, kernels.SHORT_LOOP), (1, 1)):
+                with cb.while_nonzero(hal.ref(self.state, 4 * flag, 4)):
+                    for i in range(steps):
+                        if i:
+                            cb.execution_barrier()
+                        self.record_step(cb, scratch)
+        if self.communicator is not None:  # the last position's logits, whole on every rank
+            cb.execution_barrier()
+            cb.all_gather(self.communicator, self.rank_logits, self.logit_buffer, np.float32)
 
     def record_step(self, cb: hal.CommandBuffer, scratch: dict[str, hal.BufferRef]) -> None:
-        """One position's 21 dispatches (and, split over ranks, 8 all_reduces), the intermediate vectors in
-        `scratch` (cb's transients)."""
+        """One position's dispatches (5 a layer and the logits'; split over ranks, an all_reduce after each
+        row-parallel product and one of the argmax key), the intermediate vectors in `scratch` (cb's transients)."""
         c, exe, w, grid = self.config, self.exe, self.weights, self.grid
         x, q, g, partials = (scratch[name] for name in ("x", "q", "g", "partials"))
         for layer in range(c.layers):
@@ -129,7 +135,11 @@ class Decoder:
             self.sum_ranks(cb, x)
         cb.execution_barrier()
         cb.dispatch(exe, "logits_argmax", grid["logits_argmax"], (),
-                    (w["output"], x, w["final_norm"], self.logit_buffer, self.state, self.token_buffer))
+                    (w["output"], x, w["final_norm"], self.rank_logits, self.state, self.token_buffer))
+        if self.communicator is not None:  # every rank's best: the same token on each
+            cb.execution_barrier()
+            key = hal.ref(self.state, 4 * KEY_WORD, 8)
+            cb.all_reduce(self.communicator, key, key, np.uint64, "max")
 
     def sum_ranks(self, cb: hal.CommandBuffer, x: hal.BufferRef) -> None:
         """Split over ranks: after a barrier, x becomes the sum of the ranks' parts (nothing on one device)."""
