@@ -38,9 +38,10 @@ class Export:
             through (where it has the PTX: a PTX source, or CUDA C compiled without LTO-IR imports), and the host
             hands the kernel read-only views of them.
         early_launch: The kernel waits for the commands it depends on itself (CUDA: cudaGridDependencySynchronize(),
-            PTX griddepcontrol.wait) before it reads or writes anything they touch, so on a device whose capabilities
-            say supports_early_launch the CUDA backend lets it launch while they finish (programmatic dependent
-            launch); other backends ignore it.
+            PTX griddepcontrol.wait) before it reads or writes anything they touch, and on every path before it
+            ends (so that it ends after them: a later kernel's wait covers only the kernels right before it), so on
+            a device whose capabilities say supports_early_launch the CUDA backend lets it launch while they finish
+            (programmatic dependent launch); other backends ignore it.
 
     Raises:
         ValidationError: A name, count, type name, size or readonly index is not valid.

@@ -21,7 +21,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   hold a dispatch_indirect, which needs a graph.
 - dispatch_indirect: a device-updatable kernel node, and a setter node before it (backends.cuda_graph.indirect).
 - Early launch: on a device whose capabilities say supports_early_launch, the edges from plain dispatches' kernel
-  nodes into a plain dispatch whose export is marked early_launch are programmatic (programmatic dependent launch):
+  nodes into a plain dispatch whose export is marked early_launch (and from and into a collective's kernel node,
+  below) are programmatic (programmatic dependent launch):
   the kernel may launch once every block of the kernels it waits for has started or signalled
   (griddepcontrol.launch_dependents), and waits for their end itself (griddepcontrol.wait). Edges from or to
   anything else (joins, setters, regions, nested blocks, transfers) stay plain.
@@ -32,9 +33,10 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
 - Collectives: a child graph node each, NCCL's work captured from a stream (backends.cuda_graph.communicator). A
   new table captures the work of a collective whose buffers moved again and sets it on the exec's node
   (cuGraphExecChildGraphNodeSetParams); never instantiated again. One that the communicator runs as one kernel of
-  hal's (its kernel_of: the peer all_reduce) is that kernel's node instead, a plain kernel as far as early launch
-  goes (its edges from and to kernels programmatic, since it waits for its predecessors itself), its new
-  parameters set on the exec's node (cuGraphExecKernelNodeSetParams). A one-shot command buffer holding one builds a
+  hal's (its kernel_of: the peer all_reduce) is that kernel's node instead, which waits for the kernels before it
+  itself: early launch treats it as a plain dispatch of an early_launch export (the edges into it from plain
+  dispatches' kernel nodes and from other such nodes programmatic, and so are its edges into early_launch
+  dispatches); a patch sets its new parameters on the exec's node (cuGraphExecKernelNodeSetParams). A one-shot command buffer holding one builds a
   graph too (the communicator's docstring says why).
 - Calls (CommandBuffer.call; hal.calls): a child graph node each, the function's work captured from the device's
   capture stream, once per set of buffer addresses and constant values (kept per call, CALL_CAPTURES at most); a new

@@ -131,8 +131,8 @@ cdef class GraphBuilder(Emitter):
                     dep = self.block_nodes[dep_block]
                 if block >= 0 and dep_block != block:
                     add_once(outside, dep)
-                elif launches_early and plain_kernels[program.waited_node(d)]:
-                    add_once(early, dep)
+                elif launches_early and dep_block == block and plain_kernels[program.waited_node(d)]:
+                    add_once(early, dep)  # (a kernel node: not another block's child graph node)
                 else:
                     add_once(deps, dep)
             if command < 0:

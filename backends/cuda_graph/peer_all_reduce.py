@@ -11,7 +11,8 @@ parts in rank order (so every rank gets the same bits). No fence and no flag: a 
 (The first version raised a flag after a fenced copy and read the peers' buffers: a round trip more, measured
 bench/results/nvidia-h200-x2-2026-11-29-peer-all-reduce.md.) The staging buffers alternate between two halves by
 the call's parity: a rank writes a half again two calls later, which it reaches only once every rank has written
-its part of the call between, after its reads of that half (a rank's calls run in its stream's order). A line
+its part of the call between, after its reads of that half (a rank's calls run in its stream's order: each waits
+for the kernels before it, which end after theirs, plain edges or early_launch's contract). A line
 left from an earlier call carries that call's number, so it passes for this one only if it was last written 2^32 calls
 ago (about five hours of back-to-back calls with that line unused). Each rank counts its calls in a word of its own
 memory; NCCL's rule holds here too: every rank runs the communicator's collectives in the same order, with the
@@ -172,9 +173,9 @@ def _source() -> ExecutableSource:
     exports = []
     for dtype, op in KERNELS:
         ctype, code, name = TYPES[dtype], OPERATIONS.index(op), f"peer_all_reduce_{dtype}_{op}"
-        text += (f'extern "C" __global__ void {name}(const {ctype}* source, {ctype}* target, '
-                 f'unsigned long long* const* stages, unsigned* calls, unsigned count, unsigned rank, '
-                 f'unsigned world, unsigned slot) '
+        text += (f'extern "C" __global__ void __launch_bounds__({THREADS}, 1) {name}(const {ctype}* source, '
+                 f'{ctype}* target, unsigned long long* const* stages, unsigned* calls, unsigned count, '
+                 f'unsigned rank, unsigned world, unsigned slot) '
                  f'{{ all_reduce<{ctype}, {code}>(source, target, stages, calls, count, rank, world, slot); }}\n')
         exports.append(Export(name, bindings=4, constants=("uint32",) * 4, workgroup_size=THREADS))
     return ExecutableSource.cuda(text, exports)
@@ -189,7 +190,7 @@ def unavailable(devices: Sequence[Any]) -> str | None:
         return f"{SWITCH}=0"
     if not 2 <= len(devices) <= MAX_RANKS:
         return f"{len(devices)} ranks (the kernel serves 2 to {MAX_RANKS})"
-    for d in devices:  # acquire and release loads and stores, and warps that meet at a barrier after a divergent spin
+    for d in devices:  # 64-bit relaxed system-scope loads and stores, and threads that spin independently
         if d.compute_capability < (7, 0):
             return f"cuda:{d.ordinal} is of compute capability {d.compute_capability} (the kernel needs 7.0)"
     for a in devices:

@@ -121,8 +121,12 @@ def test_early_kernels_in_a_nested_command_buffer(gpu, early, start):
         outer.execute_commands(inner, binding_table=(a, b))
         outer.execution_barrier()
         outer.execute_commands(inner, binding_table=(a, b))
+        outer.execution_barrier()
+        outer.dispatch(early, "shift", groups(N), (N, 4), (a, b))  # after a block: its edge plain (no kernel node)
     gpu.queue_execute(outer)
-    np.testing.assert_array_equal(a.read(np.uint32), shifted(start, [2, 3, 2, 3]))
-    (block,) = [n for n in outer.emitter.emitted_graph() if isinstance(n, tuple) and n[0] == "nested"][:1]
-    body = outer.emitter.emitted_graph().nodes[block]["body"]
+    np.testing.assert_array_equal(b.read(np.uint32), shifted(start, [2, 3, 2, 3, 4]))
+    emitted = outer.emitter.emitted_graph()
+    (block,) = [n for n in emitted if isinstance(n, tuple) and n[0] == "nested"][:1]
+    body = emitted.nodes[block]["body"]
     assert [d["programmatic"] for _, _, d in body.edges(data=True)] == [gpu.capabilities.supports_early_launch]
+    assert not any(d["programmatic"] for _, _, d in emitted.edges(data=True))

@@ -104,7 +104,7 @@ extern "C" __global__ void spin(unsigned* sink, unsigned cycles) {
 
 def test_a_chain_whose_ranks_arrive_late_in_turn(group):
     """The decode's pattern: many all_reduces one after the other in one graph, in place; before each, one rank
-    or the other kept busy a while, so each side waits for the other's flag in its turn."""
+    or the other kept busy a while, so each side waits for the other's part in its turn."""
     ranks, comm = group
     world, chain = len(ranks), 16
     data = [np.arange(N, dtype=np.int64) + 100 * r for r in range(world)]
