@@ -36,8 +36,8 @@ only patched where something changed (compiled, through cuda-bindings' cydriver)
   hal's (its kernel_of: the peer all_reduce) is that kernel's node instead, which waits for the kernels before it
   itself: early launch treats it as a plain dispatch of an early_launch export (the edges into it from plain
   dispatches' kernel nodes and from other such nodes programmatic, and so are its edges into early_launch
-  dispatches); a patch sets its new parameters on the exec's node (cuGraphExecKernelNodeSetParams). A one-shot command buffer holding one builds a
-  graph too (the communicator's docstring says why).
+  dispatches); a patch sets its new parameters on the exec's node (cuGraphExecKernelNodeSetParams). A one-shot
+  command buffer holding one builds a graph too (the communicator's docstring says why).
 - Calls (CommandBuffer.call; hal.calls): a child graph node each, the function's work captured from the device's
   capture stream, once per set of buffer addresses and constant values (kept per call, CALL_CAPTURES at most); a new
   table or new values set the exec's node to the capture for them (capturing again only for a set not kept). A
