@@ -14,7 +14,8 @@ through NCCL instead of its peer kernel (HAL_CUDA_PEER_ALL_REDUCE=0; backends.cu
 those of 8 KiB by default), under NCCL's default and each of its protocols (NCCL_VARIANTS). Each row: tokens/s over
 STEPS positions (the wall from the first queued call to the tokens read back), the median of RUNS after a warm-up,
 the first use apart, and whether its tokens equal numpy's (model.reference_generate on the whole model) on every
-rank.
+rank. Beside the one GPU's floors (bytes, dependent dispatches), each split's kernels alone (KernelsAlone: its
+all_reduces left out, so its tokens are wrong), what a token costs before its all_reduces.
 
 Each row runs in processes of its own (hal: one for all its ranks; PyTorch split: one per GPU), which load the
 weights the parent saved once: a row that hangs (a collective whose peers never come) is cut off after
@@ -77,6 +78,14 @@ def load_weights(config: Config, directory: str) -> Weights:
                               for name in WEIGHT_FIELDS})
 
 
+class KernelsAlone(Decoder):
+    """The split decoder with its all_reduces left out (its tokens wrong): the ranks' kernels alone, what a token
+    costs before the all_reduces, the floor under a split's rows (kernels_alone)."""
+
+    def all_reduce(self, cb: hal.CommandBuffer, part: hal.BufferRef, dtype: type, op: str = "sum") -> None:
+        pass
+
+
 def hal_row(config: Config, directory: str, world: int, expected: list[int], communicate: bool = True,
             device_loops: bool = True, environment: dict[str, str] | None = None) -> dict:
     """hal on `world` GPUs (a communicator unless `communicate` is False, on one GPU), in a process of its own;
@@ -86,34 +95,42 @@ def hal_row(config: Config, directory: str, world: int, expected: list[int], com
         ("" if device_loops else ", a submission per token") + \
         "".join(f", {key}={value}" for key, value in (environment or {}).items())
     row = in_processes(_hal_ranks, [(config, directory, world, expected, communicate, device_loops,
-                                     environment or {})], ROW_TIMEOUT_S)[0]
+                                     environment or {}, Decoder)], ROW_TIMEOUT_S)[0]
     refused = row.pop("refused", None)
     if refused:
         name += f" (its loops refused, so a submission per token: {refused})"
     return dict(competitor=name, gpus=world, loops=device_loops, **row)
 
 
+def kernels_alone(config: Config, directory: str, world: int) -> float | None:
+    """µs a token of the split over `world` GPUs with its all_reduces left out (KernelsAlone), in a process of its
+    own; None if it failed."""
+    row = in_processes(_hal_ranks, [(config, directory, world, [], True, True, {}, KernelsAlone)], ROW_TIMEOUT_S)[0]
+    return row.get("us_per_token")
+
+
 def _hal_ranks(config: Config, directory: str, world: int, expected: list[int], communicate: bool,
-               device_loops: bool, environment: dict[str, str], results) -> None:
+               device_loops: bool, environment: dict[str, str], kind: type[Decoder], results) -> None:
     """The process of one hal row: its row, or why there is none, put on `results`."""
     faulthandler.dump_traceback_later(ROW_TIMEOUT_S - 20, exit=True)  # where a hung row stood, before it is cut off
     os.environ.update(environment)
     try:
-        row = _hal_measure(load_weights(config, directory), world, expected, communicate, device_loops)
+        row = _hal_measure(load_weights(config, directory), world, expected, communicate, device_loops, kind)
     except Exception as e:  # the parent waits for a result: never leave it none
         row = dict(error=f"{type(e).__name__}: {e}")
     results.put(row)
 
 
-def _hal_measure(weights: Weights, world: int, expected: list[int], communicate: bool, device_loops: bool) -> dict:
-    """Every rank's Decoder, the runs timed."""
+def _hal_measure(weights: Weights, world: int, expected: list[int], communicate: bool, device_loops: bool,
+                 kind: type[Decoder]) -> dict:
+    """Every rank's decoder of class `kind` (Decoder, or KernelsAlone), the runs timed."""
     devices: list[hal.Device] = []
     try:
         devices = [hal.create_device(f"cuda:{i}") for i in range(world)]
         comm = hal.create_communicator(devices) if communicate else None
         try:
             first = time.perf_counter()
-            decoders = [Decoder(d, weights, communicator=comm, device_loops=device_loops) for d in devices]
+            decoders = [kind(d, weights, communicator=comm, device_loops=device_loops) for d in devices]
 
             def run() -> float:
                 for decoder in decoders:
@@ -211,6 +228,7 @@ def run(config: Config, worlds: tuple[int, ...] = WORLDS, parts: tuple[str, ...]
     count = gpu_count()
     run_on = sorted({1, *(w for w in worlds if w <= count)})
     rows: list[dict] = []
+    alone: dict[int, float | None] = {}  # the split's kernels alone, µs a token (kernels_alone)
     with tempfile.TemporaryDirectory() as directory:
         save_weights(weights, directory)
         if "hal" in parts:
@@ -221,6 +239,7 @@ def run(config: Config, worlds: tuple[int, ...] = WORLDS, parts: tuple[str, ...]
             rows += [progress(torch_parallel_row(config, directory, w, expected)) for w in run_on]
         if "hal" in parts:
             rows += [progress(hal_row(config, directory, w, expected, device_loops=False)) for w in run_on]
+            alone = {w: kernels_alone(config, directory, w) for w in run_on if w > 1}
         if "nccl" in parts:
             rows += [progress(hal_row(config, directory, w, expected, environment={**PEER_OFF, **variant}))
                      for w in run_on if w > 1 for variant in NCCL_VARIANTS]
@@ -229,7 +248,7 @@ def run(config: Config, worlds: tuple[int, ...] = WORLDS, parts: tuple[str, ...]
         floors = measure_floors(dev)
     meta = dict(device=torch.cuda.get_device_name(), gpus=count, date=time.strftime("%Y-%m-%d"), config=repr(config),
                 parameters=sum(getattr(weights, n).size for n in ("embed", "qkv", "wo", "w1", "w3", "w2", "output")),
-                floors=floors, bytes_per_token=bytes_per_token(config, STEPS),
+                floors=floors, bytes_per_token=bytes_per_token(config, STEPS), kernels_alone_us=alone,
                 dispatches_per_token=5 * config.layers + 1)
     return dict(meta=meta, rows=rows)
 
@@ -256,6 +275,10 @@ def report(result: dict) -> str:
                   f"its {meta['dispatches_per_token']} dependent dispatches take at least "
                   f"{meta['dispatches_per_token'] * floors['node_us']:.1f} µs ({floors['node_us']:.2f} µs a node of a "
                   f"chain of empty kernels in a graph)."]
+    alone = [f"{w} GPUs {us:.1f} µs" if us else f"{w} GPUs failed" for w, us in meta["kernels_alone_us"].items()]
+    if alone:
+        lines += ["", f"Split, the ranks' kernels alone (their all_reduces left out, wrong tokens): "
+                      f"{', '.join(alone)} a token: the floor under the split's rows."]
     best: dict[int, dict] = {}  # hal's fastest row at each GPU count: any on one GPU, with device loops on several
     for r in rows:
         if r["competitor"].startswith("hal") and "error" not in r and (r["gpus"] == 1 or r["loops"]) and \

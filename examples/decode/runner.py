@@ -125,27 +125,25 @@ class Decoder:
             cb.dispatch(exe, "attention", grid["attention"], (), (q, keys, values, self.state, partials))
             cb.execution_barrier()
             cb.dispatch(exe, "attn_out", grid["attn_out"], (), (partials, self.state, self.layer(w["wo"], layer), x))
-            self.sum_ranks(cb, x)
+            self.all_reduce(cb, x, np.float32)  # (the ranks' parts of the sum)
             cb.execution_barrier()
             cb.dispatch(exe, "ffn_in", grid["ffn_in"], (),
                         (self.layer(w["w1"], layer), self.layer(w["w3"], layer), x, self.layer(w["ffn_norm"], layer),
                          g))
             cb.execution_barrier()
             cb.dispatch(exe, "ffn_out", grid["ffn_out"], (), (self.layer(w["w2"], layer), g, x))
-            self.sum_ranks(cb, x)
+            self.all_reduce(cb, x, np.float32)
         cb.execution_barrier()
         cb.dispatch(exe, "logits_argmax", grid["logits_argmax"], (),
                     (w["output"], x, w["final_norm"], self.rank_logits, self.state, self.token_buffer))
-        if self.communicator is not None:  # every rank's best: the same token on each
-            cb.execution_barrier()
-            key = hal.ref(self.state, 4 * KEY_WORD, 8)
-            cb.all_reduce(self.communicator, key, key, np.uint64, "max")
+        self.all_reduce(cb, hal.ref(self.state, 4 * KEY_WORD, 8), np.uint64, "max")  # (every rank's best: one token)
 
-    def sum_ranks(self, cb: hal.CommandBuffer, x: hal.BufferRef) -> None:
-        """Split over ranks: after a barrier, x becomes the sum of the ranks' parts (nothing on one device)."""
+    def all_reduce(self, cb: hal.CommandBuffer, part: hal.BufferRef, dtype: type, op: str = "sum") -> None:
+        """Split over ranks: after a barrier, `part` becomes the ranks' parts reduced by `op` (nothing on one
+        device)."""
         if self.communicator is not None:
             cb.execution_barrier()
-            cb.all_reduce(self.communicator, x, x, np.float32)
+            cb.all_reduce(self.communicator, part, part, dtype, op)
 
     def dispatches_per_step(self) -> int:
         """The dispatches of one position: the step's, all but `start`."""

@@ -3,6 +3,7 @@ shape."""
 
 import numpy as np
 
+import hal
 from bench import in_processes, tensor_parallel
 from examples.decode import Config, random_weights
 
@@ -20,12 +21,16 @@ def test_the_report_gives_each_target_its_ratio():
             dict(competitor="PyTorch, torch.distributed over 4 GPUs: x", gpus=4, error="a rank gave no result")]
     meta = dict(device="a GPU", gpus=2, date="2026-11-29", config="Config()", parameters=1.2e9,
                 floors=dict(node_us=0.5, copy_gb_per_s=4000.0, loop_iteration_us=15.0), bytes_per_token=4.6e9,
-                dispatches_per_token=81)
+                dispatches_per_token=81, kernels_alone_us={2: 700.0, 4: None})
     text = tensor_parallel.report(dict(meta=meta, rows=rows))
+    assert "the ranks' kernels alone (their all_reduces left out, wrong tokens): 2 GPUs 700.0 µs, 4 GPUs failed a " \
+           "token" in text
     assert "| hal, 2 GPUs | 2 | 1300 | 769.2 | 1.00 | yes |" in text
     assert "- 2 GPUs 1.93x one GPU's tokens/s (hal, 2 GPUs, NCCL_PROTO=LL against hal, 1 GPU, no communicator): " \
            ">= 1.7 met" in text  # the fastest with device loops against the fastest on one GPU
     assert "- 4 GPUs: not run (2 GPU(s) here)" in text
+    parted = tensor_parallel.report(dict(meta=meta, rows=[r for r in rows if "1 GPU" not in r["competitor"]]))
+    assert "- 2 GPUs: hal's rows on 2 and on 1 GPU not both in this run (--parts)" in parted
     assert "- hal on 1 GPU(s) 1.17x the fastest PyTorch row there: >= 1.5 MISSED" in text
     assert "- hal on 2 GPU(s) 1.69x the fastest PyTorch row there: >= 1.5 met" in text
     assert "| PyTorch, torch.distributed over 4 GPUs: x | 4 | - | - | - | a rank gave no result |" in text
@@ -70,3 +75,18 @@ def _put_sum(a, b, results):
 
 def _put_nothing(results):
     pass
+
+
+def test_the_kernels_alone_leave_out_every_all_reduce():
+    config = Config(layers=2, dim=256, heads=2, ffn=512, vocab=64, max_sequence=16)  # (a rank: 128 columns)
+    weights = random_weights(config, seed=2)
+    devices = [hal.create_device("host") for _ in range(2)]
+    try:
+        with hal.create_communicator(devices) as comm:
+            decoder = tensor_parallel.KernelsAlone(devices[0], weights, communicator=comm)
+            loop = [c for c in decoder.command_buffer.commands if c.kind == hal.CommandKind.WHILE_NONZERO][-1]
+            assert [c.kind for c in loop.body.commands].count("all_reduce") == 0
+            assert sum(c.kind == hal.CommandKind.DISPATCH for c in loop.body.commands) == 5 * config.layers + 1
+    finally:
+        for d in devices:
+            d.close()
