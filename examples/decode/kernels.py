@@ -40,8 +40,8 @@ and hidden units: q, the caches and the partials are its heads' (the attention's
 ffn / world hidden units, and attn_out and ffn_out leave in x its part of the sum (rank 0 adds the residual), which
 an all_reduce after each completes. logits_argmax computes the rank's vocab / world logits (its rows of the output
 projection, from VOCAB_OFFSET) and raises the key by their best, named by its row in the whole vocabulary; an
-all_reduce (max) of the key then gives every rank the same token. CUDA and the
-host take the split (Vulkan has no collectives; the Triton set is for one device).
+all_reduce (max) of the key then gives every rank the same token. CUDA and the host take the split (Vulkan has no
+collectives; the Triton set is for one device).
 """
 
 from __future__ import annotations

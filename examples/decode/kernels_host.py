@@ -95,7 +95,8 @@ def functions(c: Config, chunk: int, loops: tuple[int, int], world: int = 1, ran
             ctx.binding(1, np.float32)[:ffn]
 
     def logits_argmax(ctx) -> None:
-        """The key raised by the whole grid's best at once (one call covers the grid): the rank's rows' (kernels.py)."""
+        """The rank's logits (its rows of the vocabulary: kernels.py), the key raised by their best at once (one
+        call covers the grid)."""
         logits = ctx.binding(0, np.float32)[:vocab * dim].reshape(vocab, dim) @ \
             rms_norm(ctx.binding(1, np.float32)[:dim], ctx.binding(2, np.float32)[:dim])
         ctx.binding(3, np.float32)[:vocab] = logits
