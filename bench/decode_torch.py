@@ -75,15 +75,19 @@ class TorchDecoder:
     `world` ranks (tensor parallelism, as hal's decoder splits it): `weights` is this rank's shard (model.shard),
     the cache holds its heads, the products of wo and w2 are summed over `group` by torch's functional
     all_reduce (which torch.compile traces and a CUDA graph captures) before their residual is added, and the logits
-    of the rank's rows of the vocabulary are gathered from every rank before the argmax."""
+    of the rank's rows of the vocabulary are gathered from every rank before the argmax. `symmetric`: the products
+    summed instead by PyTorch's one-shot all_reduce over symmetric memory (torch.ops.symm_mem, what serving stacks
+    use for small all_reduces between the GPUs of one machine), through one buffer of the group's."""
 
     def __init__(self, weights: Weights, prompt: list[int], device: str, complex_rope: bool = True, world: int = 1,
-                 group: Any = None) -> None:
+                 group: Any = None, symmetric: bool = False) -> None:
         import torch
 
         c = self.config = weights.config
         half = c.head_dim // 2
         self.heads, self.attn, self.ffn, self.group = c.heads // world, c.dim // world, c.ffn // world, group
+        if symmetric and group is None:
+            raise ValueError("symmetric all_reduces need a process group")
         self.prompt, self.cuda = list(prompt), torch.device(device).type == "cuda"
 
         def tensor(a: np.ndarray) -> torch.Tensor:
@@ -111,9 +115,10 @@ class TorchDecoder:
         self.tokens = torch.zeros(length, dtype=torch.long, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         self.prompt_length = torch.tensor([len(prompt)], device=device)
+        self.symmetric = _symmetric_buffer(c.dim, device, group) if symmetric else None
         for t in [self.embed, self.final_norm, self.output, self.rope, self.mask, self.tokens, self.position,
                   self.prompt_length, *self.attn_norm, *self.qkv, *self.wo, *self.ffn_norm, *self.w13, *self.w2,
-                  *self.cache]:
+                  *self.cache, *([self.symmetric] if symmetric else [])]:
             torch._dynamo.mark_static_address(t)
 
     def reset(self) -> None:
@@ -195,6 +200,9 @@ class TorchDecoder:
 
         if self.group is None:
             return torch.addmv(x, w, v)
+        if self.symmetric is not None:
+            return x + torch.ops.symm_mem.one_shot_all_reduce_copy(self.symmetric, torch.mv(w, v), "sum",
+                                                                   self.group.group_name)
         from torch.distributed import _functional_collectives as collectives
         return x + collectives.all_reduce(torch.mv(w, v), "sum", self.group)
 
@@ -208,7 +216,22 @@ class TorchDecoder:
         if self.group is None:
             return logits
         from torch.distributed import _functional_collectives as collectives
-        return collectives.all_gather_tensor(logits, 0, self.group)
+        gather = getattr(collectives, "all_gather_single", None) or collectives.all_gather_tensor  # (newer torch)
+        return gather(logits, 0, self.group)
+
+
+def _symmetric_buffer(size: int, device: str, group: Any) -> Any:
+    """`size` float32s of symmetric memory on `device`, rendezvoused over `group` (a collective)."""
+    import torch
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):  # (needed before rendezvous in older torch, a no-op later)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group.group_name)
+    buffer = symm_mem.empty(size, dtype=torch.float32, device=device)
+    symm_mem.rendezvous(buffer, group.group_name)
+    return buffer
 
 
 class StageError(Exception):
@@ -491,19 +514,19 @@ def _float32_only() -> Iterator[None]:
 
 def torch_rows(weights: Weights, prompt: list[int], steps: int, expected: list[int], runs: int = 5,
                device: str = "cuda", rows: tuple[str, ...] | None = None, world: int = 1,
-               group: Any = None) -> dict[str, dict]:
+               group: Any = None, symmetric: bool = False) -> dict[str, dict]:
     """The rows named in `rows` (default: all of ROWS) for `steps` positions forwarded from position 0 of `prompt`;
     `expected` is reference_generate's token list; split over `world` ranks (TorchDecoder), `weights` is this
-    rank's shard and `group` the ranks' process group. A row that cannot run or fails has `error` set, and the others
-    go on. Their kernels per token are left to torch_kernel_counts, called once every timing in the process is
-    done: a profiler session slows every launch after it (on an H200, 2026-11-29: an empty kernel's node in a CUDA
-    graph from 0.50 to 0.91 µs)."""
+    rank's shard and `group` the ranks' process group (`symmetric`: its all_reduces over symmetric memory). A row
+    that cannot run or fails has `error` set, and the others go on. Their kernels per token are left to
+    torch_kernel_counts, called once every timing in the process is done: a profiler session slows every launch
+    after it (on an H200, 2026-11-29: an empty kernel's node in a CUDA graph from 0.50 to 0.91 µs)."""
     c = weights.config
     if not 1 <= steps <= c.max_sequence or not prompt or len(expected) != max(len(prompt), steps + 1):
         raise ValueError(f"steps must be in 1..{c.max_sequence}, the prompt not empty and expected "
                          f"max(len(prompt), steps + 1) tokens long")
     found = _each_row(weights, prompt, steps, device, rows, lambda row: _measure(row, steps, expected, runs),
-                      world, group)
+                      world, group, symmetric)
     return {name: _error_row(r) if isinstance(r, str) else r for name, r in found.items()}
 
 
@@ -514,7 +537,8 @@ def torch_kernel_counts(weights: Weights, prompt: list[int], steps: int, device:
 
 
 def _each_row(weights: Weights, prompt: list[int], steps: int, device: str, rows: tuple[str, ...] | None,
-              work: Callable[[Row], T], world: int = 1, group: Any = None) -> dict[str, T | str]:
+              work: Callable[[Row], T], world: int = 1, group: Any = None,
+              symmetric: bool = False) -> dict[str, T | str]:
     """work(row) for each row named (default: all of ROWS), each set up afresh; a row that cannot run or fails
     gives why instead, and the others go on."""
     names = ROWS if rows is None else rows
@@ -537,7 +561,7 @@ def _each_row(weights: Weights, prompt: list[int], steps: int, device: str, rows
                     torch._dynamo.reset()  # a fresh compile for each row (Inductor's caches on disk stay)
                 with _stage("setup"):
                     row = _row(name, TorchDecoder(weights, prompt, device, complex_rope=not compiles, world=world,
-                                                  group=group), steps)
+                                                  group=group, symmetric=symmetric), steps)
                 with torch._dynamo.config.patch(recompile_limit=max(8, len(row.buckets) + 1)):
                     results[name] = work(row)
             except StageError as e:

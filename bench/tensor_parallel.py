@@ -2,20 +2,22 @@
 
 The decode example (examples/decode) on a model large enough for the split to pay, LARGE (about 1.2B parameters,
 float32), split Megatron style over 1, 2, 4 and 8 GPUs (as many as the machine has): a hal communicator (NCCL) joins
-the ranks, all in one process, each rank's Decoder records the whole run once (the collectives inside the
-device-side loops) and a run is one submission per rank. Rows: hal on one GPU without a communicator, and on w GPUs
-with one (w = 1: NCCL with one rank); PyTorch at its best, bench.decode_torch's torch.compile with the step captured
-in a CUDA graph per token, on one GPU, and split the same way over w GPUs (one process per GPU, torch.distributed
-with NCCL, the all_reduces torch's functional ones, traced by torch.compile and captured in the graph; w = 1: a
-process group of one rank); then hal a submission per token (the step recorded without the loops, what the decoder
-falls back to where the loops' collectives are refused: the ranks taken in turn at every token, since a rank's queue
-that runs ahead waits for ever on its peers' part of an all_reduce), and hal on w > 1 GPUs with its all_reduces
-through NCCL instead of its peer kernel (HAL_CUDA_PEER_ALL_REDUCE=0; backends.cuda_graph.peer_all_reduce serves
-those of 8 KiB by default), under NCCL's default and each of its protocols (NCCL_VARIANTS). Each row: tokens/s over
-STEPS positions (the wall from the first queued call to the tokens read back), the median of RUNS after a warm-up,
-the first use apart, and whether its tokens equal numpy's (model.reference_generate on the whole model) on every
-rank. Beside the one GPU's floors (bytes, dependent dispatches), each split's kernels alone (KernelsAlone: its
-all_reduces left out, so its tokens are wrong), what a token costs before its all_reduces.
+the ranks, all in one process, each rank's Decoder records the whole run once (the collectives inside the device-side
+loops) and a run is one submission per rank. Rows: hal on one GPU without a communicator, and on w GPUs with one (w =
+1: NCCL with one rank); PyTorch at its best, bench.decode_torch's torch.compile with the step captured in a CUDA graph
+per token, on one GPU, and split the same way over w GPUs (one process per GPU, torch.distributed with NCCL, the
+all_reduces torch's functional ones, traced by torch.compile and captured in the graph; w = 1: a process group of one
+rank; w > 1 also with PyTorch's one-shot all_reduce over symmetric memory, torch.ops.symm_mem, the small all_reduces'
+fastest path in PyTorch between the GPUs of one machine, as hal's peer kernel is in hal); then hal a submission per
+token (the step recorded without the loops, what the decoder falls back to where the loops' collectives are refused:
+the ranks taken in turn at every token, since a rank's queue that runs ahead waits for ever on its peers' part of an
+all_reduce), and hal on w > 1 GPUs with its all_reduces through NCCL instead of its peer kernel
+(HAL_CUDA_PEER_ALL_REDUCE=0; backends.cuda_graph.peer_all_reduce serves those up to 16 KiB by default), under NCCL's
+default and each of its protocols (NCCL_VARIANTS). Each row: tokens/s over STEPS positions (the wall from the first
+queued call to the tokens read back), the median of RUNS after a warm-up, the first use apart, and whether its tokens
+equal numpy's (model.reference_generate on the whole model) on every rank. Beside the one GPU's floors (bytes,
+dependent dispatches), each split's kernels alone (KernelsAlone: its all_reduces left out, so its tokens are wrong),
+what a token costs before its all_reduces.
 
 Each row runs in processes of its own (hal: one for all its ranks; PyTorch split: one per GPU), which load the
 weights the parent saved once: a row that hangs (a collective whose peers never come) is cut off after
@@ -179,9 +181,11 @@ def slowest_rank_row(name: str, world: int, rows: list[dict]) -> dict:
                 tokens_match=all(r["match"] for r in rows))
 
 
-def _torch_rank(rank: int, world: int, directory: str, config: Config, expected: list[int], results) -> None:
+def _torch_rank(rank: int, world: int, directory: str, config: Config, expected: list[int], symmetric: bool,
+                results) -> None:
     """One process of the PyTorch rows split over `world` GPUs: its shard, torch.compile and a CUDA graph per
-    token, its NCCL all_reduces in the graph."""
+    token, its all_reduces in the graph (NCCL's, or with `symmetric` PyTorch's one-shot kernel over symmetric
+    memory)."""
     faulthandler.dump_traceback_later(ROW_TIMEOUT_S - 20, exit=True)
     os.environ.setdefault("NCCL_GRAPH_MIXING_SUPPORT", "0")  # as hal's (the module's docstring)
     try:
@@ -195,7 +199,7 @@ def _torch_rank(rank: int, world: int, directory: str, config: Config, expected:
         try:
             part = shard(load_weights(config, directory), rank, world)
             row = torch_rows(part, PROMPT, STEPS, expected, RUNS, device=f"cuda:{rank}", rows=(COMPILED_GRAPH,),
-                             world=world, group=dist.group.WORLD)[COMPILED_GRAPH]
+                             world=world, group=dist.group.WORLD, symmetric=symmetric)[COMPILED_GRAPH]
         finally:
             dist.destroy_process_group()
     except Exception as e:  # the parent waits for a result from each: never leave it none
@@ -203,11 +207,13 @@ def _torch_rank(rank: int, world: int, directory: str, config: Config, expected:
     results.put(row)
 
 
-def torch_parallel_row(config: Config, directory: str, world: int, expected: list[int]) -> dict:
-    """PyTorch split over `world` GPUs, one process per GPU."""
+def torch_parallel_row(config: Config, directory: str, world: int, expected: list[int],
+                       symmetric: bool = False) -> dict:
+    """PyTorch split over `world` GPUs, one process per GPU; `symmetric`: its all_reduces over symmetric memory."""
     from bench.decode_torch import COMPILED_GRAPH
-    name = f"PyTorch, torch.distributed over {world} GPU{'s' if world > 1 else ''}: {COMPILED_GRAPH}"
-    rows = in_processes(_torch_rank, [(r, world, directory, config, expected) for r in range(world)],
+    name = f"PyTorch, torch.distributed over {world} GPU{'s' if world > 1 else ''}" + \
+        (", symmetric memory one-shot all_reduces" if symmetric else "") + f": {COMPILED_GRAPH}"
+    rows = in_processes(_torch_rank, [(r, world, directory, config, expected, symmetric) for r in range(world)],
                         ROW_TIMEOUT_S)
     return slowest_rank_row(name, world, rows)
 
@@ -237,6 +243,8 @@ def run(config: Config, worlds: tuple[int, ...] = WORLDS, parts: tuple[str, ...]
         if "torch" in parts:
             rows.append(progress(torch_row(weights, expected)))
             rows += [progress(torch_parallel_row(config, directory, w, expected)) for w in run_on]
+            rows += [progress(torch_parallel_row(config, directory, w, expected, symmetric=True))
+                     for w in run_on if w > 1]
         if "hal" in parts:
             rows += [progress(hal_row(config, directory, w, expected, device_loops=False)) for w in run_on]
             alone = {w: kernels_alone(config, directory, w) for w in run_on if w > 1}

@@ -55,3 +55,46 @@ def test_without_torch_every_row_says_so(weights, monkeypatch):
     rows = torch_rows(weights, PROMPT, 3, reference_generate(weights, PROMPT, 3)[0], device="cpu")
     assert len(rows) == 5 and all(r["error"] == "torch is not installed" for r in rows.values())
     assert set(rivals.torch_kernel_counts(weights, PROMPT, 3, device="cpu").values()) == {"torch is not installed"}
+
+
+def test_symmetric_all_reduces_need_a_process_group(weights):
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    with pytest.raises(ValueError, match="symmetric all_reduces need a process group"):
+        TorchDecoder(weights, PROMPT, "cpu", symmetric=True)
+
+
+def test_the_split_rows_match_numpy_on_every_rank(tmp_path):
+    """Split over two CPU processes (gloo): each rank's shard, its products summed and its logits gathered by torch's
+    functional collectives, the eager row's tokens numpy's on both."""
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    ranks = [context.Process(target=_split_rank, args=(r, 2, str(tmp_path / "store"), results)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    try:
+        found = sorted(results.get(timeout=120) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert found == [(0, None, True), (1, None, True)]
+
+
+def _split_rank(rank, world, store, results):
+    import torch.distributed as dist
+
+    from examples.decode.model import Config, shard
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
+    try:
+        config = Config(layers=2, dim=256, heads=2, ffn=512, vocab=64, max_sequence=16)
+        weights = random_weights(config, seed=1)
+        expected, _ = reference_generate(weights, PROMPT, 8)
+        row = torch_rows(shard(weights, rank, world), PROMPT, 8, expected, runs=1, device="cpu", rows=(EAGER,),
+                         world=world, group=dist.group.WORLD)[EAGER]
+        results.put((rank, row["error"], row["match"]))
+    finally:
+        dist.destroy_process_group()
