@@ -3,9 +3,9 @@
 The decode example (examples/decode) on a model large enough for the split to pay, LARGE (about 1.2B parameters,
 float32), split Megatron style over 1, 2, 4 and 8 GPUs (as many as the machine has): a hal communicator (NCCL) joins
 the ranks, all in one process, each rank's Decoder records the whole run once (the collectives inside the device-side
-loops) and a run is one submission per rank. Rows: hal on one GPU without a communicator, and on w GPUs with one (w =
-1: NCCL with one rank); PyTorch at its best, bench.decode_torch's torch.compile with the step captured in a CUDA graph
-per token, on one GPU, and split the same way over w GPUs (one process per GPU, torch.distributed with NCCL, the
+loops) and a run is one submission per rank. Rows: hal on one GPU without a communicator, and on w GPUs with one
+(w = 1: NCCL with one rank); PyTorch at its best, bench.decode_torch's torch.compile with the step captured in a CUDA
+graph per token, on one GPU, and split the same way over w GPUs (one process per GPU, torch.distributed with NCCL, the
 all_reduces torch's functional ones, traced by torch.compile and captured in the graph; w = 1: a process group of one
 rank; w > 1 also with PyTorch's one-shot all_reduce over symmetric memory, torch.ops.symm_mem, the small all_reduces'
 fastest path in PyTorch between the GPUs of one machine, as hal's peer kernel is in hal); then hal a submission per
