@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import bench.decode_torch as rivals
+from bench import in_processes
 from bench.decode_torch import BUCKET, EAGER, GRAPH, K_PER_GRAPH, REDUCE_OVERHEAD, TorchDecoder, torch_rows
 from examples.decode.model import random_weights, reference_generate
 
@@ -67,21 +68,8 @@ def test_the_split_rows_match_numpy_on_every_rank(tmp_path):
     """Split over two CPU processes (gloo): each rank's shard, its products summed and its logits gathered by torch's
     functional collectives, the eager row's tokens numpy's on both."""
     pytest.importorskip("torch", reason=TORCH_MISSING)
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    ranks = [context.Process(target=_split_rank, args=(r, 2, str(tmp_path / "store"), results)) for r in range(2)]
-    for p in ranks:
-        p.start()
-    try:
-        found = sorted(results.get(timeout=120) for _ in ranks)
-    finally:
-        for p in ranks:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert found == [(0, None, True), (1, None, True)]
+    found = in_processes(_split_rank, [(r, 2, str(tmp_path / "store")) for r in range(2)], 120)
+    assert sorted(found) == [(0, None, True), (1, None, True)]
 
 
 def _split_rank(rank, world, store, results):
