@@ -2,13 +2,14 @@
 of the machine; side by side in one process (or, for the data-parallel step, in each of one process per GPU).
 
 1. all_reduce bus bandwidth from 8 B to 1 GiB (float32 sum). hal: each rank's reusable command buffer holds one
-   all_reduce (a child graph node in its CUDA graph, the peer kernel's node up to 16 KiB), submitted to every rank.
-   NCCL: nccl4py's ncclAllReduce for every rank in one group, on streams, with communicators and buffers of its own.
-   Wall time per operation of many back to back; bus bandwidth = bytes / time x 2 (n - 1) / n, NCCL's convention.
+   all_reduce (a child graph node in its CUDA graph, the peer kernel's node up to 1 MiB on 2 GPUs), submitted to every
+   rank. NCCL: nccl4py's ncclAllReduce for every rank in one group, on streams, with communicators and buffers of
+   its own. Wall time per operation of many back to back; bus bandwidth = bytes / time x 2 (n - 1) / n, NCCL's
+   convention.
    Target: >= 0.95x NCCL at large sizes.
 2. Small-message latency: 100 all_reduces of 8 B in one command buffer (one graph launch per rank) against 100
    eager NCCL calls; and the same hal command buffers through NCCL alone (HAL_CUDA_PEER_ALL_REDUCE=0: all_reduces
-   up to 16 KiB otherwise run in hal's peer kernel, backends.cuda_graph.peer_all_reduce).
+   up to backends.cuda_graph.peer_all_reduce.one_shot_bytes otherwise run in hal's peer kernel).
 3. A data-parallel step, one process per GPU (hal's rank/world form, a rendezvous file): per layer a matmul kernel
    makes a gradient and an all_reduce sums it across ranks, the next layer's matmul overlapping this all_reduce
    (hazards mode); against PyTorch distributed (NCCL) running the same step eagerly and as a captured CUDA graph.
@@ -206,8 +207,9 @@ def _record_slot_all_reduce(dev: hal.Device, comm: hal.Communicator) -> hal.Comm
 
 
 def rebinding(devices: list[hal.Device], comm: hal.Communicator) -> dict:
-    """Host µs per step (every rank) of an all_reduce through slots given another table each step: hal patches the
-    child graph node (captures NCCL's work again), against recording and submitting a new command buffer."""
+    """Host µs per step (every rank) of an all_reduce through slots given another table each step: hal patches its
+    node (the peer kernel's, or the child graph node of NCCL's work captured again), against recording and
+    submitting a new command buffer."""
     tables = [[(d.allocate(REBIND_BYTES), d.allocate(REBIND_BYTES)) for d in devices] for _ in range(2)]
     cbs = [_record_slot_all_reduce(d, comm) for d in devices]
     times = {"patch": float("inf"), "record": float("inf")}
@@ -389,17 +391,20 @@ def report(result: dict) -> str:
             worst = min(r["nccl_us"] / r["hal_us"] for r in large)
             lines += ["", f"Target: >= {BANDWIDTH_TARGET}x NCCL's bus bandwidth {what}: {worst:.3f}x at worst "
                           f"({'met' if worst >= BANDWIDTH_TARGET else 'MISSED'})."]
-    from backends.cuda_graph.peer_all_reduce import ONE_SHOT_BYTES, SWITCH
+    from backends.cuda_graph.peer_all_reduce import SWITCH, one_shot_bytes
     s = result["latency"]
     lines += ["", f"Small messages: {s['ops']} all_reduces of 8 B: {s['hal_graph_us']:.2f} µs each in one hal command "
                   f"buffer (one graph launch per rank; hal's peer kernel {meta['peer_all_reduce']}), "
                   f"{s['hal_graph_nccl_us']:.2f} µs each through NCCL in the same ({SWITCH}=0), "
                   f"{s['nccl_eager_us']:.2f} µs each as eager NCCL calls "
                   f"({s['nccl_eager_us'] / s['hal_graph_us']:.2f}x). "
-                  f"Up to {ONE_SHOT_BYTES // 1024} KiB, the bandwidth table's hal column is the peer kernel too."]
+                  f"Up to {one_shot_bytes(meta['gpus']) // 1024} KiB a rank, the bandwidth table's hal column is the "
+                  f"peer kernel too."]
     b = result["rebinding"]
+    peer = meta["peer_all_reduce"] == "on" and b["bytes"] <= one_shot_bytes(meta["gpus"])
+    patched = "the peer kernel's node (new parameters)" if peer else "the child graph node (NCCL's work captured again)"
     lines += ["", f"Rebinding: an all_reduce of {b['bytes']} B through slots, another table every step: "
-                  f"{b['patch_us']:.1f} µs of host time per step (every rank) patching the child graph node, against "
+                  f"{b['patch_us']:.1f} µs of host time per step (every rank) patching {patched}, against "
                   f"{b['record_us']:.1f} µs recording and submitting a new command buffer "
                   f"({b['record_us'] / b['patch_us']:.1f}x)."]
     rows = result["data_parallel"]

@@ -12,7 +12,7 @@ fastest path in PyTorch between the GPUs of one machine, as hal's peer kernel is
 token (the step recorded without the loops, what the decoder falls back to where the loops' collectives are refused:
 the ranks taken in turn at every token, since a rank's queue that runs ahead waits for ever on its peers' part of an
 all_reduce), and hal on w > 1 GPUs with its all_reduces through NCCL instead of its peer kernel
-(HAL_CUDA_PEER_ALL_REDUCE=0; backends.cuda_graph.peer_all_reduce serves those up to 16 KiB by default), under NCCL's
+(HAL_CUDA_PEER_ALL_REDUCE=0; backends.cuda_graph.peer_all_reduce serves those by default), under NCCL's
 default and each of its protocols (NCCL_VARIANTS). Each row: tokens/s over STEPS positions (the wall from the first
 queued call to the tokens read back), the median of RUNS after a warm-up, the first use apart, and whether its tokens
 equal numpy's (model.reference_generate on the whole model) on every rank. Beside the one GPU's floors (bytes,

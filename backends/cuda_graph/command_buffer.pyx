@@ -61,7 +61,8 @@ from cuda.bindings.cydriver cimport CUcontext, CUfunction, CUgraph, CUgraphExec,
 
 from backends.cuda_graph.graph_builder cimport GraphBuilder, call_key, has_calls
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, SlotWord, address, check, check_at,
-                                        collective_address, constant_words_of, node_of, resolve, words_node)
+                                        collective_addresses, collective_kernel, constant_words_of, node_of,
+                                        resolve)
 from hal.buffer cimport Buffer, BufferRef, ConstantSlot
 from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Program
@@ -217,22 +218,19 @@ cdef class CudaEmitter(GraphBuilder):
         that kernel's new parameters."""
         c = self.program.commands[index]
         if type(c) is Collective:
-            given = (collective_address((<Collective>c).source, table),
-                     collective_address((<Collective>c).target, table))
+            given = collective_addresses(<Collective>c, table)
         else:
             given = call_key(<Call>c, table, constants)
         if given == self.given[index]:
             return
         cdef CUgraphNode node = self.exec_nodes[self.program.node_of_command(index)]
         cdef CUgraph child
-        cdef Node params
-        kernel_of = (<Collective>c).communicator.kernel_of(c, *given) if type(c) is Collective else None
+        cdef Node params = collective_kernel(<Collective>c, given) if type(c) is Collective else None
         if type(c) is Call:
             child = self.captured(<Call>c, given)
             check_at(cydriver.cuGraphExecChildGraphNodeSetParams(self.exec, node, child),
                       "cuGraphExecChildGraphNodeSetParams", index)
-        elif kernel_of is not None:  # its kernel's node (graph_builder)
-            params = words_node(<CUfunction><uintptr_t>kernel_of[0], kernel_of[1], kernel_of[2])
+        elif params is not None:  # its kernel's node (graph_builder)
             check_at(cydriver.cuGraphExecKernelNodeSetParams(self.exec, node, &params.kernel),
                       "cuGraphExecKernelNodeSetParams", index)
         else:

@@ -184,10 +184,10 @@ class CudaCommunicator(Communicator):
         except self.nccl.NCCLError as e:
             raise DeviceError(f"{what} failed: {e}") from e
 
-    def kernel_of(self, c: Collective, source: int, target: int) -> tuple[int, int, list[int]] | None:
+    def kernel_of(self, c: Collective, source: int, target: int) -> tuple[int, int, int, list[int]] | None:
         """Collective `c` of this process's rank c.rank as one kernel of hal's, from `source` into `target`
-        (device addresses): its function handle, threads (one block) and parameters (a word each), where the peer
-        kernel serves it; else None, and `enqueue` gives NCCL's work."""
+        (device addresses): its function handle, blocks, threads a block and parameters (a word each), where the
+        peer kernel serves it; else None, and `enqueue` gives NCCL's work."""
         if self.peer is None or not self.peer.serves(c):
             return None
         return self.peer.kernel(c, c.rank - self.first_rank, source, target)

@@ -15,8 +15,8 @@ from cuda.bindings.cydriver cimport (CUfunction, CUgraph, CUgraphConditionalHand
                                      CUgraphNodeParams, CUkernelNodeAttrValue, CUresult, CUstream)
 
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, add_once, address, check, check_at,
-                                        collective_address, node_of, ref_length, resolve, setter_node,
-                                        words_node)
+                                        collective_addresses, collective_kernel, node_of, ref_length, resolve,
+                                        setter_node)
 from hal.buffer cimport Buffer, BufferRef
 from hal.commands cimport Call, Collective, Command, Dispatch, Region, Update
 from hal.program cimport Emitter, Program
@@ -89,7 +89,7 @@ cdef class GraphBuilder(Emitter):
         cdef vector[CUgraphNode] deps, early  # early: the kernel nodes it waits for through programmatic edges
         cdef CUgraphNode node
         cdef bint launches_early, calls_inside
-        cdef Node params, scratch = Node.__new__(Node)
+        cdef Node params, collective, scratch = Node.__new__(Node)  # collective: a collective's own kernel
         cdef Kernel kernel
         cdef bint keep = top and self.at_submit
         cdef bint blocks = top and self.block_of.size() > 0
@@ -114,14 +114,13 @@ cdef class GraphBuilder(Emitter):
                 c = None
             else:  # single_pass: `current`, the command just recorded, is not among the Program's commands yet
                 c = current if current is not None and current.index == command else program.commands[command]
-            kernel_of = None  # a collective its communicator runs as one kernel: (function, threads, parameters)
+            collective = None  # the node of the kernel its communicator runs a collective as (else None)
             if type(c) is Collective:
-                kernel_of = (<Collective>c).communicator.kernel_of(
-                    c, collective_address((<Collective>c).source, table),
-                    collective_address((<Collective>c).target, table))
-            plain_kernels[k] = (type(c) is Dispatch and (<Dispatch>c).parameters is None) or kernel_of is not None
+                given = collective_addresses(<Collective>c, table)
+                collective = collective_kernel(<Collective>c, given)
+            plain_kernels[k] = (type(c) is Dispatch and (<Dispatch>c).parameters is None) or collective is not None
             launches_early = self.early_launch and plain_kernels[k] and (
-                kernel_of is not None or (<Dispatch>c).export.early_launch)
+                collective is not None or (<Dispatch>c).export.early_launch)
             deps.clear()
             early.clear()
             for d in range(program.first_wait(k), program.first_wait(k + 1)):
@@ -148,15 +147,13 @@ cdef class GraphBuilder(Emitter):
                     self.last_call = nodes[k]
                 continue
             if type(c) is Collective:
-                if kernel_of is None:
+                if collective is None:
                     nodes[k] = self.add_collective(graph, <Collective>c, deps, table)
                 else:  # (the kernel waits for what it follows itself: communicator.kernel_of)
-                    params = words_node(<CUfunction><uintptr_t>kernel_of[0], kernel_of[1], kernel_of[2])
-                    nodes[k] = self.add_kernel(graph, params, deps, early, command)
+                    nodes[k] = self.add_kernel(graph, collective, deps, early, command)
                     (<Collective>c).communicator.captured_by(self)
                 if keep:  # what a patch compares: its addresses
-                    self.given[command] = (collective_address((<Collective>c).source, table),
-                                           collective_address((<Collective>c).target, table))
+                    self.given[command] = given
                 continue
             if type(c) is Call:  # after the call before it (see CALL_ORDER)
                 if self.last_call != NULL:
@@ -305,7 +302,7 @@ cdef class GraphBuilder(Emitter):
         cdef CUstream stream
         cdef CUgraph child = NULL
         cdef CUresult ended
-        source, target = collective_address(c.source, table), collective_address(c.target, table)
+        source, target = collective_addresses(c, table)
         self.device.activate()
         check_at(cydriver.cuStreamCreate(&stream, cydriver.CU_STREAM_NON_BLOCKING), "cuStreamCreate", c.index)
         try:

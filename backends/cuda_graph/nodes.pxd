@@ -6,7 +6,7 @@ from cuda.bindings.cydriver cimport (CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUD
                                      CUfunction, CUgraphNode, CUresult)
 
 from hal.buffer cimport Buffer, BufferRef
-from hal.commands cimport Command
+from hal.commands cimport Collective, Command
 
 
 cdef enum NodeKind:  # the graph node a command becomes
@@ -58,6 +58,12 @@ cdef inline CUdeviceptr collective_address(BufferRef r, tuple table):
     return 0 if r is None else address(r, resolve(r, table))
 
 
+cdef inline tuple collective_addresses(Collective c, tuple table):
+    """Collective `c`'s source and target addresses: what its work is captured or launched with, and what a patch
+    compares."""
+    return collective_address(c.source, table), collective_address(c.target, table)
+
+
 cdef inline size_t ref_length(BufferRef r, Buffer b):
     return r.nbytes if r.bounded else b.size - r.offset
 
@@ -72,7 +78,8 @@ cdef inline void add_once(vector[CUgraphNode]& nodes, CUgraphNode node):
 
 cdef Node node_of(Command c, tuple table, tuple constants, dict staging, Kernel* kernel, Node into)
 cdef Node setter_node(CUfunction function, list words)
-cdef Node words_node(CUfunction function, unsigned int threads, list words)
+cdef Node words_node(CUfunction function, unsigned int blocks, unsigned int threads, list words)
+cdef Node collective_kernel(Collective c, tuple addresses)
 cdef tuple constant_words_of(tuple constants, Py_ssize_t n)
 cdef void check(CUresult result, str what) except *
 cdef void check_at(CUresult result, str what, Py_ssize_t command) except *

@@ -7,7 +7,7 @@ from libc.string cimport memset
 from cuda.bindings cimport cydriver
 
 from hal.buffer cimport ConstantSlot
-from hal.commands cimport Copy, Dispatch, Fill, Update, checked_word
+from hal.commands cimport Collective, Copy, Dispatch, Fill, Update, checked_word
 
 from cuda.bindings import driver
 
@@ -112,18 +112,19 @@ cdef Node node_of(Command c, tuple table, tuple constants, dict staging, Kernel*
 cdef Node setter_node(CUfunction function, list words):
     """The kernel node of a dispatch_indirect's setter: one thread, the parameters (device node, counts address,
     fault record address, three limits, command index) as `words`."""
-    return words_node(function, 1, words)
+    return words_node(function, 1, 1, words)
 
 
-cdef Node words_node(CUfunction function, unsigned int threads, list words):
-    """A kernel node of one block of `threads` threads, its parameters `words` (one word each, a 32-bit parameter
-    in the low half)."""
+cdef Node words_node(CUfunction function, unsigned int blocks, unsigned int threads, list words):
+    """A kernel node of `blocks` blocks of `threads` threads, its parameters `words` (one word each, a 32-bit
+    parameter in the low half)."""
     cdef Node node = Node.__new__(Node)
     cdef Py_ssize_t i, n = len(words)
     node.kind = KERNEL_NODE
     memset(&node.kernel, 0, sizeof(node.kernel))
     node.kernel.func = function
-    node.kernel.gridDimX = node.kernel.gridDimY = node.kernel.gridDimZ = 1
+    node.kernel.gridDimX = blocks
+    node.kernel.gridDimY = node.kernel.gridDimZ = 1
     node.kernel.blockDimX = threads
     node.kernel.blockDimY = node.kernel.blockDimZ = 1
     node.values.resize(n)
@@ -133,6 +134,14 @@ cdef Node words_node(CUfunction function, unsigned int threads, list words):
         node.pointers[i] = &node.values[i]
     node.kernel.kernelParams = node.pointers.data()
     return node
+
+
+cdef Node collective_kernel(Collective c, tuple addresses):
+    """The kernel node that collective `c` runs as from and into `addresses` (its source and target) where its
+    communicator runs it as one kernel of hal's (kernel_of: the peer all_reduce); None where NCCL's captured work
+    does it."""
+    kernel = c.communicator.kernel_of(c, *addresses)
+    return None if kernel is None else words_node(<CUfunction><uintptr_t>kernel[0], kernel[1], kernel[2], kernel[3])
 
 
 cdef tuple constant_words_of(tuple constants, Py_ssize_t n):

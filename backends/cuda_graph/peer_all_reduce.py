@@ -1,25 +1,28 @@
-"""Small all_reduces between the GPUs of one process as one kernel of hal's, over peer access (NVLink), in NCCL's
-place.
+"""All_reduces up to about a megabyte between the GPUs of one process as one kernel of hal's, over peer access
+(NVLink), in NCCL's place.
 
 Why. A token of the split decode all-reduces 8 KiB 32 times, one after the other; through NCCL each costs about
 10 µs on the chain on 2 H200s (bench/results/nvidia-h200-x2-2026-11-29-tensor-parallel-mixing.md), most of it
-latency. Where every rank is a GPU of this process and each can reach the others' memory, one block a rank does it
-in one one-way trip: each thread takes elements of the source and writes each 32-bit word of them into this rank's
-slot in every rank's staging buffer as a line, the word beside the call's number in one 64-bit store; then, in its
-own memory, it waits for each rank's lines of the same elements to carry this call's number and combines the ranks'
+latency. Where every rank is a GPU of this process and each can reach the others' memory, the kernel does it in one
+one-way trip: each thread takes elements of the source and writes each 32-bit word of them into this rank's slot in
+every rank's staging buffer as a line, the word beside the call's number in one 64-bit store; then, in its own
+memory, it waits for each rank's lines of the same elements to carry this call's number and combines the ranks'
 parts in rank order (so every rank gets the same bits). No fence and no flag: a line's data comes with its number.
 (The first version raised a flag after a fenced copy and read the peers' buffers: a round trip more, measured
-bench/results/nvidia-h200-x2-2026-11-29-peer-all-reduce.md.) The staging buffers alternate between two halves by
-the call's parity: a rank writes a half again two calls later, which it reaches only once every rank has written
-its part of the call between, after its reads of that half (a rank's calls run in its stream's order: each waits
-for the kernels before it, which end after theirs, plain edges or early_launch's contract). A line
-left from an earlier call carries that call's number, so it passes for this one only if it was last written 2^32 calls
-ago (about five hours of back-to-back calls with that line unused). Each rank counts its calls in a word of its own
-memory; NCCL's rule holds here too: every rank runs the communicator's collectives in the same order, with the
-same counts.
+bench/results/nvidia-h200-x2-2026-11-29-peer-all-reduce.md.) A block of THREADS threads takes 2 * THREADS words of
+the part, so a part of up to 8 KiB is one block, and larger ones spread over as many blocks as they need, all at
+once (one block took 17 µs for 64 KiB, its stores reaching the peer at about 5 GB/s; 64 KiB in 8 blocks 3.5 µs):
+word w is always block w / (2 * THREADS)'s, whatever the part's size, so each block counts the calls it took part
+in, in a word of its rank's memory, and blocks share nothing. The staging buffers alternate between two halves by
+the parity of that count: a block writes a half again two of its calls later, which it reaches only once every
+rank's block has written its part of the call between, after its reads of that half (a rank's calls run in its
+stream's order: each waits for the kernels before it, which end after theirs, plain edges or early_launch's
+contract). A line left from an earlier call carries that call's number, so it passes for this one only if it was
+last written 2^32 calls ago (about five hours of back-to-back calls with that line unused). NCCL's rule holds here
+too: every rank runs the communicator's collectives in the same order, with the same counts.
 
 Which. all_reduce of int32, uint32, int64, uint64, float32 or float64 with sum, prod, max or min, at most
-ONE_SHOT_BYTES a rank, on a communicator whose ranks are all in this process (2 to MAX_RANKS GPUs, each able to
+one_shot_bytes(world) a rank, on a communicator whose ranks are all in this process (2 to MAX_RANKS GPUs, each able to
 access every other's memory); the rest, and everything where HAL_CUDA_PEER_ALL_REDUCE=0, goes to NCCL. The choice
 depends on nothing that differs between ranks (not on addresses: the kernel copies unaligned data bytewise), so
 all ranks of a collective take the same path. A kernel node of the rank's graph (CudaCommunicator.kernel_of, which
@@ -48,12 +51,12 @@ from hal.commands import Collective
 from hal.errors import DeviceError
 from hal.executable import ExecutableSource, Export
 
-# A rank's part at most: one block's stores reach the peers at about 5 GB/s, so past about 20 KiB NCCL's channels
-# win (2 H200s, in a graph back to back: 16 KiB 4.8 µs against NCCL's 5.9, 24 KiB 6.7 against 5.9).
-ONE_SHOT_BYTES = 16 * 1024
+# What a rank stores in a call at most, a line (8 bytes) per 32-bit word of its part in each of the world ranks:
+# one_shot_bytes. (The staging buffers take twice as much, 8 MiB a rank.)
+STORED_BYTES = 4 << 20
 MAX_RANKS = 8
-THREADS = 1024  # one block a rank
-SLOT_LINES = ONE_SHOT_BYTES // 4  # a rank's part in a staging half: a line (8 bytes) per 32-bit word
+THREADS = 1024  # a block's (blocks of 256 measured slower in the split decode: 860 µs a token against 844)
+ELEMENT_WORDS = 2  # a thread's 32-bit words of a call: its elements' lines are loaded together
 SWITCH = "HAL_CUDA_PEER_ALL_REDUCE"  # "0": NCCL for every all_reduce
 TYPES = {"int32": "int", "uint32": "unsigned", "int64": "long long", "uint64": "unsigned long long",
          "float32": "float", "float64": "double"}
@@ -103,73 +106,79 @@ template <typename T> __device__ __forceinline__ void store_any(T* p, T v, bool 
 }
 
 // table: the ranks' staging buffers (MAX_RANKS pointers), each two halves of `world` slots of `slot` lines: slot q
-// of a half in rank p's memory receives rank q's part. calls: this rank's count of calls so far.
+// of a half in rank p's memory receives rank q's part. A block takes %(element_words)d * blockDim.x words of the part
+// (a thread ELEMENTS elements, blockDim.x apart), the same in both phases (so source and target may be one), and word w
+// is always block w / (%(element_words)d * blockDim.x)'s, whatever the count: blocks share nothing, each counts the
+// calls it took part in (calls[block]: equal on every rank, which all run the same calls), and each line's number
+// and half are its block's.
 template <typename T, int OP>
 __device__ void all_reduce(const T* source, T* target, unsigned long long* const* stages, unsigned* calls,
                            unsigned count, unsigned rank, unsigned world, unsigned slot) {
     constexpr unsigned WORDS = sizeof(T) / 4;
+    constexpr unsigned ELEMENTS = %(element_words)d / WORDS;
 #if __CUDA_ARCH__ >= 900
     // Launched early (a programmatic edge: the emitter's), it waits here for the kernels before it to end, then lets
     // the kernels after it launch; after a plain edge both return at once.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-    const unsigned call = *calls + 1u;
+    const unsigned call = calls[blockIdx.x] + 1u;
     const unsigned half = (call & 1u) * world * slot;
+    const unsigned first = blockIdx.x * ELEMENTS * blockDim.x + threadIdx.x;
     const bool aligned = ((reinterpret_cast<unsigned long long>(source) |
                            reinterpret_cast<unsigned long long>(target)) %% sizeof(T)) == 0;
     unsigned words[WORDS];
-    for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {  // this rank's part into its slot everywhere
-        T mine = load_any(source + i, aligned);
-        memcpy(words, &mine, sizeof(T));
-        for (unsigned p = 0; p < world; ++p) {
-            unsigned long long* line = stages[p] + half + rank * slot + i * WORDS;
-            for (unsigned k = 0; k < WORDS; ++k) store_line(line + k, call, words[k]);
-        }
-    }
-    // Then every rank's lines of the same elements (a thread reads what it wrote: source and target may be one),
-    // ELEMENTS at a time, all their loads in flight at once before any is waited for.
-    constexpr unsigned ELEMENTS = 2 / WORDS;
-    const unsigned long long* received = stages[rank] + half;  // slot q: rank q's part
-    for (unsigned first = threadIdx.x; first < count; first += ELEMENTS * blockDim.x) {
-        unsigned long long lines[ELEMENTS][MAX_RANKS][WORDS];
-        #pragma unroll
-        for (unsigned e = 0; e < ELEMENTS; ++e)
-            #pragma unroll
-            for (unsigned q = 0; q < MAX_RANKS; ++q)
-                #pragma unroll
-                for (unsigned k = 0; k < WORDS; ++k)
-                    if (first + e * blockDim.x < count && q < world)
-                        lines[e][q][k] = load_line(received + q * slot + (first + e * blockDim.x) * WORDS + k);
-        #pragma unroll
-        for (unsigned e = 0; e < ELEMENTS; ++e) {
-            const unsigned i = first + e * blockDim.x;
-            if (i >= count) break;
-            T sum;
-            #pragma unroll
-            for (unsigned q = 0; q < MAX_RANKS; ++q) {  // in rank order, each once it carries this call's number
-                if (q >= world) break;
-                #pragma unroll
-                for (unsigned k = 0; k < WORDS; ++k) {
-                    while ((unsigned)(lines[e][q][k] >> 32) != call)
-                        lines[e][q][k] = load_line(received + q * slot + i * WORDS + k);
-                    words[k] = (unsigned)lines[e][q][k];
-                }
-                T part;
-                memcpy(&part, words, sizeof(T));
-                sum = q ? combine<T, OP>(sum, part) : part;
+    #pragma unroll
+    for (unsigned e = 0; e < ELEMENTS; ++e) {  // this rank's part into its slot everywhere
+        const unsigned i = first + e * blockDim.x;
+        if (i < count) {
+            T mine = load_any(source + i, aligned);
+            memcpy(words, &mine, sizeof(T));
+            for (unsigned p = 0; p < world; ++p) {
+                unsigned long long* line = stages[p] + half + rank * slot + i * WORDS;
+                for (unsigned k = 0; k < WORDS; ++k) store_line(line + k, call, words[k]);
             }
-            store_any(target + i, sum, aligned);
         }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) *calls = call;
+    // Then every rank's lines of the same elements, all their loads in flight at once before any is waited for.
+    const unsigned long long* received = stages[rank] + half;  // slot q: rank q's part
+    unsigned long long lines[ELEMENTS][MAX_RANKS][WORDS];
+    #pragma unroll
+    for (unsigned e = 0; e < ELEMENTS; ++e)
+        #pragma unroll
+        for (unsigned q = 0; q < MAX_RANKS; ++q)
+            #pragma unroll
+            for (unsigned k = 0; k < WORDS; ++k)
+                if (first + e * blockDim.x < count && q < world)
+                    lines[e][q][k] = load_line(received + q * slot + (first + e * blockDim.x) * WORDS + k);
+    #pragma unroll
+    for (unsigned e = 0; e < ELEMENTS; ++e) {
+        const unsigned i = first + e * blockDim.x;
+        if (i >= count) break;
+        T sum;
+        #pragma unroll
+        for (unsigned q = 0; q < MAX_RANKS; ++q) {  // in rank order, each once it carries this call's number
+            if (q >= world) break;
+            #pragma unroll
+            for (unsigned k = 0; k < WORDS; ++k) {
+                while ((unsigned)(lines[e][q][k] >> 32) != call)
+                    lines[e][q][k] = load_line(received + q * slot + i * WORDS + k);
+                words[k] = (unsigned)lines[e][q][k];
+            }
+            T part;
+            memcpy(&part, words, sizeof(T));
+            sum = q ? combine<T, OP>(sum, part) : part;
+        }
+        store_any(target + i, sum, aligned);
+    }
+    __syncthreads();  // (every thread has read the count)
+    if (threadIdx.x == 0) calls[blockIdx.x] = call;
 }
 """
 
 
 def _source() -> ExecutableSource:
-    text = _SOURCE_TEXT % dict(max_ranks=MAX_RANKS)
+    text = _SOURCE_TEXT % dict(max_ranks=MAX_RANKS, element_words=ELEMENT_WORDS)
     exports = []
     for dtype, op in KERNELS:
         ctype, code, name = TYPES[dtype], OPERATIONS.index(op), f"peer_all_reduce_{dtype}_{op}"
@@ -182,6 +191,13 @@ def _source() -> ExecutableSource:
 
 
 SOURCE = _source()
+
+
+def one_shot_bytes(world: int) -> int:
+    """A rank's part at most on `world` ranks: its stores grow with the ranks, so the limit falls. On 2 H200s, in a
+    graph back to back: 4 KiB to 128 KiB 2.8-3.7 µs against NCCL's 7.1-8.9, 1 MiB 8.6 against 14.7 (4 and 8 ranks
+    not measured)."""
+    return STORED_BYTES // (2 * world) // 8 * 8
 
 
 def unavailable(devices: Sequence[Any]) -> str | None:
@@ -202,8 +218,9 @@ def unavailable(devices: Sequence[Any]) -> str | None:
 
 class PeerAllReduce:
     """The peer kernel's state for the ranks of one communicator, all in this process: per rank its kernels, its
-    staging buffer (two halves of a slot of SLOT_LINES lines per rank), its call count and its table of the ranks'
-    staging addresses. `emitted` counts the kernels handed to graphs, for tests and benchmarks."""
+    staging buffer (two halves of a slot of `slot_lines` lines per rank: a line a 32-bit word), its blocks' counts of
+    calls and its table of the ranks' staging addresses. `emitted` counts the kernels handed to graphs, for tests and
+    benchmarks."""
 
     def __init__(self, devices: Sequence[Any]) -> None:
         self.devices = list(devices)
@@ -213,9 +230,12 @@ class PeerAllReduce:
         try:
             self._enable_peer_access()
             world = len(self.devices)
+            self.limit = one_shot_bytes(world)
+            self.slot_lines = self.limit // 4
             self.executables = [d.load_executable(SOURCE) for d in self.devices]  # (kept: they hold the modules)
-            stages = [self._shared_zeroed(d, 2 * world * SLOT_LINES * 8) for d in self.devices]
-            self.calls = [self._kept(d.upload(np.zeros(1, np.uint32))) for d in self.devices]
+            stages = [self._shared_zeroed(d, 2 * world * self.slot_lines * 8) for d in self.devices]
+            blocks = -(-self.slot_lines // (ELEMENT_WORDS * THREADS))
+            self.calls = [self._kept(d.upload(np.zeros(blocks, np.uint32))) for d in self.devices]
             addresses = np.zeros(MAX_RANKS, np.uint64)
             addresses[:world] = stages
             self.tables = [self._kept(d.upload(addresses)) for d in self.devices]
@@ -245,21 +265,23 @@ class PeerAllReduce:
         call(driver.cuMemsetD8, address, 0, nbytes)
         return address
 
-    @staticmethod
-    def serves(c: Collective) -> bool:
+    def serves(self, c: Collective) -> bool:
         """Does the kernel do collective `c` (the same answer on every rank)?"""
         dtype = np.dtype(c.dtype)
         return c.operation == "all_reduce" and dtype.name in TYPES and c.reduction in OPERATIONS and \
-            0 < c.count * dtype.itemsize <= ONE_SHOT_BYTES
+            0 < c.count * dtype.itemsize <= self.limit
 
-    def kernel(self, c: Collective, index: int, source: int, target: int) -> tuple[int, int, list[int]]:
+    def kernel(self, c: Collective, index: int, source: int, target: int) -> tuple[int, int, int, list[int]]:
         """Collective `c` of the rank that is devices[index], from `source` into `target` (device addresses): its
-        kernel's function handle, threads and parameters (a word each), for a kernel node of the rank's graph."""
+        kernel's function handle, blocks, threads a block and parameters (a word each), for a kernel node of the
+        rank's graph. A thread takes ELEMENT_WORDS words (the same grid on every rank)."""
         dtype = np.dtype(c.dtype)
         function = self.executables[index].functions[KERNELS.index((dtype.name, c.reduction))]
+        per_block = THREADS * max(ELEMENT_WORDS * 4 // dtype.itemsize, 1)
         self.emitted += 1
-        return function, THREADS, [source, target, self.tables[index].handle, self.calls[index].handle, c.count,
-                                   index, len(self.devices), SLOT_LINES]
+        return function, -(-c.count // per_block), THREADS, [source, target, self.tables[index].handle,
+                                                             self.calls[index].handle, c.count, index,
+                                                             len(self.devices), self.slot_lines]
 
     def release(self) -> None:
         """Free the memory (once the devices' work is done and the graphs that launch the kernels are freed: the

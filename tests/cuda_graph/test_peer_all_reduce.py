@@ -6,6 +6,7 @@ through it too.)"""
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pytest
 
@@ -14,7 +15,7 @@ from tests.conftest import backend_or_skip
 backend_or_skip("cuda")
 
 import hal
-from backends.cuda_graph.peer_all_reduce import ONE_SHOT_BYTES, SWITCH
+from backends.cuda_graph.peer_all_reduce import SWITCH, THREADS
 from tests.conftest import open_communicator, open_ranks
 
 pytestmark = [pytest.mark.cuda, pytest.mark.multi_gpu]
@@ -92,6 +93,45 @@ def test_in_place_at_an_unaligned_offset_many_times(group):
         np.testing.assert_array_equal(result, expected)
 
 
+def test_parts_of_many_blocks_between_parts_of_one(group):
+    """Parts of one block and of many in turn, up to the limit, float64 at an unaligned offset too, over several
+    submissions: each block counts only the calls it takes part in, so the first block's count runs ahead of the
+    others', and every part still comes out whole."""
+    ranks, comm = group
+    world, submissions = len(ranks), 5
+    per_block = 2 * THREADS  # 32-bit words
+    parts = [(np.float32, N), (np.float32, comm.peer.limit // 4), (np.float32, 3), (np.float64, 2 * per_block + 5),
+             (np.float32, 5 * per_block + 17), (np.float64, 1)]
+    rng = np.random.default_rng(11)
+    data = [[rng.integers(-50, 50, count).astype(dtype) for _ in ranks] for dtype, count in parts]
+    buffers = []  # per part, per rank: (buffer, the part's reference: float64s 4 bytes in)
+    for (dtype, _), values in zip(parts, data):
+        offset = 4 if dtype is np.float64 else 0
+        row = []
+        for d, x in zip(ranks, values):
+            raw = np.zeros(offset + x.nbytes, np.uint8)
+            raw[offset:] = x.view(np.uint8)
+            b = d.upload(raw)
+            row.append((b, hal.ref(b, offset, x.nbytes)))
+        buffers.append(row)
+    emitted = comm.peer.emitted
+
+    def record(r, d, cb):
+        for i, (dtype, _) in enumerate(parts):
+            if i:
+                cb.execution_barrier()
+            cb.all_reduce(comm, buffers[i][r][1], buffers[i][r][1], dtype)
+
+    cbs = _recorded(ranks, record)
+    _submit(ranks, cbs, submissions)
+    assert comm.peer.emitted == emitted + len(parts) * world
+    for (dtype, _), values, row in zip(parts, data, buffers):
+        expected = np.sum(values, axis=0) * dtype(world) ** (submissions - 1)  # (integers: exact in float32 too)
+        offset = 4 if dtype is np.float64 else 0
+        for b, _ in row:
+            np.testing.assert_array_equal(b.read(np.uint8)[offset:].view(dtype), expected)
+
+
 SPIN = hal.ExecutableSource.cuda(r"""
 extern "C" __global__ void spin(unsigned* sink, unsigned cycles) {
     long long start = clock64();
@@ -138,11 +178,12 @@ extern "C" __global__ void twice(float* x, unsigned count) {
 """, [hal.Export("twice", bindings=1, constants=("uint32",), workgroup_size=256, early_launch=True)])
 
 
-def test_between_early_launch_kernels(group):
+@pytest.mark.parametrize("looped", [False, True], ids=["straight", "in_a_while_loop"])
+def test_between_early_launch_kernels(group, looped):
     """The peer kernel's node between dispatches marked early_launch: its edges from and to them programmatic where
     the device has early launch, each side waiting for the other's writes (in a while loop too, as the decode's)."""
     ranks, comm = group
-    world, chain, rounds = len(ranks), 8, 3
+    world, chain, rounds = len(ranks), 8, 3 if looped else 1
     data = [np.arange(N, dtype=np.float32) / N + r for r in range(world)]
     buffers = [d.upload(x) for d, x in zip(ranks, data)]
     counters = [d.upload(np.array([rounds], np.uint32)) for d in ranks]
@@ -150,20 +191,32 @@ def test_between_early_launch_kernels(group):
 extern "C" __global__ void decrement(unsigned* n) { n[0] -= 1u; }
 """, [hal.Export("decrement", bindings=1, workgroup_size=1)])
 
+    def steps(cb, exe, buffer):
+        for i in range(chain):
+            if i:
+                cb.execution_barrier()
+            cb.dispatch(exe, "twice", (4, 1, 1), (N,), (buffer,))
+            cb.execution_barrier()
+            cb.all_reduce(comm, buffer, buffer, np.float32)
+
     def record(r, d, cb):
         exe = d.load_executable(EARLY)
+        if not looped:
+            steps(cb, exe, buffers[r])
+            return
         with cb.while_nonzero(hal.ref(counters[r], 0, 4)):
-            for i in range(chain):
-                if i:
-                    cb.execution_barrier()
-                cb.dispatch(exe, "twice", (4, 1, 1), (N,), (buffers[r],))
-                cb.execution_barrier()
-                cb.all_reduce(comm, buffers[r], buffers[r], np.float32)
+            steps(cb, exe, buffers[r])
             cb.execution_barrier()
             cb.dispatch(d.load_executable(decrement), "decrement", (1, 1, 1), (), (counters[r],))
 
     cbs = _recorded(ranks, record)
     _submit(ranks, cbs, 1)
+    if not looped:  # the emitted graph: a chain of kernel nodes, every edge programmatic where the device allows
+        emitted = cbs[0].emitter.emitted_graph()
+        assert {t for _, t in emitted.nodes(data="type")} == {"CU_GRAPH_NODE_TYPE_KERNEL"}
+        assert nx.is_directed_acyclic_graph(emitted) and emitted.number_of_edges() >= 2 * chain - 1
+        assert [p for _, _, p in emitted.edges(data="programmatic")] == \
+            [ranks[0].capabilities.supports_early_launch] * emitted.number_of_edges()
     expected = np.sum(data, axis=0, dtype=np.float64)
     for _ in range(chain * rounds):
         expected = expected * 2
@@ -189,7 +242,7 @@ def test_float_sums_equal_on_every_rank_bit_for_bit(group):
 def test_larger_ones_and_the_switch_off_go_to_nccl(group, monkeypatch):
     ranks, comm = group
     emitted = comm.peer.emitted
-    count = ONE_SHOT_BYTES // 4 + 1
+    count = comm.peer.limit // 4 + 1
     buffers = [d.upload(np.full(count, r + 1, np.int32)) for r, d in enumerate(ranks)]
     cbs = _recorded(ranks, lambda r, d, cb: cb.all_reduce(comm, buffers[r], buffers[r], np.int32))
     _submit(ranks, cbs, 1)
