@@ -37,7 +37,7 @@ REPEATS = 5
 LATENCY_OPS = 100
 LAYERS, WIDTH, STEPS = 8, 512, 50
 WORKER_TIMEOUT_S = 180
-REBIND_BYTES, REBIND_STEPS = 1 << 20, 20
+REBIND_BYTES, REBIND_STEPS = 2 << 20, 20  # (past the peer kernel's limit: NCCL's work)
 MATMUL = r"""
 extern "C" __global__ void matmul(const float* a, const float* b, float* c, unsigned n) {
     __shared__ float ta[16][16], tb[16][16];
@@ -366,11 +366,13 @@ def run(max_bytes: int, with_data_parallel: bool = True) -> dict:
             small["hal_graph_nccl_us"] = latency(devices, through_nccl, direct)["hal_graph_us"]
         rebind = rebinding(devices, comm)
         peer = "on" if comm.peer is not None else f"off ({comm.peer_unavailable})"
+        peer_limit = comm.peer.limit if comm.peer is not None else 0
     finally:
         comm.close()
         for d in devices:
             d.close()
-    meta = dict(device=devices[0].name, gpus=count, date=time.strftime("%Y-%m-%d"), peer_all_reduce=peer)
+    meta = dict(device=devices[0].name, gpus=count, date=time.strftime("%Y-%m-%d"), peer_all_reduce=peer,
+                peer_limit_bytes=peer_limit)
     return dict(meta=meta, bandwidth=rows, latency=small, rebinding=rebind,
                 data_parallel=data_parallel(count) if with_data_parallel else [])
 
@@ -391,18 +393,19 @@ def report(result: dict) -> str:
             worst = min(r["nccl_us"] / r["hal_us"] for r in large)
             lines += ["", f"Target: >= {BANDWIDTH_TARGET}x NCCL's bus bandwidth {what}: {worst:.3f}x at worst "
                           f"({'met' if worst >= BANDWIDTH_TARGET else 'MISSED'})."]
-    from backends.cuda_graph.peer_all_reduce import SWITCH, one_shot_bytes
+    from backends.cuda_graph.peer_all_reduce import SWITCH
     s = result["latency"]
+    limit = meta.get("peer_limit_bytes")  # (0: the peer kernel is off; None: a run from before it was recorded)
     lines += ["", f"Small messages: {s['ops']} all_reduces of 8 B: {s['hal_graph_us']:.2f} µs each in one hal command "
                   f"buffer (one graph launch per rank; hal's peer kernel {meta['peer_all_reduce']}), "
                   f"{s['hal_graph_nccl_us']:.2f} µs each through NCCL in the same ({SWITCH}=0), "
                   f"{s['nccl_eager_us']:.2f} µs each as eager NCCL calls "
-                  f"({s['nccl_eager_us'] / s['hal_graph_us']:.2f}x). "
-                  f"Up to {one_shot_bytes(meta['gpus']) // 1024} KiB a rank, the bandwidth table's hal column is the "
-                  f"peer kernel too."]
+                  f"({s['nccl_eager_us'] / s['hal_graph_us']:.2f}x)." +
+                  (f" Up to {limit // 1024} KiB a rank, the bandwidth table's hal column is the peer kernel too."
+                   if limit else "")]
     b = result["rebinding"]
-    peer = meta["peer_all_reduce"] == "on" and b["bytes"] <= one_shot_bytes(meta["gpus"])
-    patched = "the peer kernel's node (new parameters)" if peer else "the child graph node (NCCL's work captured again)"
+    patched = ("its node" if limit is None else "the peer kernel's node (new parameters)" if b["bytes"] <= limit
+               else "the child graph node (NCCL's work captured again)")
     lines += ["", f"Rebinding: an all_reduce of {b['bytes']} B through slots, another table every step: "
                   f"{b['patch_us']:.1f} µs of host time per step (every rank) patching {patched}, against "
                   f"{b['record_us']:.1f} µs recording and submitting a new command buffer "

@@ -57,7 +57,7 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libcpp.vector cimport vector
 
 from cuda.bindings cimport cydriver
-from cuda.bindings.cydriver cimport CUcontext, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream
+from cuda.bindings.cydriver cimport CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUresult, CUstream
 
 from backends.cuda_graph.graph_builder cimport GraphBuilder, call_key, has_calls
 from backends.cuda_graph.nodes cimport (KERNEL_NODE, MEMSET_NODE, Kernel, Node, SlotWord, address, check, check_at,

@@ -77,7 +77,7 @@ class CudaCommunicator(Communicator):
         super().__init__(devices, world, rank)
         self.captors: weakref.WeakSet = weakref.WeakSet()  # see captured_by
         self.comms: list = []
-        self.peer: PeerAllReduce | None = None  # small all_reduces in hal's kernel (peer_all_reduce)
+        self.peer: PeerAllReduce | None = None  # all_reduces up to its limit in hal's kernel (peer_all_reduce)
         self.peer_unavailable: str | None = "ranks in other processes"  # or why not, where they are all here
         try:
             if rendezvous is None:
@@ -129,8 +129,8 @@ class CudaCommunicator(Communicator):
                 b.release()
 
     def _start_peer_all_reduce(self) -> None:
-        """The peer kernel for small all_reduces where these ranks allow it; NCCL for all where not (the reason kept
-        in `peer_unavailable`: one decision for every rank, all of them in this process)."""
+        """The peer kernel for all_reduces up to its limit where these ranks allow it; NCCL for all where not (the
+        reason kept in `peer_unavailable`: one decision for every rank, all of them in this process)."""
         self.peer_unavailable = peer_all_reduce.unavailable(self.devices)
         if self.peer_unavailable is None:
             try:

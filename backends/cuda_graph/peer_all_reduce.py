@@ -56,7 +56,8 @@ from hal.executable import ExecutableSource, Export
 STORED_BYTES = 4 << 20
 MAX_RANKS = 8
 THREADS = 1024  # a block's (blocks of 256 measured slower in the split decode: 860 µs a token against 844)
-ELEMENT_WORDS = 2  # a thread's 32-bit words of a call: its elements' lines are loaded together
+ELEMENT_WORDS = 2  # a thread's 32-bit words of a call (even: whole 64-bit elements), their lines loaded together
+MULTIPROCESSORS = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 SWITCH = "HAL_CUDA_PEER_ALL_REDUCE"  # "0": NCCL for every all_reduce
 TYPES = {"int32": "int", "uint32": "unsigned", "int64": "long long", "uint64": "unsigned long long",
          "float32": "float", "float64": "double"}
@@ -196,7 +197,7 @@ SOURCE = _source()
 def one_shot_bytes(world: int) -> int:
     """A rank's part at most on `world` ranks: its stores grow with the ranks, so the limit falls. On 2 H200s, in a
     graph back to back: 4 KiB to 128 KiB 2.8-3.7 µs against NCCL's 7.1-8.9, 1 MiB 8.6 against 14.7 (4 and 8 ranks
-    not measured)."""
+    not measured). A GPU of fewer SMs than the part's blocks lowers it further (PeerAllReduce.limit)."""
     return STORED_BYTES // (2 * world) // 8 * 8
 
 
@@ -230,7 +231,10 @@ class PeerAllReduce:
         try:
             self._enable_peer_access()
             world = len(self.devices)
-            self.limit = one_shot_bytes(world)
+            # At most a block per SM of the smallest rank: a call's blocks can all run at once (each waits for its
+            # peers' block of the same words, which must not wait for an SM that a waiting block holds).
+            smallest = min(int(call(driver.cuDeviceGetAttribute, MULTIPROCESSORS, d.cu_device)) for d in self.devices)
+            self.limit = min(one_shot_bytes(world), smallest * THREADS * ELEMENT_WORDS * 4)
             self.slot_lines = self.limit // 4
             self.executables = [d.load_executable(SOURCE) for d in self.devices]  # (kept: they hold the modules)
             stages = [self._shared_zeroed(d, 2 * world * self.slot_lines * 8) for d in self.devices]
@@ -277,7 +281,7 @@ class PeerAllReduce:
         rank's graph. A thread takes ELEMENT_WORDS words (the same grid on every rank)."""
         dtype = np.dtype(c.dtype)
         function = self.executables[index].functions[KERNELS.index((dtype.name, c.reduction))]
-        per_block = THREADS * max(ELEMENT_WORDS * 4 // dtype.itemsize, 1)
+        per_block = THREADS * ELEMENT_WORDS * 4 // dtype.itemsize
         self.emitted += 1
         return function, -(-c.count // per_block), THREADS, [source, target, self.tables[index].handle,
                                                              self.calls[index].handle, c.count, index,
