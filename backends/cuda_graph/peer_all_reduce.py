@@ -57,6 +57,7 @@ STORED_BYTES = 4 << 20
 MAX_RANKS = 8
 THREADS = 1024  # a block's (blocks of 256 measured slower in the split decode: 860 µs a token against 844)
 ELEMENT_WORDS = 2  # a thread's 32-bit words of a call (even: whole 64-bit elements), their lines loaded together
+BLOCK_WORDS = THREADS * ELEMENT_WORDS  # a block's 32-bit words of a part: word w is always block w // BLOCK_WORDS's
 MULTIPROCESSORS = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 SWITCH = "HAL_CUDA_PEER_ALL_REDUCE"  # "0": NCCL for every all_reduce
 TYPES = {"int32": "int", "uint32": "unsigned", "int64": "long long", "uint64": "unsigned long long",
@@ -234,11 +235,11 @@ class PeerAllReduce:
             # At most a block per SM of the smallest rank: a call's blocks can all run at once (each waits for its
             # peers' block of the same words, which must not wait for an SM that a waiting block holds).
             smallest = min(int(call(driver.cuDeviceGetAttribute, MULTIPROCESSORS, d.cu_device)) for d in self.devices)
-            self.limit = min(one_shot_bytes(world), smallest * THREADS * ELEMENT_WORDS * 4)
+            self.limit = min(one_shot_bytes(world), smallest * BLOCK_WORDS * 4)
             self.slot_lines = self.limit // 4
             self.executables = [d.load_executable(SOURCE) for d in self.devices]  # (kept: they hold the modules)
             stages = [self._shared_zeroed(d, 2 * world * self.slot_lines * 8) for d in self.devices]
-            blocks = -(-self.slot_lines // (ELEMENT_WORDS * THREADS))
+            blocks = -(-self.slot_lines // BLOCK_WORDS)
             self.calls = [self._kept(d.upload(np.zeros(blocks, np.uint32))) for d in self.devices]
             addresses = np.zeros(MAX_RANKS, np.uint64)
             addresses[:world] = stages
@@ -278,14 +279,13 @@ class PeerAllReduce:
     def kernel(self, c: Collective, index: int, source: int, target: int) -> tuple[int, int, int, list[int]]:
         """Collective `c` of the rank that is devices[index], from `source` into `target` (device addresses): its
         kernel's function handle, blocks, threads a block and parameters (a word each), for a kernel node of the
-        rank's graph. A thread takes ELEMENT_WORDS words (the same grid on every rank)."""
+        rank's graph: a block per BLOCK_WORDS words of the part (the same grid on every rank)."""
         dtype = np.dtype(c.dtype)
         function = self.executables[index].functions[KERNELS.index((dtype.name, c.reduction))]
-        per_block = THREADS * ELEMENT_WORDS * 4 // dtype.itemsize
+        blocks = -(-(c.count * dtype.itemsize // 4) // BLOCK_WORDS)
         self.emitted += 1
-        return function, -(-c.count // per_block), THREADS, [source, target, self.tables[index].handle,
-                                                             self.calls[index].handle, c.count, index,
-                                                             len(self.devices), self.slot_lines]
+        return function, blocks, THREADS, [source, target, self.tables[index].handle, self.calls[index].handle,
+                                           c.count, index, len(self.devices), self.slot_lines]
 
     def release(self) -> None:
         """Free the memory (once the devices' work is done and the graphs that launch the kernels are freed: the
