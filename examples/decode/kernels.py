@@ -23,9 +23,11 @@ ends when each workgroup has raised the key by its best, and the next step's fir
 - attention (q, keys, values, state, partials): workgroups (CHUNK-position chunks, heads), those wholly past the
   position doing nothing: each chunk's softmax partial for its head (largest score, sum of exponentials,
   exponential-weighted values), the split over keys that lets every position's work run at once. It also clears
-  the key, which the step's first kernel has read, for this step's logits.
-- attn_out (partials, state, wo, x): each workgroup combines the partials into the attended vector, then
-  x += wo @ attended, a row per warp.
+  the key, which the step's first kernel has read, for this step's logits. On CUDA, where the attention is wider
+  than 256 (`combined`), each head's last workgroup to finish also combines the head's partials into the attended
+  vector, after the partials in the same buffer (`attention_words`).
+- attn_out (partials, state, wo, x): each workgroup combines the partials into the attended vector (or reads it
+  whole, where CUDA's attention combined it), then x += wo @ attended, a row per warp.
 - ffn_in (w1, w3, x, gain, g): h = RMSNorm(x) * gain; g = SiLU(w1 @ h) * (w3 @ h), a row of each per warp.
 - ffn_out (w2, g, x): x += w2 @ g, a row split over FFN_SPLIT warps.
 - logits_argmax (output, x, gain, logits, state, tokens): logits = output @ (RMSNorm(x) * gain); each workgroup
@@ -96,6 +98,28 @@ def chunks(c: Config) -> int:
     return -(-c.max_sequence // CHUNK)
 
 
+def combined(c: Config, world: int = 1) -> bool:
+    """Whether CUDA's attention combines the partials itself, for a rank of `world`: where its width (ATTN) is above
+    256, each head's last block to finish (an atomic count a head) combines that head's chunks, so attn_out reads the
+    attended vector whole instead of every attn_out block combining all of them (a round a 256 dimensions, block after
+    block). On an H200 (bench/results/nvidia-h200-x2-2026-11-29-attention-combined.md): ATTN 2048 96 µs a token
+    faster (16 layers), 1024 46 faster; 256 4.7 slower (4 layers: the count and the extra trip cost the attention
+    more than one round saves)."""
+    return c.dim // world > 256
+
+
+def attention_words(c: Config, world: int = 1) -> tuple[int, int]:
+    """The attention's buffer (its binding 4, attn_out's 0) on a rank of `world`, in 32-bit words: (all of it, where
+    its counts start). The heads' partials; `combined`, then the attended vector (ATTN floats) and a count a head,
+    which must be zero when a submission starts (each attention leaves them so)."""
+    heads = c.heads // world
+    partials = heads * chunks(c) * (c.head_dim + 2)
+    if not combined(c, world):
+        return partials, partials
+    counts = partials + c.dim // world
+    return counts + heads, counts
+
+
 def workgroups(c: Config, world: int = 1) -> dict[str, tuple[int, int, int]]:
     """Each export's workgroup counts for the shape, a rank's part of it split over `world`: a warp per pair of
     q | k | v rows, per chunk and head, per row of wo, per row of w1 and w3, FFN_SPLIT warps per row of w2, a warp
@@ -116,7 +140,7 @@ def _shape(c: Config, float_suffix: str, world: int = 1, rank: int = 0) -> str:
     sizes = dict(DIM=c.dim, HEADS=c.heads, HEAD_DIM=c.head_dim, FFN=c.ffn, MAX_SEQUENCE=c.max_sequence, CHUNK=CHUNK,
                  CHUNKS=chunks(c), SPLIT=ffn_split(c, world), LONG_LOOP=LONG_LOOP, SHORT_LOOP=SHORT_LOOP,
                  ATTN=c.dim // world, LOCAL_HEADS=c.heads // world, LOCAL_FFN=c.ffn // world, RESIDUAL=int(rank == 0),
-                 LOCAL_VOCAB=c.vocab // world, VOCAB_OFFSET=rank * (c.vocab // world))
+                 LOCAL_VOCAB=c.vocab // world, VOCAB_OFFSET=rank * (c.vocab // world), COMBINED=int(combined(c, world)))
     lines = [f"#define {name} {value}u" for name, value in sizes.items()]
     lines += [f"#define EPSILON {EPSILON!r}{float_suffix}", f"#define SCALE {scale(c)!r}{float_suffix}"]
     return "\n".join(lines) + "\n"

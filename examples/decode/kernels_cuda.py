@@ -3,8 +3,9 @@
 Every kernel is a few warps working alone: a warp owns whole rows of a matrix-vector product, each lane holding
 columns 4l + 128j of a row as 16-byte loads (coalesced: a warp reads 512 contiguous bytes per load), all of a
 warp's loads issued before the first is used (in a model wider than 512, 512 columns at a time: PART), and its
-sums reduced by shuffles; workgroups meet in shared memory
-only to add up a row split over warps or to combine pieces of a softmax. With early launch a kernel loads its
+sums reduced by shuffles; warps meet in shared memory only to add up a row split over warps or to combine pieces of
+a softmax, and workgroups meet only in the attention wider than 256 (COMBINED: kernels.combined), whose workgroups
+count their arrival a head so that the head's last combines its chunks once. With early launch a kernel loads its
 weights, and whatever the kernels two or more back wrote, while the kernel before it runs; after its wait it makes
 one trip to memory for what that kernel wrote. RMSNorm is computed by every warp that needs it, from the 1 KiB
 vector (cheaper than a kernel of its own), its sum reduced beside the products'. The shape is compiled in (the
@@ -261,6 +262,53 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, float
     project_qkv<false>(w, x, gain, rope, state, q, keys, values, nullptr, nullptr);
 }
 
+#define LANE_CHUNKS ((CHUNKS + 31u) / 32u)
+// Lane c's share of head `p`'s combination (p: the head's partials): e[j], the unnormalised weight e^(m - largest)
+// of chunk c + 32j, and the warp's sum of the chunks' sums of exponentials so weighted (`total`, the denominator).
+// Every lane of a warp calls it for the same head.
+__device__ __forceinline__ void head_weights(const float* p, unsigned last, float (&e)[LANE_CHUNKS], float& total) {
+    float m[LANE_CHUNKS], l[LANE_CHUNKS], top = NEG_INF;
+    #pragma unroll
+    for (unsigned j = 0; j < LANE_CHUNKS; ++j) {
+        unsigned c = LANE + 32u * j;
+        m[j] = c <= last ? __ldcg(p + c * ATTENDED) : NEG_INF;
+        l[j] = c <= last ? __ldcg(p + c * ATTENDED + 1u) : 0.0f;
+        top = fmaxf(top, m[j]);
+    }
+    #pragma unroll
+    for (int s = 16; s > 0; s >>= 1) top = fmaxf(top, __shfl_xor_sync(FULL_MASK, top, s));
+    total = 0.0f;
+    #pragma unroll
+    for (unsigned j = 0; j < LANE_CHUNKS; ++j) {  // (chunk 0 has a score, so `top` is a number)
+        e[j] = LANE + 32u * j <= last ? expf(m[j] - top) : 0.0f;
+        total += l[j] * e[j];
+    }
+    total = warp_sum(total);
+}
+
+// Head `p`'s attended vector (p: its partials, chunks 0 to `last`) into `out`, by a block of 128 threads: each warp
+// takes the chunks' weights (head_weights), each thread its dimensions' values of every chunk, a group of 32 chunks
+// at a time, all loaded at once.
+__device__ __forceinline__ void combine_head(const float* p, unsigned last, float* out) {
+    float e[LANE_CHUNKS], total;
+    head_weights(p, last, e, total);
+    for (unsigned d = threadIdx.x; d < HEAD_DIM; d += 128u) {
+        float acc = 0.0f;
+        #pragma unroll
+        for (unsigned j = 0; j < LANE_CHUNKS; ++j) {
+            float v[32];
+            #pragma unroll
+            for (unsigned k = 0; k < 32u; ++k) {
+                const unsigned c = 32u * j + k;
+                v[k] = c <= last ? __ldcg(p + c * ATTENDED + 2u + d) : 0.0f;
+            }
+            #pragma unroll
+            for (unsigned k = 0; k < 32u; ++k) acc += v[k] * __shfl_sync(FULL_MASK, e[j], k);
+        }
+        out[d] = acc / total;
+    }
+}
+
 // Grid (CHUNKS, LOCAL_HEADS): the keys of chunk blockIdx.x (CHUNK positions) against head blockIdx.y's query. Each warp
 // scores CHUNK / 4 positions, a lane holding HEAD_DIM / 32 dimensions; the four warps' softmax pieces meet in
 // shared memory, and the chunk's partial (its largest score, its sum of exponentials, its exponential-weighted
@@ -269,6 +317,10 @@ extern "C" __global__ void __launch_bounds__(128) qkv_rope(const float* w, float
 // included; they are left out by selection, never by arithmetic); after the wait, the query and the position's own
 // row, which qkv_rope just wrote. A chunk wholly past the position writes nothing. Block (0, 0) clears the argmax key
 // (the step's first kernel, which has ended, read it; the step's logits raise it again).
+// COMBINED (kernels.combined: an attention wider than 256): past the heads' partials, the attention's buffer holds the
+// attended vector (ATTN floats) and a count a head, zero when a submission starts.
+#define ATTENDED_VECTOR(partials) ((partials) + LOCAL_HEADS * CHUNKS * ATTENDED)
+#define ARRIVED(partials) reinterpret_cast<unsigned*>(ATTENDED_VECTOR(partials) + ATTN)
 #define PER_WARP (CHUNK / 4)
 #define LANE_DIMS (HEAD_DIM / 32)
 extern "C" __global__ void __launch_bounds__(128) attention(const float* q, const float* keys, const float* values,
@@ -327,64 +379,62 @@ extern "C" __global__ void __launch_bounds__(128) attention(const float* q, cons
     for (int d = 0; d < LANE_DIMS; ++d) weighted[WARP][LANE * LANE_DIMS + d] = o[d];
     if (LANE == 0u) { largest[WARP] = m; total[WARP] = l; }
     __syncthreads();
-    if (chunk * CHUNK > position || threadIdx.x >= HEAD_DIM) return;
-    float big = fmaxf(fmaxf(largest[0], largest[1]), fmaxf(largest[2], largest[3])), sum = 0.0f, acc = 0.0f;
-    #pragma unroll
-    for (int w = 0; w < 4; ++w) {  // (warp 0 saw a position, so `big` is a number)
-        float scale = largest[w] == NEG_INF ? 0.0f : expf(largest[w] - big);
-        sum += total[w] * scale;
-        acc += weighted[w][threadIdx.x] * scale;
+    if (chunk * CHUNK > position) return;  // (the whole block)
+    if (threadIdx.x < HEAD_DIM) {
+        float big = fmaxf(fmaxf(largest[0], largest[1]), fmaxf(largest[2], largest[3])), sum = 0.0f, acc = 0.0f;
+        #pragma unroll
+        for (int w = 0; w < 4; ++w) {  // (warp 0 saw a position, so `big` is a number)
+            float scale = largest[w] == NEG_INF ? 0.0f : expf(largest[w] - big);
+            sum += total[w] * scale;
+            acc += weighted[w][threadIdx.x] * scale;
+        }
+        float* out = partials + (h * CHUNKS + chunk) * ATTENDED;
+        out[2 + threadIdx.x] = acc;
+        if (threadIdx.x == 0) { out[0] = big; out[1] = sum; }
     }
-    float* out = partials + (h * CHUNKS + chunk) * ATTENDED;
-    out[2 + threadIdx.x] = acc;
-    if (threadIdx.x == 0) { out[0] = big; out[1] = sum; }
+#if COMBINED
+    // The head's last block to finish combines its chunks' partials (the others' seen through the fence before each
+    // block's count, and through L2) into the attended vector, then clears the count for the next layer's attention.
+    __shared__ bool last_block;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0u) last_block = atomicAdd(ARRIVED(partials) + h, 1u) == position / CHUNK;
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    combine_head(partials + h * CHUNKS * ATTENDED, position / CHUNK, ATTENDED_VECTOR(partials) + h * HEAD_DIM);
+    if (threadIdx.x == 0u) ARRIVED(partials)[h] = 0u;
+#endif
 }
 
-#define LANE_CHUNKS ((CHUNKS + 31u) / 32u)
-// Lane c's share of head `p`'s combination (p: the head's partials): e[j], the unnormalised weight e^(m - largest)
-// of chunk c + 32j, and the warp's sum of the chunks' sums of exponentials so weighted (`total`, the denominator).
-// Every lane of a warp calls it for the same head.
-__device__ __forceinline__ void head_weights(const float* p, unsigned last, float (&e)[LANE_CHUNKS], float& total) {
-    float m[LANE_CHUNKS], l[LANE_CHUNKS], top = NEG_INF;
-    #pragma unroll
-    for (unsigned j = 0; j < LANE_CHUNKS; ++j) {
-        unsigned c = LANE + 32u * j;
-        m[j] = c <= last ? p[c * ATTENDED] : NEG_INF;
-        l[j] = c <= last ? p[c * ATTENDED + 1u] : 0.0f;
-        top = fmaxf(top, m[j]);
-    }
-    #pragma unroll
-    for (int s = 16; s > 0; s >>= 1) top = fmaxf(top, __shfl_xor_sync(FULL_MASK, top, s));
-    total = 0.0f;
-    #pragma unroll
-    for (unsigned j = 0; j < LANE_CHUNKS; ++j) {  // (chunk 0 has a score, so `top` is a number)
-        e[j] = LANE + 32u * j <= last ? expf(m[j] - top) : 0.0f;
-        total += l[j] * e[j];
-    }
-    total = warp_sum(total);
-}
-
-// x += wo @ attended, a row per warp. Every block first combines the chunks' partials into `attended`, in one trip to
-// memory: a thread per dimension has loaded its first GROUP chunks' weighted values (more chunks, or more dimensions
-// than threads, are loaded after) while its warp, whose dimensions are all one head's, takes that head's largest
-// scores and sums of exponentials (a lane per chunk) and each chunk's weight e^(m - largest); each thread sums its
-// values by those weights, which the warp passes through shared memory (a store a lane, then reads of four at once:
-// fewer instructions than a shuffle a chunk), in four independent sums, and divides by the rescaled
-// sum of exponentials, which the warp adds up meanwhile. So no warp waits for another until `attended` is whole. The
-// position and x (written two or more kernels back) are read before the wait. Launch bounds of one block per SM:
-// registers for a whole group. A row of wo is held ATTN_PART columns at a time, as normed_dots holds a row of DIM.
+// x += wo @ attended, a row per warp. COMBINED, the attention has left `attended` whole; else every block first
+// combines the chunks' partials into `attended`, in one trip to memory: a thread per dimension has loaded its first
+// GROUP chunks' weighted values (more chunks, or more dimensions than threads, are loaded after) while its warp, whose
+// dimensions are all one head's, takes that head's largest scores and sums of exponentials (a lane per chunk) and
+// each chunk's weight e^(m - largest); each thread sums its values by those weights, which the warp passes through
+// shared memory (a store a lane, then reads of four at once: fewer instructions than a shuffle a chunk), in four
+// independent sums, and divides by the rescaled sum of exponentials, which the warp adds up meanwhile. So no warp
+// waits for another until `attended` is whole. The position and x (written two or more kernels back) are read before
+// the wait. Launch bounds of one block per SM: registers for a whole group. A row of wo is held ATTN_PART columns at
+// a time, as normed_dots holds a row of DIM.
 #define GROUP (CHUNKS < 32u ? CHUNKS : 32u)
 #define ATTN_PART (ATTN < 512u ? ATTN : 512u)
 extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* partials, const unsigned* state,
                                                                const float* wo, float* x) {
     STAMP(KIND_ATTN_OUT);
+#if !COMBINED
     __shared__ __align__(16) float attended[ATTN];
     __shared__ __align__(16) float weights[8][32];  // each warp's chunk weights for its first group
+#endif
     unsigned r = blockIdx.x * 8u + WARP;
     Slice<ATTN_PART> row, a;
     row.load(wo + r * ATTN);
-    unsigned last = __ldcg(state) / CHUNK;  // the last chunk with a partial
     float xr = RESIDUAL ? __ldcg(x + r) : 0.0f;
+#if COMBINED
+    AFTER_PREDECESSORS();
+    const float* attended = ATTENDED_VECTOR(partials);
+#else
+    unsigned last = __ldcg(state) / CHUNK;  // the last chunk with a partial
     AFTER_PREDECESSORS();
     const unsigned i = threadIdx.x;  // this thread's first dimension
     const float* mine = partials + (i / HEAD_DIM) * CHUNKS * ATTENDED + 2u + i % HEAD_DIM;
@@ -415,6 +465,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_out(const float* parti
         attended[d] = (acc[0] + acc[1] + (acc[2] + acc[3])) / total;
     }
     __syncthreads();
+#endif
     a.load(attended);
     float u = dot(row, a);
     #pragma unroll 1

@@ -89,9 +89,12 @@ class Decoder:
         """Record the steps into `cb` (recording, with a constant slot: the steps to run); `loop` False records one
         step without the while regions (what `python -m hal trace decode` times command by command)."""
         c, world = self.config, self.world
+        words, counts = kernels.attention_words(c, world)
         scratch = dict(x=cb.alloca(4 * c.dim), q=cb.alloca(4 * c.dim // world), g=cb.alloca(4 * c.ffn // world),
-                       partials=cb.alloca(4 * c.heads // world * kernels.chunks(c) * (c.head_dim + 2)))
+                       partials=cb.alloca(4 * words))
         cb.dispatch(self.exe, "start", self.grid["start"], (hal.constant_slot(0),), (self.state, self.token_buffer))
+        if words > counts:  # (the attention's counts: kernels.attention_words)
+            cb.fill_buffer(hal.ref(scratch["partials"].buffer, 4 * counts, 4 * (words - counts)), np.uint32(0))
         cb.execution_barrier()
         if not loop:
             self.record_step(cb, scratch)

@@ -128,6 +128,23 @@ def test_one_submission_across_several_attention_chunks(decoder, weights):
     assert np.max(np.abs(decoder.logits() - expected_logits)) <= LOGIT_TOLERANCE * np.max(np.abs(expected_logits))
 
 
+def test_a_wide_attention_s_partials_combined_by_its_last_workgroup(decoder):
+    """An attention wider than 256, which CUDA's kernels combine in each head's last workgroup to finish (its count
+    cleared for the next layer and zeroed at each submission's start), over 70 positions (up to five chunks), in two
+    submissions."""
+    from examples.decode import Config
+    config = Config(layers=2, dim=512, heads=4, ffn=1024, vocab=512, max_sequence=128)
+    assert kernels.combined(config)
+    weights = random_weights(config, seed=5)
+    expected_tokens, expected_logits = reference_generate(weights, PROMPT, 70)
+    wide = Decoder(decoder.device, weights)
+    wide.reset(PROMPT)
+    wide.generate(30)
+    wide.generate(40)
+    assert wide.tokens() == expected_tokens
+    assert np.max(np.abs(wide.logits() - expected_logits)) <= LOGIT_TOLERANCE * np.max(np.abs(expected_logits))
+
+
 def test_a_step_is_five_dispatches_a_layer_and_one_more(decoder):
     assert decoder.dispatches_per_step() == 5 * decoder.config.layers + 1
 
