@@ -9,12 +9,12 @@ every rank's staging buffer as a line, the word beside the call's number in one 
 memory, it waits for each rank's lines of the same elements to carry this call's number and combines the ranks'
 parts in rank order (so every rank gets the same bits). No fence and no flag: a line's data comes with its number.
 (The first version raised a flag after a fenced copy and read the peers' buffers: a round trip more, measured
-bench/results/nvidia-h200-x2-2026-11-29-peer-all-reduce.md.) A block of THREADS threads takes 2 * THREADS words of
-the part, so a part of up to 8 KiB is one block, and larger ones spread over as many blocks as they need, all at
-once (one block took 17 µs for 64 KiB, its stores reaching the peer at about 5 GB/s; 64 KiB in 8 blocks 3.5 µs):
-word w is always block w / (2 * THREADS)'s, whatever the part's size, so each block counts the calls it took part
-in, in a word of its rank's memory, and blocks share nothing. The staging buffers alternate between two halves by
-the parity of that count: a block writes a half again two of its calls later, which it reaches only once every
+bench/results/nvidia-h200-x2-2026-11-29-peer-all-reduce.md.) A block of THREADS threads takes BLOCK_WORDS
+(2 x THREADS) words of the part, so a part of up to 8 KiB is one block, and larger ones spread over as many blocks
+as they need, all at once (one block took 17 µs for 64 KiB, its stores reaching the peer at about 5 GB/s; 64 KiB in
+8 blocks 3.5 µs): word w is always block w / BLOCK_WORDS's, whatever the part's size, so each block counts the calls
+it took part in, in a word of its rank's memory, and blocks share nothing. The staging buffers alternate between two
+halves by the parity of that count: a block writes a half again two of its calls later, which it reaches only once every
 rank's block has written its part of the call between, after its reads of that half (a rank's calls run in its
 stream's order: each waits for the kernels before it, which end after theirs, plain edges or early_launch's
 contract). A line left from an earlier call carries that call's number, so it passes for this one only if it was

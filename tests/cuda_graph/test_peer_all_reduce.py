@@ -16,7 +16,7 @@ from tests.conftest import backend_or_skip
 backend_or_skip("cuda")
 
 import hal
-from backends.cuda_graph.peer_all_reduce import SWITCH, THREADS
+from backends.cuda_graph.peer_all_reduce import BLOCK_WORDS, SWITCH, THREADS
 from tests.conftest import open_communicator, open_ranks
 
 pytestmark = [pytest.mark.cuda, pytest.mark.multi_gpu]
@@ -100,9 +100,8 @@ def test_parts_of_many_blocks_between_parts_of_one(group):
     others', and every part still comes out whole."""
     ranks, comm = group
     world, submissions = len(ranks), 5
-    per_block = 2 * THREADS  # 32-bit words
-    parts = [(np.float32, N), (np.float32, comm.peer.limit // 4), (np.float32, 3), (np.float64, 2 * per_block + 5),
-             (np.float32, 5 * per_block + 17), (np.float64, 1)]
+    parts = [(np.float32, N), (np.float32, comm.peer.limit // 4), (np.float32, 3), (np.float64, 2 * BLOCK_WORDS + 5),
+             (np.float32, 5 * BLOCK_WORDS + 17), (np.float64, 1)]
     rng = np.random.default_rng(11)
     data = [[rng.integers(-50, 50, count).astype(dtype) for _ in ranks] for dtype, count in parts]
     buffers = []  # per part, per rank: (buffer, the part's reference: float64s 4 bytes in)
